@@ -1,0 +1,4 @@
+//! In-memory accelerators. Each is a cache that may be stale only in excess: it can suggest
+//! work that is not there, never hide work that is. PostgreSQL stays the authority.
+
+pub mod wake;

@@ -1,0 +1,176 @@
+//! The broker's one typed configuration: every flag is also an environment variable,
+//! read once at boot and echoed (secrets masked).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
+/// anything else is a boot error rather than a silent default.
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        other => Err(format!("not a boolean: {other:?} (use true/false, 1/0, yes/no, on/off)")),
+    }
+}
+
+/// Options of `queen serve`.
+///
+/// With no database configured (neither `DATABASE_URL` nor `PG_HOST`) the broker creates on
+/// first run, then reuses, a private PostgreSQL cluster in `$QUEEN_DATA_DIR/pg`, built with
+/// the machine's own binaries (searched in `PG_BINDIR`, `pg_config --bindir`, the newest
+/// `/usr/lib/postgresql/*/bin`, then `PATH`). It listens on a Unix socket only (no TCP port),
+/// runs with fsync on, runs as the `postgres` user when the broker is root, is supervised as
+/// a child (never orphaned; a stale `postmaster.pid` is recovered) and is stopped cleanly on
+/// SIGINT/SIGTERM.
+#[derive(Args, Debug, Clone)]
+pub struct Config {
+    /// HTTP port.
+    #[arg(long, env = "PORT", default_value_t = 6632)]
+    pub port: u16,
+    /// HTTP bind address.
+    #[arg(long, env = "HOST", default_value = "0.0.0.0")]
+    pub host: String,
+    /// External PostgreSQL URL (e.g. postgresql://user:pass@host:5432/db). Unset, and no
+    /// PG_HOST either: the embedded PostgreSQL is used.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// External PostgreSQL host (alternative to DATABASE_URL).
+    #[arg(long, env = "PG_HOST")]
+    pub pg_host: Option<String>,
+    #[arg(long, env = "PG_PORT", default_value_t = 5432)]
+    pub pg_port: u16,
+    #[arg(long, env = "PG_USER", default_value = "postgres")]
+    pub pg_user: String,
+    #[arg(long, env = "PG_PASSWORD")]
+    pub pg_password: Option<String>,
+    #[arg(long, env = "PG_DB", default_value = "postgres")]
+    pub pg_db: String,
+    /// Pooled PostgreSQL connections (created lazily).
+    #[arg(long, env = "DB_POOL_SIZE", default_value_t = 160)]
+    pub db_pool_size: usize,
+    /// Data directory; the embedded cluster lives in `<dir>/pg`.
+    #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
+    pub data_dir: PathBuf,
+    /// Log filter (error, warn, info, debug, trace or a tracing directive).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Request body limit in bytes (413 above it).
+    #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Apply the SQL schema files at boot.
+    #[arg(long, env = "QUEEN_APPLY_SCHEMA", default_value = "true", value_parser = parse_bool)]
+    pub apply_schema: bool,
+    /// Statement timeout of broker SQL calls, in ms.
+    #[arg(long, env = "QUEEN_STMT_TIMEOUT_MS", default_value_t = 30_000)]
+    pub stmt_timeout_ms: u64,
+    /// zstd level of segment blobs.
+    #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
+    pub zstd_level: i32,
+    /// Long-poll deadline (ms) when a pop sends no timeout.
+    #[arg(long, env = "DEFAULT_TIMEOUT", default_value_t = 30_000)]
+    pub default_timeout_ms: u64,
+    /// Long-poll re-check interval for the first attempts (ms).
+    #[arg(long, env = "POP_WAIT_INITIAL_INTERVAL_MS", default_value_t = 100)]
+    pub pop_wait_initial_ms: u64,
+    /// Attempts at the initial interval before backing off.
+    #[arg(long, env = "POP_WAIT_BACKOFF_THRESHOLD", default_value_t = 3)]
+    pub pop_wait_backoff_threshold: u32,
+    #[arg(long, env = "POP_WAIT_BACKOFF_MULTIPLIER", default_value_t = 2.0)]
+    pub pop_wait_backoff_multiplier: f64,
+    #[arg(long, env = "POP_WAIT_MAX_INTERVAL_MS", default_value_t = 1000)]
+    pub pop_wait_max_ms: u64,
+    /// Cheap has-pending probe before a pop takes a connection-heavy path.
+    #[arg(long, env = "QUEEN_POP_PENDING_GATE", default_value = "true", value_parser = parse_bool)]
+    pub pop_pending_gate: bool,
+    /// Wake long-polls of other brokers sharing the database (LISTEN/NOTIFY). Always off
+    /// with the embedded PostgreSQL, which serves one broker by construction.
+    #[arg(long, env = "QUEEN_PEER_WAKE", default_value = "false", value_parser = parse_bool)]
+    pub peer_wake: bool,
+    /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
+    #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
+    pub dev_unsafe: bool,
+}
+
+impl Config {
+    /// True when no external database is configured and the embedded cluster is used.
+    pub fn embedded(&self) -> bool {
+        self.database_url.is_none() && self.pg_host.is_none()
+    }
+
+    /// The embedded cluster's directory.
+    pub fn pg_dir(&self) -> PathBuf {
+        self.data_dir.join("pg")
+    }
+
+    /// One line per setting, with passwords masked, for the boot log.
+    pub fn describe(&self) -> String {
+        let url = self.database_url.as_deref().map(mask_url);
+        let db = match (&url, &self.pg_host) {
+            (Some(u), _) => u.clone(),
+            (None, Some(h)) => format!(
+                "postgresql://{}:{}@{}:{}/{}",
+                self.pg_user,
+                if self.pg_password.is_some() { "****" } else { "" },
+                h,
+                self.pg_port,
+                self.pg_db
+            ),
+            (None, None) => format!("embedded ({})", self.pg_dir().display()),
+        };
+        format!(
+            "listen={}:{} database={} pool={} data_dir={} log_level={} max_body={} \
+             apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
+             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} dev_unsafe={}",
+            self.host,
+            self.port,
+            db,
+            self.db_pool_size,
+            self.data_dir.display(),
+            self.log_level,
+            self.max_body_bytes,
+            self.apply_schema,
+            self.stmt_timeout_ms,
+            self.zstd_level,
+            self.default_timeout_ms,
+            self.pop_wait_initial_ms,
+            self.pop_wait_backoff_threshold,
+            self.pop_wait_backoff_multiplier,
+            self.pop_wait_max_ms,
+            self.pop_pending_gate,
+            self.peer_wake,
+            self.dev_unsafe
+        )
+    }
+}
+
+/// Replaces the password of a URL's userinfo with `****`.
+fn mask_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else { return url.to_string() };
+    let userinfo = &rest[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!("{}{}:****{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_passwords() {
+        assert_eq!(mask_url("postgresql://u:secret@h:5432/db"), "postgresql://u:****@h:5432/db");
+        assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
+    }
+
+    #[test]
+    fn bools() {
+        assert_eq!(parse_bool("ON"), Ok(true));
+        assert_eq!(parse_bool("0"), Ok(false));
+        assert!(parse_bool("maybe").is_err());
+    }
+}

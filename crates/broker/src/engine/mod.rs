@@ -1,0 +1,1 @@
+//! The request logic between HTTP and PostgreSQL: push, pop, ack, lease, transaction, DLQ.

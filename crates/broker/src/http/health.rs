@@ -1,0 +1,79 @@
+//! `/health`, `/metrics` and `/status`: liveness with the database state, and counters.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .route("/api/v1/status", get(status))
+}
+
+async fn health(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
+    let up = st.store.ping().await;
+    let body = json!({
+        "status": if up { "healthy" } else { "unhealthy" },
+        "database": if up { "connected" } else { "disconnected" },
+        "engine": "queen-rs",
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(body))
+}
+
+async fn metrics(State(st): State<AppState>) -> Json<Value> {
+    let uptime = st.started.elapsed().as_secs_f64().max(1e-9);
+    let requests = st.counters.requests.load(Relaxed);
+    let pushed = st.counters.messages_pushed.load(Relaxed);
+    let popped = st.counters.messages_popped.load(Relaxed);
+    let pool = st.store.pool().status();
+    Json(json!({
+        "uptime": uptime as u64,
+        "requests": { "total": requests, "rate": requests as f64 / uptime },
+        "messages": {
+            "total": pushed,
+            "rate": pushed as f64 / uptime,
+            "pushed": pushed,
+            "popped": popped,
+        },
+        "database": {
+            "poolSize": pool.max_size,
+            "connections": pool.size,
+            "idleConnections": pool.available,
+            "waitingRequests": pool.waiting,
+        },
+        "memory": { "rssBytes": rss_bytes() },
+        "cpu": { "processSeconds": cpu_seconds() },
+    }))
+}
+
+async fn status() -> Json<Value> {
+    Json(json!({ "status": "ok", "engine": "queen-rs", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+/// Resident set size from /proc (Linux); 0 elsewhere.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+/// User + system CPU seconds of this process from /proc (Linux); 0 elsewhere.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}

@@ -1,0 +1,42 @@
+//! The HTTP surface: the router, request parsing and response rendering. Handlers parse,
+//! call `engine`, and render; errors map to statuses in `crate::error`.
+
+pub mod extract;
+mod health;
+mod queues;
+mod push;
+mod pop;
+mod ack;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// Every route of the broker.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(health::routes())
+        .merge(queues::routes())
+        .merge(push::routes())
+        .merge(pop::routes())
+        .merge(ack::routes())
+        .fallback(no_such_route)
+        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .with_state(state)
+}
+
+async fn count_requests(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    st.counters.requests.fetch_add(1, Relaxed);
+    next.run(req).await
+}
+
+async fn no_such_route() -> (StatusCode, Json<serde_json::Value>) {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": "no such route", "code": "no_such_route" })))
+}

@@ -1,0 +1,13 @@
+//! Queen-rs broker: a stateless HTTP front of PostgreSQL. PostgreSQL decides every claim,
+//! lease, cursor and offset; the broker schedules, packs and unpacks frames, and keeps
+//! accelerators that may be stale only in excess.
+
+pub mod accel;
+pub mod config;
+pub mod embedded_pg;
+pub mod engine;
+pub mod error;
+pub mod http;
+pub mod server;
+pub mod state;
+pub mod store;

@@ -1,0 +1,75 @@
+//! The `queen` binary: a thin command line over the broker library.
+
+use clap::{Parser, Subcommand};
+use queen_broker::config::Config;
+use queen_broker::embedded_pg::{EmbeddedOptions, EmbeddedPg};
+use queen_broker::server;
+
+#[derive(Parser)]
+#[command(name = "queen", version, about = "Queen-rs: a durable message broker on PostgreSQL")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker (embedded PostgreSQL unless DATABASE_URL or PG_HOST is set).
+    Serve(Config),
+}
+
+fn main() -> anyhow::Result<()> {
+    let Command::Serve(cfg) = Cli::parse().command;
+    init_logging(&cfg.log_level);
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(cfg))
+}
+
+fn init_logging(level: &str) {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_string());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()))
+        .init();
+}
+
+async fn serve(mut cfg: Config) -> anyhow::Result<()> {
+    tracing::info!("config: {}", cfg.describe());
+    // The embedded cluster is started from the main thread, which lives as long as the
+    // process: its parent-death signal then fires only when the broker itself dies.
+    let embedded = if cfg.embedded() {
+        cfg.peer_wake = false;
+        let opts = EmbeddedOptions::new(cfg.pg_dir()).unsafe_no_fsync(cfg.dev_unsafe);
+        Some(EmbeddedPg::start(opts).await?)
+    } else {
+        None
+    };
+    let pg = match &embedded {
+        Some(e) => e.config("postgres"),
+        None => server::external_pg_config(&cfg)?,
+    };
+    let running = match server::start(cfg, pg).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(e) = embedded {
+                e.stop().await;
+            }
+            return Err(e);
+        }
+    };
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    if let Some(e) = embedded {
+        e.stop().await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,74 @@
+//! Boots one broker on a PostgreSQL connection: pool, schema, background tasks and the HTTP
+//! listener; and stops it gracefully. Used by `queen serve` and by the test harness.
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::state::AppState;
+use crate::store::{migrations, Store};
+
+/// A broker serving HTTP until `shutdown` is called.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: oneshot::Sender<()>,
+    join: JoinHandle<std::io::Result<()>>,
+}
+
+/// Builds the pool, applies the schema (when configured) and starts serving on
+/// `cfg.host:cfg.port` (port 0 picks a free one; see `RunningServer::addr`).
+pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<RunningServer> {
+    let store = Store::new(pg, cfg.db_pool_size, cfg.stmt_timeout_ms);
+    if cfg.apply_schema {
+        migrations::apply(&store).await?;
+    }
+    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port)).await?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(cfg, store);
+    let app = crate::http::router(state.clone());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let closing = state.clone();
+    let join = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+                // Parked long-polls answer now instead of holding the drain for their timeout.
+                closing.begin_shutdown();
+            })
+            .await
+    });
+    tracing::info!(%addr, "queen-rs listening");
+    Ok(RunningServer { addr, state, stop, join })
+}
+
+impl RunningServer {
+    /// Stops accepting, answers parked long-polls, and waits for in-flight requests.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(());
+        match self.join.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
+        }
+    }
+}
+
+/// The external database's connection settings: `DATABASE_URL`, else the discrete `PG_*`.
+pub fn external_pg_config(cfg: &Config) -> anyhow::Result<tokio_postgres::Config> {
+    if let Some(url) = &cfg.database_url {
+        return url.parse().map_err(|e| anyhow::anyhow!("DATABASE_URL is not a valid PostgreSQL URL: {e}"));
+    }
+    let mut pg = tokio_postgres::Config::new();
+    pg.host(cfg.pg_host.as_deref().unwrap_or("localhost"))
+        .port(cfg.pg_port)
+        .user(&cfg.pg_user)
+        .dbname(&cfg.pg_db);
+    if let Some(pw) = &cfg.pg_password {
+        pg.password(pw);
+    }
+    Ok(pg)
+}

@@ -1,0 +1,60 @@
+//! Shared state of one broker process, handed to every HTTP handler.
+
+use std::ops::Deref;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::accel::wake::WakeGates;
+use crate::config::Config;
+use crate::store::Store;
+
+/// Cheap to clone: one `Arc` around everything the broker shares between requests.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+pub struct Inner {
+    pub cfg: Config,
+    pub store: Store,
+    pub wake: WakeGates,
+    pub counters: Counters,
+    pub started: Instant,
+    /// Identifies this broker in cross-broker wake notifications.
+    pub broker_id: uuid::Uuid,
+    /// Flips to true when the broker starts shutting down; parked long-polls watch it.
+    pub closing: tokio::sync::watch::Sender<bool>,
+}
+
+/// Process-wide counters rendered by `/metrics`.
+#[derive(Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub messages_pushed: AtomicU64,
+    pub messages_popped: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(cfg: Config, store: Store) -> Self {
+        AppState(Arc::new(Inner {
+            cfg,
+            store,
+            wake: WakeGates::default(),
+            counters: Counters::default(),
+            started: Instant::now(),
+            broker_id: uuid::Uuid::now_v7(),
+            closing: tokio::sync::watch::Sender::new(false),
+        }))
+    }
+
+    /// Wakes every parked long-poll so the HTTP drain does not wait for their deadlines.
+    pub fn begin_shutdown(&self) {
+        self.closing.send_replace(true);
+    }
+}
+
+impl Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}

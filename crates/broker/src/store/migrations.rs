@@ -1,0 +1,40 @@
+//! Applies the versioned `sql/*.sql` files at boot, idempotently, under one
+//! transaction-scoped advisory lock so concurrent brokers serialise instead of colliding.
+
+use crate::error::Result;
+use crate::store::Store;
+
+/// The schema and procedure files, in application order.
+const FILES: &[(&str, &str)] = &[
+    ("001_schema.sql", include_str!("../../sql/001_schema.sql")),
+];
+
+/// Arbitrary fixed key of the schema lock ("queen" in ASCII).
+const SCHEMA_LOCK_KEY: i64 = 0x7175_6565_6e;
+
+/// Applies every file in one transaction holding the schema lock.
+pub async fn apply(store: &Store) -> Result<()> {
+    let mut conn = store.conn().await?;
+    let tx = conn.transaction().await?;
+    // Schema DDL may outlast the request statement timeout, and waiting for another
+    // booting broker's lock must not time out either.
+    tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL client_min_messages = warning")
+        .await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY]).await?;
+    for (name, sql) in FILES {
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| crate::error::Error::internal(format!("applying {name}: {}", db_message(&e))))?;
+    }
+    tx.commit().await?;
+    drop(conn);
+    Ok(())
+}
+
+/// The server's own message of a database error, which tokio-postgres hides behind "db error".
+pub fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}

@@ -1,0 +1,64 @@
+//! The one driver boundary: the connection pool, schema migrations and typed calls to the
+//! SQL functions. Nothing above this module writes SQL text.
+
+pub mod migrations;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use crate::error::Result;
+
+/// The broker's handle on PostgreSQL: a lazily filled pool plus the connection settings
+/// (kept for dedicated connections such as the LISTEN channel).
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    pg: tokio_postgres::Config,
+}
+
+impl Store {
+    /// Builds the pool; no connection is made until first use.
+    pub fn new(mut pg: tokio_postgres::Config, pool_size: usize, stmt_timeout_ms: u64) -> Self {
+        pg.options(format!("-c statement_timeout={stmt_timeout_ms}"));
+        pg.application_name("queen-rs");
+        pg.connect_timeout(Duration::from_secs(10));
+        let mgr = Manager::from_config(
+            pg.clone(),
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .build()
+            .expect("pool builder with a runtime never fails");
+        Store { pool, pg }
+    }
+
+    /// A pooled connection; dropped back into the pool when the guard goes.
+    pub async fn conn(&self) -> Result<Object> {
+        Ok(self.pool.get().await?)
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Connection settings, for dedicated (non-pooled) connections.
+    pub fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.pg
+    }
+
+    /// `SELECT 1` with a short deadline: the health probe.
+    pub async fn ping(&self) -> bool {
+        let probe = async {
+            let c = self.conn().await.ok()?;
+            c.simple_query("SELECT 1").await.ok()
+        };
+        matches!(tokio::time::timeout(Duration::from_secs(3), probe).await, Ok(Some(_)))
+    }
+}
