@@ -1,0 +1,20 @@
+//! The Queen wire protocol, without I/O: the stored message frame, segment blobs, the binary
+//! push (`QPB1`) and transaction (`QTB1`) bodies, the framed pop answer (`QPF1`),
+//! transaction-id hashes, UUIDv7 ids and timestamp rendering.
+//!
+//! Every decoder here is total: any byte string yields either a value or a typed error, never
+//! a panic. All integers on the wire are little-endian.
+
+pub mod frame;
+pub mod hash;
+pub mod ids;
+//TMP pub mod pop_framed;
+//TMP pub mod push_bin;
+mod reader;
+pub mod segment;
+pub mod time;
+pub mod wire;
+
+pub use frame::{Frame, FrameError};
+pub use hash::{from_hex, to_hex, txn_hash};
+pub use ids::{new_v7, ZERO_UUID};
