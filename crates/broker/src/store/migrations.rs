@@ -7,6 +7,8 @@ use crate::store::Store;
 /// The schema and procedure files, in application order.
 const FILES: &[(&str, &str)] = &[
     ("001_schema.sql", include_str!("../../sql/001_schema.sql")),
+    ("002_push.sql", include_str!("../../sql/002_push.sql")),
+    ("002_queues.sql", include_str!("../../sql/002_queues.sql")),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

@@ -1,0 +1,236 @@
+-- 002_push: the push path (engine.md §4.4): implicit provisioning, the per-partition allocator
+-- with the authoritative dedup probe, the bundled multi-partition push, and the segment
+-- lookup that turns an offset back into its covering blob. Idempotent; applied at every boot.
+
+-- Creates whatever is missing among the given (queue, partition) pairs, with defaults.
+-- Implicit labels come from the dotted name: namespace = first part (the whole name without
+-- a dot), task = second part ('' without a dot). Inserts run in unique-key order so
+-- concurrent provisioners take their speculative-insert locks in one order instead of
+-- convoying. Cheap when nothing is missing: one existence count, no insert.
+CREATE OR REPLACE FUNCTION queen.log_provision_v1(p_queues text[], p_partitions text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_wanted int;
+    v_present int;
+BEGIN
+    IF cardinality(p_queues) IS DISTINCT FROM cardinality(p_partitions) THEN
+        RAISE EXCEPTION 'log_provision_v1: % queues but % partitions',
+            cardinality(p_queues), cardinality(p_partitions);
+    END IF;
+
+    SELECT count(*) INTO v_wanted
+    FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d;
+    SELECT count(*) INTO v_present
+    FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d
+    JOIN queen.queues qu ON qu.name = d.q
+    JOIN queen.log_partitions lp ON lp.queue_id = qu.id AND lp.name = d.p;
+    IF v_present = v_wanted THEN
+        RETURN;
+    END IF;
+
+    INSERT INTO queen.queues (name, namespace, task)
+    SELECT q,
+           split_part(q, '.', 1),
+           CASE WHEN strpos(q, '.') > 0 THEN split_part(q, '.', 2) ELSE '' END
+    FROM (SELECT DISTINCT q FROM unnest(p_queues) AS w(q)) d
+    ORDER BY q
+    ON CONFLICT (name) DO NOTHING;
+
+    INSERT INTO queen.log_partitions (queue_id, name)
+    SELECT qu.id, d.p
+    FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d
+    JOIN queen.queues qu ON qu.name = d.q
+    ORDER BY qu.id, d.p
+    ON CONFLICT (queue_id, name) DO NOTHING;
+END
+$$;
+
+-- Appends one segment of p_msg_count frames to (p_queue, p_partition).
+--
+-- p_hashes: 16 bytes per frame, xxh3_128(transactionId) big-endian, frame order.
+-- p_verified: offsets up to which the caller vouches the incoming hashes are absent (-1: none).
+-- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here).
+--
+-- Result: {"status":"queued","partitionId":P,"baseOffset":B,"createdAt":"…"} or
+-- {"status":"duplicate","partitionId":P,"dups":[{"i":k,"off":O}]} where k is the incoming
+-- frame index and O the original's absolute offset (the lowest if several). A duplicate
+-- writes nothing: no allocator bump, so no offset hole.
+--
+-- created_at is clock_timestamp() taken after the partition row lock, hence monotone in
+-- base_offset per partition (retention, seeks and delayedProcessing rely on it).
+CREATE OR REPLACE FUNCTION queen.log_push_one_v1(
+    p_queue text, p_partition text, p_msg_count int, p_hashes bytea, p_verified bigint,
+    p_blob bytea, p_pid bigint DEFAULT NULL, p_window int DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid bigint := p_pid;
+    v_window int := p_window;
+    v_last bigint;
+    v_txns_start bigint;
+    v_from bigint;
+    v_now timestamptz;
+    v_dups jsonb;
+BEGIN
+    IF p_msg_count IS NULL OR p_msg_count < 1 THEN
+        RAISE EXCEPTION 'log_push_one_v1: message count must be positive, got %', p_msg_count;
+    END IF;
+    IF octet_length(p_hashes) IS DISTINCT FROM 16 * p_msg_count THEN
+        RAISE EXCEPTION 'log_push_one_v1: % hash bytes for % messages',
+            octet_length(p_hashes), p_msg_count;
+    END IF;
+
+    IF v_pid IS NULL OR v_window IS NULL THEN
+        PERFORM queen.log_provision_v1(ARRAY[p_queue], ARRAY[p_partition]);
+        SELECT lp.id, q.dedup_window_seconds INTO v_pid, v_window
+        FROM queen.queues q
+        JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = p_partition
+        WHERE q.name = p_queue;
+        IF v_pid IS NULL THEN
+            RAISE EXCEPTION 'log_push_one_v1: partition %/% vanished during the push',
+                p_queue, p_partition;
+        END IF;
+    END IF;
+
+    IF v_window > 0 THEN
+        -- The lock serialises writers of this partition; the probe below is authoritative
+        -- because no other writer can append between it and our insert.
+        SELECT last_offset, txns_start INTO v_last, v_txns_start
+        FROM queen.log_partitions WHERE id = v_pid FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
+        END IF;
+        v_now := clock_timestamp();
+        v_from := GREATEST(COALESCE(p_verified, -1), v_txns_start - 1);
+        IF v_last > v_from THEN
+            SELECT jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i)
+            INTO v_dups
+            FROM (
+                SELECT inc.idx AS i, min(t.base_offset + s.idx) AS off
+                FROM queen.log_unnest_hashes(p_hashes) AS inc
+                JOIN (
+                    SELECT base_offset, hashes FROM queen.log_txns
+                    WHERE partition_id = v_pid
+                      AND end_offset > v_from
+                      AND created_at >= v_now - make_interval(secs => v_window)
+                ) t ON true
+                CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS s
+                WHERE s.h = inc.h AND t.base_offset + s.idx > v_from
+                GROUP BY inc.idx
+            ) d;
+            IF v_dups IS NOT NULL THEN
+                RETURN jsonb_build_object('status', 'duplicate', 'partitionId', v_pid,
+                                          'dups', v_dups);
+            END IF;
+        END IF;
+    END IF;
+
+    -- The allocator. last_write_at is indexed, so it moves only when a second has passed
+    -- (keeps this update HOT); the oldest_* columns change only on empty -> non-empty.
+    UPDATE queen.log_partitions
+    SET last_offset = last_offset + p_msg_count,
+        oldest_live_at = COALESCE(oldest_live_at, clock_timestamp()),
+        oldest_txn_at = COALESCE(oldest_txn_at, clock_timestamp()),
+        last_write_at = CASE WHEN clock_timestamp() - last_write_at > interval '1 second'
+                             THEN clock_timestamp() ELSE last_write_at END
+    WHERE id = v_pid
+    RETURNING last_offset INTO v_last;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
+    END IF;
+    IF v_now IS NULL THEN
+        v_now := clock_timestamp();  -- window 0: the update above took the row lock
+    END IF;
+
+    INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, created_at, blob)
+    VALUES (v_pid, v_last - p_msg_count + 1, v_last, v_now, p_blob);
+    INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+    VALUES (v_pid, v_last - p_msg_count + 1, v_last, v_now, p_hashes);
+
+    RETURN jsonb_build_object(
+        'status', 'queued', 'partitionId', v_pid, 'baseOffset', v_last - p_msg_count + 1,
+        'createdAt', to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+END
+$$;
+
+-- Appends one segment per element (aligned arrays) in ONE transaction: one commit, one
+-- fsync for the whole bundle. Lock order: provisioning (queues, then partitions, each in key
+-- order), then every bundle partition row in ascending id, then the appends in ascending
+-- partition id. Returns the per-segment results of log_push_one_v1 in input order. A
+-- duplicate segment writes nothing while the others still commit.
+CREATE OR REPLACE FUNCTION queen.log_push_multi_v1(
+    p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
+    p_verified int8[], p_blobs bytea[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int := cardinality(p_queues);
+    v_results jsonb[];
+    v_seg record;
+BEGIN
+    IF cardinality(p_partitions) IS DISTINCT FROM v_n
+       OR cardinality(p_msg_counts) IS DISTINCT FROM v_n
+       OR cardinality(p_hashes) IS DISTINCT FROM v_n
+       OR cardinality(p_verified) IS DISTINCT FROM v_n
+       OR cardinality(p_blobs) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_push_multi_v1: misaligned arrays';
+    END IF;
+    IF v_n IS NULL OR v_n = 0 THEN
+        RETURN '[]'::jsonb;
+    END IF;
+
+    PERFORM queen.log_provision_v1(p_queues, p_partitions);
+
+    -- One set-based pre-lock; the row-lock node sits above the sort, so rows lock in
+    -- ascending id, the global partition lock order.
+    PERFORM lp.id
+    FROM queen.log_partitions lp
+    JOIN queen.queues q ON q.id = lp.queue_id
+    JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
+      ON d.qn = q.name AND d.pn = lp.name
+    ORDER BY lp.id
+    FOR UPDATE OF lp;
+
+    v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
+    FOR v_seg IN
+        SELECT w.ord, lp.id AS pid, q.dedup_window_seconds AS win
+        FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
+        LEFT JOIN queen.queues q ON q.name = w.qn
+        LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+        ORDER BY lp.id, w.ord
+    LOOP
+        IF v_seg.pid IS NULL THEN
+            RAISE EXCEPTION 'log_push_multi_v1: partition %/% vanished during the push',
+                p_queues[v_seg.ord], p_partitions[v_seg.ord];
+        END IF;
+        v_results[v_seg.ord] := queen.log_push_one_v1(
+            p_queues[v_seg.ord], p_partitions[v_seg.ord], p_msg_counts[v_seg.ord],
+            p_hashes[v_seg.ord], p_verified[v_seg.ord], p_blobs[v_seg.ord],
+            v_seg.pid, v_seg.win);
+    END LOOP;
+
+    IF array_position(v_results, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'log_push_multi_v1: segment % got no result',
+            array_position(v_results, NULL);
+    END IF;
+    RETURN to_jsonb(v_results);
+END
+$$;
+
+-- The segment covering offset p_off of partition p_pid: one backward primary-key step for
+-- the greatest base_offset <= p_off, then the covering test (so a miss never walks). No row
+-- when the offset was retained away or never written.
+CREATE OR REPLACE FUNCTION queen.log_segment_at_v1(p_pid bigint, p_off bigint)
+RETURNS TABLE(r_base bigint, r_end bigint, r_created timestamptz, r_blob bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT s.base_offset, s.end_offset, s.created_at, s.blob
+    FROM (
+        SELECT base_offset, end_offset, created_at, blob
+        FROM queen.log_segments
+        WHERE partition_id = p_pid AND base_offset <= p_off
+        ORDER BY base_offset DESC
+        LIMIT 1
+    ) s
+    WHERE s.end_offset >= p_off
+$$;
