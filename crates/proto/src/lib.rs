@@ -9,7 +9,7 @@ pub mod frame;
 pub mod hash;
 pub mod ids;
 //TMP pub mod pop_framed;
-//TMP pub mod push_bin;
+pub mod push_bin;
 mod reader;
 pub mod segment;
 pub mod time;
