@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use queen_broker::config::Config;
-use queen_broker::embedded_pg::{EmbeddedOptions, EmbeddedPg};
+use queen_broker::embedded_pg::{self, EmbeddedOptions};
 use queen_broker::server;
 
 #[derive(Parser)]
@@ -37,8 +37,9 @@ async fn serve(mut cfg: Config) -> anyhow::Result<()> {
     // process: its parent-death signal then fires only when the broker itself dies.
     let embedded = if cfg.embedded() {
         cfg.peer_wake = false;
-        let opts = EmbeddedOptions::new(cfg.pg_dir()).unsafe_no_fsync(cfg.dev_unsafe);
-        Some(EmbeddedPg::start(opts).await?)
+        let mut opts = EmbeddedOptions::new(cfg.pg_dir());
+        opts.unsafe_no_fsync = cfg.dev_unsafe;
+        Some(embedded_pg::start(opts).await?)
     } else {
         None
     };

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use clap::Parser;
 use queen_broker::config::Config;
-use queen_broker::embedded_pg::{EmbeddedOptions, EmbeddedPg};
+use queen_broker::embedded_pg::{self, EmbeddedOptions};
 use queen_broker::server::{self, RunningServer};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -62,8 +62,9 @@ fn cluster() -> &'static Cluster {
             .spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
                 rt.block_on(async move {
-                    let opts = EmbeddedOptions::new(pg_dir).shared_buffers_mb(128);
-                    let pg = EmbeddedPg::start(opts).await.expect("start the test PostgreSQL cluster");
+                    let mut opts = EmbeddedOptions::new(pg_dir);
+                    opts.shared_buffers_mb = Some(128);
+                    let pg = embedded_pg::start(opts).await.expect("start the test PostgreSQL cluster");
                     tx.send(pg.config("postgres")).expect("hand over the cluster");
                     std::future::pending::<()>().await;
                     drop(pg);
