@@ -9,6 +9,8 @@ const FILES: &[(&str, &str)] = &[
     ("001_schema.sql", include_str!("../../sql/001_schema.sql")),
     ("002_push.sql", include_str!("../../sql/002_push.sql")),
     ("002_queues.sql", include_str!("../../sql/002_queues.sql")),
+    ("004_ack.sql", include_str!("../../sql/004_ack.sql")),
+    ("005_transaction.sql", include_str!("../../sql/005_transaction.sql")),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

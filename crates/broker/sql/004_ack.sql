@@ -1,0 +1,466 @@
+-- 004_ack: the ack path (engine.md §6; spec "Ack internals"): the authoritative hash-resolved
+-- decision procedure, the DLQ hand-off, the positional variants used by the transaction wire
+-- and the accelerators, lease renewal, and the DLQ listing. Idempotent; applied at every boot.
+--
+-- Every function here locks only queen.log_consumers rows (several: in ascending
+-- (partition_id, consumer_group) order), never a partition row, so acks cannot form a lock
+-- cycle with the push serializer. Partition and queue rows are read without locks.
+
+-- Renders a timestamp the way lease expiries travel on the wire: ISO-8601 UTC, microseconds.
+CREATE OR REPLACE FUNCTION queen.log_iso_micros(p timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+-- The whole ack contract for one (partition, group, lease) group of acks.
+--
+-- p_hashes[k] is xxh3_128 of the k-th acked transactionId (16 bytes, computed by the broker;
+-- SQL never hashes), p_statuses[k] its status: completed|success|acked|ok|'' acknowledge,
+-- failed|retry|dlq signal, anything else is ignored. p_worker = '' is a lease-less ack: no
+-- lease validation, and it still advances the cursor.
+--
+-- Result, always {"ok":…}:
+--   {"ok":false,"error":"consumer not found"|"invalid or expired lease"}
+--   {"ok":true,"acked":n,"off":committed,"leaseReleased":b, noop/stale/unresolved lists}
+--   + "dlq":true,"off":poison,"worker":w,"retryCount":r  -- the broker must file the DLQ row
+--     (log_dlq_head_v1); the lease is kept for that hand-off
+--   + "dropped":true,"off":poison                        -- exhausted with the DLQ disabled
+--   + "retried":true                                     -- a failed ack charged the budget
+--   + "wakeQueue":name  -- the lease was released with data pending behind the cursor
+-- noopHashes / staleHashes / unresolvedHashes are 32-char lowercase hex tokens in input
+-- order: acknowledgements at or below the cursor, signals at or below the cursor, and hashes
+-- found nowhere in the ackable span.
+CREATE OR REPLACE FUNCTION queen.log_ack_by_hash_v1(
+    p_partition_id bigint, p_group text, p_worker text, p_hashes bytea[], p_statuses text[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_by_lease bool := COALESCE(p_worker, '') <> '';
+    v_committed bigint;
+    v_batch_end bigint;
+    v_row_worker text;
+    v_expires timestamptz;
+    v_retries int;
+    v_live bool;
+    v_txns_start bigint;
+    v_last_offset bigint;
+    v_queue text;
+    v_retry_limit int;
+    v_dlq_enabled bool;
+    v_lo bigint;
+    v_hi bigint;
+    v_sig bigint;
+    v_sig_kind text;
+    v_max_ok bigint;
+    v_noop text[];
+    v_stale text[];
+    v_unresolved text[];
+    v_new bigint;
+    v_acked bigint;
+    v_result jsonb;
+BEGIN
+    IF cardinality(p_hashes) IS DISTINCT FROM cardinality(p_statuses) THEN
+        RAISE EXCEPTION 'log_ack_by_hash_v1: % hashes but % statuses',
+            cardinality(p_hashes), cardinality(p_statuses);
+    END IF;
+
+    -- The only lock of the ack path.
+    SELECT committed, batch_end, worker_id, lease_expires_at, batch_retry_count
+    INTO v_committed, v_batch_end, v_row_worker, v_expires, v_retries
+    FROM queen.log_consumers
+    WHERE partition_id = p_partition_id AND consumer_group = p_group
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
+    END IF;
+    v_live := v_row_worker IS NOT NULL AND v_batch_end IS NOT NULL
+              AND v_expires IS NOT NULL AND v_expires > v_now;
+    IF v_by_lease AND (v_row_worker IS DISTINCT FROM p_worker OR NOT v_live) THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
+    END IF;
+
+    SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit,
+           q.dead_letter_queue OR q.dlq_after_max_retries
+    INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_dlq_enabled
+    FROM queen.log_partitions lp
+    JOIN queen.queues q ON q.id = lp.queue_id
+    WHERE lp.id = p_partition_id;
+
+    -- The ackable span: above the cursor and the sidecar purge watermark, and under a lease
+    -- no further than the leased batch.
+    v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
+    v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
+
+    -- One resolution join, materialised once; every decision below is a scalar aggregate
+    -- of it. Under a lease only sidecar rows based at or below batch_end are exploded: a row
+    -- above the batch can resolve neither in span nor below the cursor.
+    WITH input AS MATERIALIZED (
+        SELECT t.pos, t.h,
+               CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
+                        THEN 'ok'
+                    WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
+               END AS kind
+        FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
+    ),
+    occ AS (
+        SELECT x.base_offset + u.idx AS off, u.h
+        FROM queen.log_txns x
+        CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
+        WHERE x.partition_id = p_partition_id
+          AND (v_hi IS NULL OR x.base_offset <= v_hi)
+    ),
+    resolved AS MATERIALIZED (
+        -- MIN prefers the in-span occurrence, so a re-push below the cursor never shadows
+        -- the copy the client is actually acking.
+        SELECT i.pos, i.h, i.kind,
+               min(o.off) FILTER (WHERE o.off >= v_lo AND (v_hi IS NULL OR o.off <= v_hi)) AS eff,
+               COALESCE(bool_or(o.off <= v_committed), false) AS below
+        FROM input i
+        LEFT JOIN occ o ON o.h = i.h
+        WHERE i.kind IS NOT NULL
+        GROUP BY i.pos, i.h, i.kind
+    ),
+    sig AS (
+        SELECT r.eff, r.kind
+        FROM resolved r
+        WHERE r.kind <> 'ok' AND r.eff IS NOT NULL
+        ORDER BY r.eff, CASE r.kind WHEN 'dlq' THEN 0 WHEN 'failed' THEN 1 ELSE 2 END
+        LIMIT 1
+    )
+    SELECT s.eff, s.kind,
+           (SELECT max(r.eff) FROM resolved r
+             WHERE r.kind = 'ok' AND (s.eff IS NULL OR r.eff < s.eff)),
+           (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
+             WHERE r.kind = 'ok' AND r.eff IS NULL AND r.below),
+           (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
+             WHERE r.kind <> 'ok' AND r.eff IS NULL AND r.below),
+           (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
+             WHERE r.eff IS NULL AND NOT r.below)
+    INTO v_sig, v_sig_kind, v_max_ok, v_noop, v_stale, v_unresolved
+    FROM (SELECT 1) AS one
+    LEFT JOIN sig s ON true;
+
+    -- The cursor moves to the highest acknowledged position strictly below the lowest
+    -- explicit signal: a nack is never skipped by a later ack of the same call.
+    v_new := COALESCE(v_max_ok, v_committed);
+    v_acked := v_new - v_committed;
+    v_result := jsonb_build_object(
+        'ok', true, 'acked', v_acked, 'off', v_new, 'leaseReleased', false,
+        'noopHashes', to_jsonb(v_noop), 'staleHashes', to_jsonb(v_stale),
+        'unresolvedHashes', to_jsonb(v_unresolved));
+
+    -- A signal acts only on a live lease (the caller's, validated above, or, for a
+    -- lease-less signal, the row's); without one only the implicit advance applies.
+    IF v_sig IS NOT NULL AND v_live THEN
+        IF v_sig_kind = 'failed' AND v_retries < COALESCE(v_retry_limit, 3) THEN
+            -- Budget left: charge one unit and redeliver from the cursor at once.
+            UPDATE queen.log_consumers
+            SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
+                lease_acquired_at = NULL, batch_end = NULL,
+                batch_retry_count = batch_retry_count + 1,
+                total_consumed = total_consumed + v_acked,
+                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
+            WHERE partition_id = p_partition_id AND consumer_group = p_group;
+            RETURN v_result || jsonb_build_object('leaseReleased', true, 'retried', true,
+                                                  'wakeQueue', v_queue);
+        ELSIF v_sig_kind = 'retry' THEN
+            -- Redeliver from the cursor; the retry budget is untouched.
+            UPDATE queen.log_consumers
+            SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
+                lease_acquired_at = NULL, batch_end = NULL,
+                total_consumed = total_consumed + v_acked,
+                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
+            WHERE partition_id = p_partition_id AND consumer_group = p_group;
+            RETURN v_result || jsonb_build_object('leaseReleased', true, 'wakeQueue', v_queue);
+        ELSIF v_sig_kind = 'dlq' OR COALESCE(v_dlq_enabled, true) THEN
+            -- Dead-letter the head signal. Only the broker can decompress the segment, so the
+            -- lease is kept for its log_dlq_head_v1 call, which files the row and releases.
+            UPDATE queen.log_consumers
+            SET committed = v_new,
+                total_consumed = total_consumed + v_acked,
+                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
+            WHERE partition_id = p_partition_id AND consumer_group = p_group;
+            RETURN v_result || jsonb_build_object(
+                'dlq', true, 'off', v_sig, 'partitionId', p_partition_id, 'group', p_group,
+                'worker', v_row_worker, 'retryCount', v_retries);
+        ELSE
+            -- Exhausted with the DLQ disabled: skip the poison message.
+            UPDATE queen.log_consumers
+            SET committed = GREATEST(committed, v_sig), worker_id = NULL,
+                lease_expires_at = NULL, lease_acquired_at = NULL, batch_end = NULL,
+                batch_retry_count = 0, attempt_offset = NULL, attempt_count = 0,
+                total_consumed = total_consumed + v_acked + 1, last_consumed_at = v_now
+            WHERE partition_id = p_partition_id AND consumer_group = p_group;
+            RETURN v_result || jsonb_build_object(
+                'dropped', true, 'off', v_sig, 'leaseReleased', true,
+                'wakeQueue', CASE WHEN v_last_offset > v_sig THEN v_queue END);
+        END IF;
+    END IF;
+
+    -- Acknowledgements only (or a signal without a live lease): advance; the lease ends when
+    -- its whole batch is committed.
+    IF v_batch_end IS NOT NULL AND v_new >= v_batch_end THEN
+        UPDATE queen.log_consumers
+        SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
+            lease_acquired_at = NULL, batch_end = NULL,
+            attempt_offset = NULL, attempt_count = 0, batch_retry_count = 0,
+            total_consumed = total_consumed + v_acked,
+            last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+        RETURN v_result || jsonb_build_object(
+            'leaseReleased', v_live,
+            'wakeQueue', CASE WHEN v_live AND v_last_offset > v_new THEN v_queue END);
+    END IF;
+    IF v_acked > 0 THEN
+        UPDATE queen.log_consumers
+        SET committed = v_new, total_consumed = total_consumed + v_acked,
+            last_consumed_at = v_now
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    END IF;
+    RETURN v_result;
+END
+$$;
+
+-- Files the dead letter a log_ack_by_hash_v1 {"dlq":true} asked for, under that lease:
+-- inserts the log_dlq row (a payload snapshot, with the retry budget consumed), moves the
+-- cursor past the poison frame (GREATEST: a stale caller never moves it backwards), resets
+-- attempt and retry state so the next batch starts fresh, and releases the lease.
+--
+-- The worker must still hold the row. The row lock plus an unchanged worker_id prove no
+-- other pop has claimed the span since the ack, so an expiry in the few milliseconds of the
+-- hand-off does not have to throw the verdict away. A second call finds the lease released
+-- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
+CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
+    p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
+    p_txn text, p_payload jsonb, p_error text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row_worker text;
+    v_retries int;
+    v_committed bigint;
+    v_id uuid;
+    v_last_offset bigint;
+    v_queue text;
+BEGIN
+    SELECT worker_id, batch_retry_count, committed INTO v_row_worker, v_retries, v_committed
+    FROM queen.log_consumers
+    WHERE partition_id = p_partition_id AND consumer_group = p_group
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
+    END IF;
+    IF COALESCE(p_worker, '') = '' OR v_row_worker IS DISTINCT FROM p_worker THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
+    END IF;
+
+    INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
+                               transaction_id, payload, error, retry_count)
+    VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
+            COALESCE(p_payload, 'null'::jsonb), p_error, v_retries)
+    RETURNING id INTO v_id;
+
+    UPDATE queen.log_consumers
+    SET committed = GREATEST(committed, p_off), worker_id = NULL, lease_expires_at = NULL,
+        lease_acquired_at = NULL, batch_end = NULL, batch_retry_count = 0,
+        attempt_offset = NULL, attempt_count = 0,
+        total_consumed = total_consumed + 1, last_consumed_at = clock_timestamp()
+    WHERE partition_id = p_partition_id AND consumer_group = p_group;
+
+    SELECT lp.last_offset, q.name INTO v_last_offset, v_queue
+    FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+    WHERE lp.id = p_partition_id;
+    RETURN jsonb_build_object(
+        'ok', true, 'id', v_id, 'committed', GREATEST(v_committed, p_off),
+        'wakeQueue', CASE WHEN v_last_offset > GREATEST(v_committed, p_off) THEN v_queue END);
+END
+$$;
+
+-- Positional ack by partition id: the fast paths (ack registry, ack fusion, the transaction
+-- wire's positional form) already know the leased span, so no hash is resolved.
+--
+-- With p_ok: the row must hold a batch (the caller's live lease when p_worker is given) and
+-- p_upto must lie within it; the cursor advances to p_upto (never backwards), the lease is
+-- released and total_consumed grows by p_acked_count. With NOT p_ok: the lease is released
+-- without advancing, so the whole batch redelivers. Result {"ok":true,"acked":n} or
+-- {"ok":false,"error":…}.
+CREATE OR REPLACE FUNCTION queen.log_ack_at_v1(
+    p_partition_id bigint, p_group text, p_worker text, p_upto bigint,
+    p_ok bool DEFAULT true, p_acked_count int DEFAULT 0)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_committed bigint;
+    v_batch_end bigint;
+    v_row_worker text;
+    v_expires timestamptz;
+    v_new bigint;
+BEGIN
+    SELECT committed, batch_end, worker_id, lease_expires_at
+    INTO v_committed, v_batch_end, v_row_worker, v_expires
+    FROM queen.log_consumers
+    WHERE partition_id = p_partition_id AND consumer_group = p_group
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'consumer not found');
+    END IF;
+    IF COALESCE(p_worker, '') <> ''
+       AND (v_row_worker IS DISTINCT FROM p_worker OR v_batch_end IS NULL
+            OR v_expires IS NULL OR v_expires <= clock_timestamp()) THEN
+        RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'invalid or expired lease');
+    END IF;
+
+    IF NOT COALESCE(p_ok, true) THEN
+        UPDATE queen.log_consumers
+        SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_end = NULL
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+        RETURN jsonb_build_object('ok', true, 'acked', 0);
+    END IF;
+    IF v_batch_end IS NULL THEN
+        RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'no leased batch');
+    END IF;
+    IF p_upto > v_batch_end THEN
+        RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'position beyond leased batch');
+    END IF;
+
+    v_new := GREATEST(v_committed, p_upto);
+    UPDATE queen.log_consumers
+    SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
+        lease_acquired_at = NULL, batch_end = NULL,
+        attempt_offset = CASE WHEN v_new >= v_batch_end THEN NULL ELSE attempt_offset END,
+        attempt_count = CASE WHEN v_new >= v_batch_end THEN 0 ELSE attempt_count END,
+        batch_retry_count = CASE WHEN v_new >= v_batch_end THEN 0 ELSE batch_retry_count END,
+        total_consumed = total_consumed + GREATEST(COALESCE(p_acked_count, 0), 0),
+        last_consumed_at = clock_timestamp()
+    WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    RETURN jsonb_build_object('ok', true, 'acked', v_new - v_committed);
+END
+$$;
+
+-- log_ack_at_v1 addressed by queue and partition name.
+CREATE OR REPLACE FUNCTION queen.log_ack_v1(
+    p_queue text, p_partition text, p_group text, p_worker text, p_upto bigint,
+    p_ok bool DEFAULT true, p_acked_count int DEFAULT 0)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid bigint;
+BEGIN
+    SELECT lp.id INTO v_pid
+    FROM queen.queues q JOIN queen.log_partitions lp ON lp.queue_id = q.id
+    WHERE q.name = p_queue AND lp.name = p_partition;
+    IF v_pid IS NULL THEN
+        RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'partition not found');
+    END IF;
+    RETURN queen.log_ack_at_v1(v_pid, p_group, p_worker, p_upto, p_ok, p_acked_count);
+END
+$$;
+
+-- Many positional completed acks in ONE transaction (ack fusion's commit). Rows run in
+-- ascending (partition_id, consumer_group) order so every flush takes its consumer-row locks
+-- in the global order; verdicts come back by input ordinal:
+-- {"ok":true,"results":[{"ok","acked","error"}…]}.
+CREATE OR REPLACE FUNCTION queen.log_ack_multi_v1(
+    p_pids bigint[], p_groups text[], p_ends bigint[], p_workers text[], p_counts int[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int := COALESCE(cardinality(p_pids), 0);
+    v_results jsonb[];
+    v_row record;
+    v_r jsonb;
+BEGIN
+    IF COALESCE(cardinality(p_groups), 0) <> v_n OR COALESCE(cardinality(p_ends), 0) <> v_n
+       OR COALESCE(cardinality(p_workers), 0) <> v_n OR COALESCE(cardinality(p_counts), 0) <> v_n THEN
+        RAISE EXCEPTION 'log_ack_multi_v1: misaligned arrays';
+    END IF;
+    v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
+    FOR v_row IN
+        SELECT w.pid, w.grp, w.upto, w.worker, w.cnt, w.ord
+        FROM unnest(p_pids, p_groups, p_ends, p_workers, p_counts)
+             WITH ORDINALITY AS w(pid, grp, upto, worker, cnt, ord)
+        ORDER BY w.pid, w.grp, w.ord
+    LOOP
+        v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker, v_row.upto, true, v_row.cnt);
+        v_results[v_row.ord] := jsonb_build_object(
+            'ok', v_r->'ok', 'acked', COALESCE(v_r->'acked', '0'::jsonb),
+            'error', v_r->'error');
+    END LOOP;
+    RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
+END
+$$;
+
+-- Renews every live lease of p_worker (a multi-partition pop shares one worker id) to at
+-- least now + p_seconds (minimum 1). GREATEST: renewal never shortens a lease; the live
+-- filter: it never revives an expired or released one. Rows are locked in the global
+-- consumer order first, so a renewal cannot deadlock against a multi-row ack flush.
+-- Result {"renewed":n,"expiresAt":<earliest renewed expiry, ISO µs Z>|null}.
+CREATE OR REPLACE FUNCTION queen.log_renew_lease_v1(p_worker text, p_seconds int)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_until timestamptz := v_now + make_interval(secs => GREATEST(COALESCE(p_seconds, 60), 1));
+    v_renewed int;
+    v_min timestamptz;
+BEGIN
+    IF COALESCE(p_worker, '') = '' THEN
+        RETURN jsonb_build_object('renewed', 0, 'expiresAt', NULL);
+    END IF;
+    PERFORM 1 FROM queen.log_consumers
+    WHERE worker_id = p_worker AND lease_expires_at > v_now
+    ORDER BY partition_id, consumer_group
+    FOR UPDATE;
+
+    WITH renewed AS (
+        UPDATE queen.log_consumers
+        SET lease_expires_at = GREATEST(lease_expires_at, v_until)
+        WHERE worker_id = p_worker AND lease_expires_at > v_now
+        RETURNING lease_expires_at
+    )
+    SELECT count(*), min(lease_expires_at) INTO v_renewed, v_min FROM renewed;
+    RETURN jsonb_build_object('renewed', v_renewed, 'expiresAt', queen.log_iso_micros(v_min));
+END
+$$;
+
+-- One page of dead letters, newest first, plus the number of matching rows. Every filter is
+-- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
+-- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
+-- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
+CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
+    p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
+    p_limit int, p_offset int)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH matching AS (
+        SELECT d.*, lp.name AS partition_name, q.name AS queue_name
+        FROM queen.log_dlq d
+        LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
+        LEFT JOIN queen.queues q ON q.id = lp.queue_id
+        WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND (p_group IS NULL OR d.consumer_group = p_group)
+          AND (p_partition IS NULL OR lp.name = p_partition)
+          AND (p_from IS NULL OR d.failed_at >= p_from)
+          AND (p_to IS NULL OR d.failed_at <= p_to)
+    ),
+    page AS (
+        SELECT * FROM matching
+        ORDER BY failed_at DESC, "offset" DESC, id
+        LIMIT GREATEST(p_limit, 1) OFFSET GREATEST(p_offset, 0)
+    )
+    SELECT jsonb_build_object(
+        'total', (SELECT count(*) FROM matching),
+        'rows', COALESCE((
+            SELECT jsonb_agg(jsonb_build_object(
+                'id', p.id, 'partitionId', p.partition_id::text, 'queue', p.queue_name,
+                'partition', p.partition_name, 'consumerGroup', p.consumer_group,
+                'offset', p."offset", 'messageId', p.message_id,
+                'transactionId', p.transaction_id, 'data', p.payload,
+                'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
+                'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                ORDER BY p.failed_at DESC, p."offset" DESC, p.id)
+            FROM page p), '[]'::jsonb))
+$$;

@@ -1,0 +1,130 @@
+-- 005_transaction: POST /api/v1/transaction (engine.md §6.8): pushes and acks in ONE
+-- PostgreSQL transaction, all or nothing. Idempotent; applied at every boot.
+
+-- Input (built by the broker):
+--   p = {"pushes":[{"queue","partition","count","verified"?}…],
+--        "acks":[{"partitionId","group","worker","uptoOff","ok","count"}          -- positional
+--               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…]}]} -- by hash
+--   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
+--   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
+--
+-- Lock order, the product's total order: provisioning (queues, then partitions, in key
+-- order), every pushed partition row ascending by id, the appends, then consumer rows in
+-- ascending (partition_id, group). Consumer locks come only after all partition locks, so the
+-- two lock spaces cannot form a cycle.
+--
+-- Every failure raises and so rolls back everything:
+--   a push duplicating stored data: 'QDUP …; transaction rolled back' (unique_violation);
+--   an ack refused (lease, consumer, position) or referencing a hash found nowhere:
+--   'QTXN …; transaction rolled back' (raise_exception).
+-- Below-cursor acks (noop/stale) are tolerated, so a replayed bundle resolves.
+-- Result {"ok":true,"pushes":[push results…],"acks":[ack results…]} in input order; an ack
+-- result with "dlq":true still needs the broker's DLQ hand-off after the commit.
+CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pushes jsonb := COALESCE(p->'pushes', '[]'::jsonb);
+    v_acks jsonb := COALESCE(p->'acks', '[]'::jsonb);
+    v_np int;
+    v_na int;
+    v_queues text[];
+    v_partitions text[];
+    v_push_results jsonb[];
+    v_ack_results jsonb[];
+    v_row record;
+    v_r jsonb;
+    v_hashes bytea[];
+    v_statuses text[];
+BEGIN
+    IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
+        RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
+    END IF;
+    v_np := jsonb_array_length(v_pushes);
+    v_na := jsonb_array_length(v_acks);
+    IF COALESCE(cardinality(p_hashes), 0) <> v_np OR COALESCE(cardinality(p_blobs), 0) <> v_np THEN
+        RAISE EXCEPTION 'log_transaction_wire_v1: % pushes but % hash blobs and % segment blobs',
+            v_np, COALESCE(cardinality(p_hashes), 0), COALESCE(cardinality(p_blobs), 0);
+    END IF;
+
+    v_push_results := array_fill(NULL::jsonb, ARRAY[v_np]);
+    IF v_np > 0 THEN
+        SELECT array_agg(e->>'queue' ORDER BY o), array_agg(e->>'partition' ORDER BY o)
+        INTO v_queues, v_partitions
+        FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o);
+        PERFORM queen.log_provision_v1(v_queues, v_partitions);
+
+        PERFORM lp.id
+        FROM queen.log_partitions lp
+        JOIN queen.queues q ON q.id = lp.queue_id
+        JOIN (SELECT DISTINCT qn, pn FROM unnest(v_queues, v_partitions) AS w(qn, pn)) d
+          ON d.qn = q.name AND d.pn = lp.name
+        ORDER BY lp.id
+        FOR UPDATE OF lp;
+
+        FOR v_row IN
+            SELECT t.o, t.e, lp.id AS pid, q.dedup_window_seconds AS win
+            FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o)
+            LEFT JOIN queen.queues q ON q.name = t.e->>'queue'
+            LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = t.e->>'partition'
+            ORDER BY t.o
+        LOOP
+            IF v_row.pid IS NULL THEN
+                RAISE EXCEPTION 'log_transaction_wire_v1: partition %/% vanished',
+                    v_row.e->>'queue', v_row.e->>'partition';
+            END IF;
+            v_r := queen.log_push_one_v1(
+                v_row.e->>'queue', v_row.e->>'partition', (v_row.e->>'count')::int,
+                p_hashes[v_row.o], COALESCE((v_row.e->>'verified')::bigint, -1),
+                p_blobs[v_row.o], v_row.pid, v_row.win);
+            IF v_r->>'status' = 'duplicate' THEN
+                RAISE EXCEPTION 'QDUP duplicate messages in queue % partition %; transaction rolled back',
+                    v_row.e->>'queue', v_row.e->>'partition'
+                    USING ERRCODE = 'unique_violation', DETAIL = v_r::text;
+            END IF;
+            v_push_results[v_row.o] := v_r;
+        END LOOP;
+        IF array_position(v_push_results, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'log_transaction_wire_v1: push % got no result',
+                array_position(v_push_results, NULL);
+        END IF;
+    END IF;
+
+    v_ack_results := array_fill(NULL::jsonb, ARRAY[v_na]);
+    FOR v_row IN
+        SELECT t.o, t.e, (t.e->>'partitionId')::bigint AS pid,
+               COALESCE(t.e->>'group', '__QUEUE_MODE__') AS grp,
+               COALESCE(t.e->>'worker', '') AS worker
+        FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, o)
+        ORDER BY 3, 4, t.o
+    LOOP
+        IF v_row.e ? 'acks' THEN
+            SELECT array_agg(decode(a->>'h', 'hex') ORDER BY i),
+                   array_agg(COALESCE(a->>'status', 'completed') ORDER BY i)
+            INTO v_hashes, v_statuses
+            FROM jsonb_array_elements(v_row.e->'acks') WITH ORDINALITY AS x(a, i);
+            v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
+                                            COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'));
+            -- Something rides along on this route, so an ack that resolves nowhere aborts it.
+            IF (v_r->>'ok')::bool AND jsonb_array_length(v_r->'unresolvedHashes') > 0 THEN
+                RAISE EXCEPTION 'QTXN ack references unknown transactionId; transaction rolled back'
+                    USING DETAIL = (v_r->'unresolvedHashes')::text;
+            END IF;
+        ELSE
+            v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker,
+                                       (v_row.e->>'uptoOff')::bigint,
+                                       COALESCE((v_row.e->>'ok')::bool, true),
+                                       COALESCE((v_row.e->>'count')::int, 0));
+        END IF;
+        IF NOT (v_r->>'ok')::bool THEN
+            RAISE EXCEPTION 'QTXN ack failed for partition % group "%": %; transaction rolled back',
+                v_row.pid, v_row.grp, v_r->>'error';
+        END IF;
+        v_ack_results[v_row.o] := v_r;
+    END LOOP;
+
+    RETURN jsonb_build_object('ok', true,
+                              'pushes', COALESCE(to_jsonb(v_push_results), '[]'::jsonb),
+                              'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb));
+END
+$$;
