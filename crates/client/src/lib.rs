@@ -1,1 +1,139 @@
+//! Rust SDK for Queen-rs (and any broker speaking the Queen HTTP API, `wire.md`).
+//!
+//! The shape follows the official clients: a [`Queen`] handle, a fluent [`QueueRef`] builder
+//! per queue (`queen.queue("orders").partition("p1").push(items)`,
+//! `.batch(100).wait(true).pop()`), and acks on the handle (`queen.ack_batch(...)`).
+//! Payloads travel as raw JSON text ([`serde_json::value::RawValue`]) so a producer that
+//! already holds serialized bytes pays no re-serialization.
 
+mod queue;
+mod types;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use queue::QueueRef;
+pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
+
+/// Errors of the SDK. `Api` carries the broker's `{"error": ...}` text.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("HTTP {status}: {message}")]
+    Api { status: StatusCode, message: String },
+    #[error("transport: {0}")]
+    Transport(#[from] reqwest::Error),
+    #[error("unexpected answer: {0}")]
+    Decode(String),
+    #[error("cannot encode the request: {0}")]
+    Encode(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A connection to one broker. Cheap to clone (the HTTP pool is shared).
+#[derive(Debug, Clone)]
+pub struct Queen {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Queen {
+    /// A handle on `url` (e.g. `http://127.0.0.1:6632`) with a keep-alive pool sized for many
+    /// concurrent long-polls.
+    pub fn new(url: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(usize::MAX)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        Self::with_client(url, http)
+    }
+
+    /// A handle using the caller's `reqwest::Client` (timeouts, pool, proxies are its own).
+    pub fn with_client(url: impl Into<String>, http: reqwest::Client) -> Self {
+        let base = url.into().trim_end_matches('/').to_string();
+        Self { base, http }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// A builder for operations on one queue.
+    pub fn queue(&self, name: impl Into<String>) -> QueueRef {
+        QueueRef::new(self.clone(), name.into())
+    }
+
+    /// `POST /api/v1/ack/batch`: one cursor commit per (partition, lease) group, results in
+    /// request order. Refused items come back with `success: false` (HTTP is still 200).
+    pub async fn ack_batch(&self, acks: &[AckItem], group: Option<&str>) -> Result<Vec<AckResult>> {
+        let body = types::AckBatchBody {
+            acknowledgments: acks,
+            consumer_group: group,
+        };
+        let req = self.http.post(self.path("/api/v1/ack/batch")).json(&body);
+        expect_json(req.send().await?).await
+    }
+
+    /// `POST /api/v1/ack` for one message.
+    pub async fn ack(&self, ack: &AckItem, group: Option<&str>) -> Result<AckResult> {
+        let body = types::AckOneBody {
+            item: ack,
+            consumer_group: group,
+        };
+        let req = self.http.post(self.path("/api/v1/ack")).json(&body);
+        // The answer is an array of one (wire.md §8.2); older brokers answer the bare object.
+        let answer: Value = expect_json(req.send().await?).await?;
+        let item = match answer {
+            Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
+            other => other,
+        };
+        serde_json::from_value(item).map_err(|e| Error::Decode(e.to_string()))
+    }
+
+    /// `GET /health`: true when the broker reports its database connected.
+    pub async fn healthy(&self) -> Result<bool> {
+        let resp = self.http.get(self.path("/health")).send().await?;
+        Ok(resp.status() == StatusCode::OK)
+    }
+
+    /// `GET /metrics` as JSON.
+    pub async fn metrics(&self) -> Result<Value> {
+        expect_json(self.http.get(self.path("/metrics")).send().await?).await
+    }
+
+    pub(crate) fn path(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+/// Decodes a 2xx JSON answer, or turns a non-2xx into [`Error::Api`] with the broker's text.
+pub(crate) async fn expect_json<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T> {
+    let status = resp.status();
+    let bytes = resp.bytes().await?;
+    if !status.is_success() {
+        return Err(api_error(status, &bytes));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| Error::Decode(format!("{e} in {}", preview(&bytes))))
+}
+
+pub(crate) fn api_error(status: StatusCode, body: &[u8]) -> Error {
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| preview(body));
+    Error::Api { status, message }
+}
+
+fn preview(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.chars().take(200).collect()
+}

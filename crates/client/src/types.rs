@@ -1,0 +1,184 @@
+//! The JSON shapes of push, pop and ack (wire.md §5, §7.3, §8), typed for the SDK.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// One message to push. The payload is raw JSON text, sent verbatim.
+#[derive(Debug, Clone)]
+pub struct PushItem {
+    pub payload: Box<RawValue>,
+    /// `None`: the broker uses the minted message id as the transactionId.
+    pub transaction_id: Option<String>,
+}
+
+impl PushItem {
+    /// An item from already-serialized JSON; fails if `json` is not one JSON document.
+    pub fn raw(json: String, transaction_id: Option<String>) -> crate::Result<Self> {
+        let payload =
+            RawValue::from_string(json).map_err(|e| crate::Error::Encode(e.to_string()))?;
+        Ok(Self {
+            payload,
+            transaction_id,
+        })
+    }
+
+    /// An item from any serializable value.
+    pub fn json<T: Serialize>(value: &T, transaction_id: Option<String>) -> crate::Result<Self> {
+        let payload = serde_json::value::to_raw_value(value)
+            .map_err(|e| crate::Error::Encode(e.to_string()))?;
+        Ok(Self {
+            payload,
+            transaction_id,
+        })
+    }
+}
+
+#[derive(Serialize)]
+pub(crate) struct PushBody<'a> {
+    pub items: Vec<PushWireItem<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PushWireItem<'a> {
+    pub queue: &'a str,
+    pub partition: &'a str,
+    pub payload: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction_id: Option<&'a str>,
+}
+
+/// One element of the push answer, in input order.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PushResult {
+    #[serde(default)]
+    pub index: usize,
+    #[serde(default)]
+    pub message_id: Option<String>,
+    #[serde(default, alias = "transactionId")]
+    pub transaction_id: Option<String>,
+    /// `queued`, `duplicate`, `failed` (or `buffered`).
+    pub status: String,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub offset: Option<i64>,
+}
+
+impl PushResult {
+    pub fn is_queued(&self) -> bool {
+        self.status == "queued"
+    }
+}
+
+/// A non-empty pop answer (an empty one is `None` in [`crate::QueueRef::pop`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PopResponse {
+    #[serde(default)]
+    pub queue: String,
+    #[serde(default)]
+    pub lease_id: String,
+    #[serde(default)]
+    pub consumer_group: Option<String>,
+    #[serde(default)]
+    pub messages: Vec<Message>,
+}
+
+/// One delivered message (wire.md §7.3); `data` is the stored JSON, verbatim.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: String,
+    pub transaction_id: String,
+    pub partition_id: String,
+    #[serde(default)]
+    pub partition: String,
+    #[serde(default)]
+    pub lease_id: String,
+    #[serde(default)]
+    pub consumer_group: Option<String>,
+    pub data: Box<RawValue>,
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub delivery_attempt: Option<u32>,
+    #[serde(default)]
+    pub offset: Option<i64>,
+}
+
+/// Ack outcome a consumer reports for one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AckStatus {
+    Completed,
+    Failed,
+    Retry,
+    Dlq,
+}
+
+/// One acknowledgment (wire.md §8.1).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AckItem {
+    pub transaction_id: String,
+    pub partition_id: String,
+    pub status: AckStatus,
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+}
+
+impl AckItem {
+    /// A `completed` ack of `msg` under the lease it was delivered with.
+    pub fn completed(msg: &Message) -> Self {
+        Self::with_status(msg, AckStatus::Completed, None)
+    }
+
+    /// An ack of `msg` with any status; `error` is the nack reason.
+    pub fn with_status(msg: &Message, status: AckStatus, error: Option<String>) -> Self {
+        Self {
+            transaction_id: msg.transaction_id.clone(),
+            partition_id: msg.partition_id.clone(),
+            status,
+            error,
+            lease_id: Some(msg.lease_id.clone()).filter(|l| !l.is_empty()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AckBatchBody<'a> {
+    pub acknowledgments: &'a [AckItem],
+    pub consumer_group: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AckOneBody<'a> {
+    #[serde(flatten)]
+    pub item: &'a AckItem,
+    pub consumer_group: Option<&'a str>,
+}
+
+/// One element of the ack answer, in request order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AckResult {
+    #[serde(default)]
+    pub index: usize,
+    #[serde(default)]
+    pub transaction_id: Option<String>,
+    pub success: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub lease_released: bool,
+    #[serde(default)]
+    pub dlq: bool,
+    #[serde(default)]
+    pub noop: bool,
+}
