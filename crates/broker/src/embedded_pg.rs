@@ -524,7 +524,13 @@ async fn spawn_supervised(cmd: std::process::Command) -> io::Result<Child> {
                 .spawn(move || {
                     // Never ends: the sender lives in a static.
                     for mut req in rx {
-                        let _ = req.reply.send(req.cmd.spawn());
+                        if let Err(Ok(mut orphan)) = req.reply.send(req.cmd.spawn()) {
+                            // The caller's future was dropped mid-start: nobody will ever
+                            // supervise this server, so shut it down right away.
+                            // SAFETY: kill(2) has no memory-safety preconditions.
+                            unsafe { libc::kill(orphan.id() as libc::pid_t, libc::SIGINT) };
+                            let _ = orphan.wait();
+                        }
                     }
                 })?;
             *guard = Some(tx);
@@ -725,19 +731,16 @@ fn prepare_data_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<PathBuf> {
             .map_err(io_ctx("reading the current directory"))?
             .join(dir)
     };
+    // Check before creating anything, so a refused /root/... leaves no directories behind.
+    if let Some(r) = run_as {
+        check_reachable(&abs, r)?;
+    }
     // Parents with default permissions (a 0700 parent would lock the postgres user out).
     fs::create_dir_all(&abs).map_err(io_ctx(format!("creating {}", abs.display())))?;
     let abs = fs::canonicalize(&abs).map_err(io_ctx(format!("resolving {}", abs.display())))?;
     if let Some(r) = run_as {
-        for parent in abs.ancestors().skip(1) {
-            let md = fs::metadata(parent).map_err(io_ctx(format!("stat {}", parent.display())))?;
-            if !r.can_search(&md) {
-                return Err(EmbeddedPgError::DataDirUnreachable {
-                    dir: abs.clone(),
-                    blocker: parent.to_path_buf(),
-                });
-            }
-        }
+        // Again on the resolved path: a symlink may lead somewhere else.
+        check_reachable(&abs, r)?;
         let md = fs::metadata(&abs).map_err(io_ctx(format!("stat {}", abs.display())))?;
         if md.uid() != r.uid {
             // Whole tree: postgres refuses files it cannot write (e.g. after a root-run restore).
@@ -754,6 +757,25 @@ fn prepare_data_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<PathBuf> {
         }
     }
     Ok(abs)
+}
+
+/// Every existing ancestor of `dir` must be searchable by the server user (ancestors still to
+/// be created will get default 0755 permissions).
+fn check_reachable(dir: &Path, r: &RunAs) -> Result<()> {
+    for parent in dir.ancestors().skip(1) {
+        let md = match fs::metadata(parent) {
+            Ok(md) => md,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_ctx(format!("stat {}", parent.display()))(e)),
+        };
+        if !r.can_search(&md) {
+            return Err(EmbeddedPgError::DataDirUnreachable {
+                dir: dir.to_path_buf(),
+                blocker: parent.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Characters we accept verbatim in a socket directory. Anything else (commas and spaces split

@@ -288,3 +288,80 @@ fn binaries_are_found_on_this_machine() {
     // Debian's /usr/bin has wrappers but no `postgres`: never accepted.
     assert!(embedded_pg::PgBinaries::from_dir(Path::new("/usr/bin")).is_none());
 }
+
+/// The broker process dies without any cleanup (SIGKILL): the parent-death signal must take
+/// the server down. The test re-executes its own binary as the "broker".
+#[tokio::test]
+async fn a_killed_broker_does_not_orphan_its_server() {
+    const ROLE: &str = "QUEEN_EMBEDDED_PG_CHILD_DIR";
+    if let Some(dir) = std::env::var_os(ROLE) {
+        // Child role: start a cluster from a short-lived task, report, then wait to be killed.
+        let dir = PathBuf::from(dir);
+        let pg = tokio::spawn(embedded_pg::start(opts(&dir)))
+            .await
+            .unwrap()
+            .expect("child start");
+        std::fs::write(dir.with_extension("pid"), pg.pid().to_string()).unwrap();
+        std::future::pending::<()>().await;
+    }
+    let tmp = TempDir::new("orphan");
+    let pid_file = tmp.0.with_extension("pid");
+    let mut broker = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_broker_does_not_orphan_its_server",
+            "--test-threads=1",
+        ])
+        .env(ROLE, &tmp.0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pg_pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "child never started its cluster");
+        assert!(broker.try_wait().unwrap().is_none(), "child exited early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(pid_alive(pg_pid));
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    assert!(
+        wait_dead(pg_pid, Duration::from_secs(30)).await,
+        "postmaster {pg_pid} survived its broker"
+    );
+}
+
+/// As root the server runs as `postgres`, who cannot enter a 0700 /root: a clear error, and
+/// nothing created.
+#[tokio::test]
+async fn unreachable_data_dir_as_root_is_refused_clearly() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let locked = std::fs::metadata("/root")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o001 == 0)
+        .unwrap_or(false);
+    if !root || !locked {
+        eprintln!("skipped: needs root and a /root without o+x");
+        return;
+    }
+    let dir = PathBuf::from(format!(
+        "/root/queen-embedded-pg-test-{}",
+        std::process::id()
+    ));
+    let err = embedded_pg::start(opts(&dir))
+        .await
+        .expect_err("must refuse");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("is not reachable by the postgres user") && msg.contains("QUEEN_DATA_DIR"),
+        "{msg}"
+    );
+    assert!(!dir.exists(), "nothing is created on refusal");
+}
