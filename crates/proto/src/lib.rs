@@ -8,7 +8,7 @@
 pub mod frame;
 pub mod hash;
 pub mod ids;
-//TMP pub mod pop_framed;
+pub mod pop_framed;
 pub mod push_bin;
 mod reader;
 pub mod segment;

@@ -42,7 +42,7 @@ pub fn parse_push(body: Bytes, max_decompressed: usize) -> Result<PushEnvelope, 
                 max: budget,
             })?;
         let raw = segment::decompress_sized(r.rest(), expected).map_err(PushError::Body)?;
-        budget -= expected;
+        budget = budget.saturating_sub(expected);
         let raw = Bytes::from(raw);
         parse_groups(&raw, Reader::new(&raw), shape, &mut budget)?
     } else {
@@ -157,7 +157,7 @@ fn precompressed(
         return Err(zstd_err(SegmentError::NotZstd));
     }
     let frames_raw = segment::decompress(z, *budget).map_err(zstd_err)?;
-    *budget -= frames_raw.len();
+    *budget = budget.saturating_sub(frames_raw.len());
     let frames = frame::decode_exact(&frames_raw, n as usize)
         .map_err(|source| PushError::GroupFrames { group, source })?;
     for (k, f) in frames.iter().enumerate() {
