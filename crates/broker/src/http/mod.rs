@@ -7,6 +7,10 @@ mod queues;
 mod push;
 mod pop;
 mod ack;
+mod groups;
+mod messages;
+mod resources;
+mod traces;
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -27,6 +31,10 @@ pub fn router(state: AppState) -> Router {
         .merge(push::routes())
         .merge(pop::routes())
         .merge(ack::routes())
+        .merge(groups::routes())
+        .merge(resources::routes())
+        .merge(messages::routes())
+        .merge(traces::routes())
         .fallback(no_such_route)
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)

@@ -11,6 +11,7 @@ const FILES: &[(&str, &str)] = &[
     ("002_queues.sql", include_str!("../../sql/002_queues.sql")),
     ("004_ack.sql", include_str!("../../sql/004_ack.sql")),
     ("005_transaction.sql", include_str!("../../sql/005_transaction.sql")),
+    ("006_admin.sql", include_str!("../../sql/006_admin.sql")),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

@@ -1,6 +1,7 @@
 //! The one driver boundary: the connection pool, schema migrations and typed calls to the
 //! SQL functions. Nothing above this module writes SQL text.
 
+pub mod admin;
 pub mod migrations;
 
 use std::time::Duration;

@@ -1,0 +1,183 @@
+//! Consumer-group administration (wire.md §12): listings, lag, seek, delete and the
+//! subscription update. The cursor rules themselves (what a seek does to leases and retry
+//! state, what a delete removes) are SQL in `sql/006_admin.sql`; this module validates the
+//! request, turns "nothing matched" into 404s, and wakes parked pops of every queue where old
+//! data became pending again, so a rewind is served promptly instead of at the next backoff.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::admin;
+
+/// Where a seek moves a group's cursors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTarget {
+    /// `committed = last_offset`: only messages pushed later are delivered.
+    End,
+    /// Just before the first segment created at or after the instant (future-only if none).
+    Timestamp(DateTime<Utc>),
+}
+
+impl SeekTarget {
+    /// From the seek body's `toEnd` and `timestamp`; `toEnd:true` wins over a timestamp.
+    pub fn from_request(to_end: Option<bool>, timestamp: Option<&str>) -> Result<Self> {
+        if to_end == Some(true) {
+            return Ok(SeekTarget::End);
+        }
+        match timestamp {
+            Some(text) => parse_timestamp("timestamp", text).map(SeekTarget::Timestamp),
+            None => Err(Error::bad("Must specify toEnd=true or a timestamp")),
+        }
+    }
+}
+
+/// Parses an ISO-8601 instant, naming the field in the 400.
+pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
+    queen_proto::time::parse_iso(text)
+        .ok_or_else(|| Error::bad(format!("{field} is not an ISO-8601 timestamp: {text:?}")))
+}
+
+pub async fn list(st: &AppState) -> Result<Value> {
+    admin::groups(&st.store).await
+}
+
+pub async fn detail(st: &AppState, group: &str) -> Result<Value> {
+    admin::group(&st.store, group)
+        .await?
+        .ok_or_else(|| Error::NotFound("Consumer group not found".into()))
+}
+
+pub async fn lagging(st: &AppState, min_lag_seconds: i64) -> Result<Value> {
+    admin::lagging(&st.store, min_lag_seconds).await
+}
+
+/// Seeks `group` on `queue` (one partition, or all of them). Answers the wire's 200 body.
+pub async fn seek(
+    st: &AppState,
+    group: &str,
+    queue: &str,
+    partition: Option<&str>,
+    target: SeekTarget,
+) -> Result<Value> {
+    let (to_end, ts) = match target {
+        SeekTarget::End => (true, None),
+        SeekTarget::Timestamp(t) => (false, Some(t)),
+    };
+    let verdict = admin::seek(&st.store, group, queue, partition, to_end, ts).await?;
+    if !flag(&verdict, "found") {
+        return Err(Error::NotFound(
+            "Queue not found or has no partitions".into(),
+        ));
+    }
+    if flag(&verdict, "rewound") {
+        st.wake.wake_queue(queue);
+    }
+    let mut body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "queueName": queue,
+        "seekToEnd": to_end,
+        "targetTimestamp": ts.map(|t| queen_proto::time::iso_millis(t.timestamp_micros())),
+        "partitionsUpdated": verdict.get("partitionsUpdated").cloned().unwrap_or(Value::from(0)),
+    });
+    if let Some(p) = partition {
+        body["partition"] = Value::from(p);
+    }
+    Ok(body)
+}
+
+/// Deletes `group`'s cursors (on `queue`, or on every queue) and, with `delete_metadata`, its
+/// registrations, so the same name starts fresh on its next pop.
+pub async fn delete(
+    st: &AppState,
+    group: &str,
+    queue: Option<&str>,
+    delete_metadata: bool,
+) -> Result<Value> {
+    let verdict = admin::delete_group(&st.store, group, queue, delete_metadata).await?;
+    if !flag(&verdict, "found") {
+        return Err(Error::NotFound("Queue not found".into()));
+    }
+    // Recreated cursors may start below the deleted ones: parked pops must look again.
+    for name in verdict
+        .get("queues")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = name.as_str() {
+            st.wake.wake_queue(name);
+        }
+    }
+    let deleted = verdict
+        .get("deletedPartitions")
+        .cloned()
+        .unwrap_or(Value::from(0));
+    let mut body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "deletedPartitions": deleted,
+        "metadataDeleted": delete_metadata,
+    });
+    if let Some(q) = queue {
+        body["queueName"] = Value::from(q);
+    }
+    Ok(body)
+}
+
+/// Moves the stored subscription timestamp of every registration of `group`.
+pub async fn set_subscription(
+    st: &AppState,
+    group: &str,
+    timestamp: DateTime<Utc>,
+) -> Result<Value> {
+    let updated = admin::set_subscription(&st.store, group, timestamp).await?;
+    if updated == 0 {
+        return Err(Error::NotFound("Consumer group not found".into()));
+    }
+    Ok(json!({
+        "success": true,
+        "consumerGroup": group,
+        "subscriptionTimestamp": queen_proto::time::iso_millis(timestamp.timestamp_micros()),
+        "registrationsUpdated": updated,
+    }))
+}
+
+fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_target_needs_to_end_or_a_timestamp() {
+        assert_eq!(
+            SeekTarget::from_request(Some(true), None).unwrap(),
+            SeekTarget::End
+        );
+        assert_eq!(
+            SeekTarget::from_request(Some(true), Some("garbage")).unwrap(),
+            SeekTarget::End
+        );
+        let ts = SeekTarget::from_request(Some(false), Some("2026-01-02T03:04:05.678Z")).unwrap();
+        assert_eq!(
+            ts,
+            SeekTarget::Timestamp(
+                queen_proto::time::parse_iso("2026-01-02T03:04:05.678Z").unwrap()
+            )
+        );
+        for (to_end, ts) in [(None, None), (Some(false), None)] {
+            let e = SeekTarget::from_request(to_end, ts).unwrap_err();
+            assert_eq!(e.to_string(), "Must specify toEnd=true or a timestamp");
+        }
+        let e = SeekTarget::from_request(None, Some("yesterday")).unwrap_err();
+        assert!(
+            matches!(e, Error::BadRequest(ref m) if m.contains("timestamp")),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! Resource listings (wire.md §14) and the stats refresh (§15). Every count is computed live
+//! in SQL from partition and cursor watermarks (engine.md §10.4), never by scanning segments;
+//! so there is no stale cache to refresh, and `refresh` answers the live overview.
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::admin;
+
+pub async fn queues(st: &AppState) -> Result<Value> {
+    admin::queues(&st.store).await
+}
+
+pub async fn queue(st: &AppState, name: &str) -> Result<Value> {
+    admin::queue(&st.store, name)
+        .await?
+        .ok_or_else(queue_not_found)
+}
+
+/// Pending messages of one group on one queue (default group: queue mode).
+pub async fn depth(st: &AppState, name: &str, group: Option<&str>) -> Result<Value> {
+    let group = group
+        .filter(|g| !g.is_empty())
+        .unwrap_or(queen_proto::wire::QUEUE_MODE);
+    admin::queue_depth(&st.store, name, group)
+        .await?
+        .ok_or_else(queue_not_found)
+}
+
+pub async fn overview(st: &AppState) -> Result<Value> {
+    admin::overview(&st.store).await
+}
+
+/// The overview, stamped as refreshed: the numbers are computed at read time anyway.
+pub async fn refresh(st: &AppState) -> Result<Value> {
+    let overview = admin::overview(&st.store).await?;
+    Ok(json!({ "success": true, "message": "Statistics are computed live", "stats": overview }))
+}
+
+fn queue_not_found() -> Error {
+    Error::NotFound("Queue not found".into())
+}

@@ -1,0 +1,27 @@
+//! `GET /api/v1/messages/:partitionId/:transactionId` (wire.md §13): one message with its
+//! per-group state. The lookup and rendering live in `engine::messages`.
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::Value;
+
+use crate::engine::messages;
+use crate::error::Result;
+use crate::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route(
+        "/api/v1/messages/{partition_id}/{transaction_id}",
+        get(detail),
+    )
+}
+
+async fn detail(
+    State(st): State<AppState>,
+    Path((partition_id, transaction_id)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    messages::detail(&st, &partition_id, &transaction_id)
+        .await
+        .map(Json)
+}
