@@ -560,6 +560,11 @@ fn proc_stat(pid: i32) -> Option<(char, i32)> {
     Some((state, ppid))
 }
 
+/// Whether any process (zombies included) has this pid: what `kill(pid, 0)` would report.
+fn pid_exists(pid: i32) -> bool {
+    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Alive and not a zombie: a zombie holds no shared memory and no data-dir lock.
 fn pid_alive(pid: i32) -> bool {
     pid > 0 && matches!(proc_stat(pid), Some((state, _)) if state != 'Z' && state != 'X')
@@ -569,23 +574,13 @@ fn pid_alive(pid: i32) -> bool {
 /// stale `postmaster.pid` may name a live process that is something else entirely, or another
 /// cluster's postgres.
 fn is_postmaster_of(pid: i32, data_dir: &Path) -> bool {
-    if !pid_alive(pid) {
-        return false;
-    }
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+    let Some(cmdline) = live_postgres_cmdline(pid) else {
         return false;
     };
     let args: Vec<&[u8]> = cmdline
         .split(|b| *b == 0)
         .filter(|a| !a.is_empty())
         .collect();
-    let Some(argv0) = args.first() else {
-        return false;
-    };
-    let base = argv0.rsplit(|b| *b == b'/').next().unwrap_or(argv0);
-    if !(base.starts_with(b"postgres") || base.starts_with(b"postmaster")) {
-        return false;
-    }
     // The postmaster chdirs into its data directory: the most reliable witness.
     if let Ok(cwd) = fs::read_link(format!("/proc/{pid}/cwd")) {
         return cwd == data_dir;
@@ -596,6 +591,38 @@ fn is_postmaster_of(pid: i32, data_dir: &Path) -> bool {
         || args
             .iter()
             .any(|a| a.len() > 2 && a.starts_with(b"-D") && same(&a[2..]))
+}
+
+/// The raw `/proc/<pid>/cmdline` if `pid` is alive (not a zombie) and runs a PostgreSQL server
+/// binary (`postgres`/`postmaster`).
+fn live_postgres_cmdline(pid: i32) -> Option<Vec<u8>> {
+    if !pid_alive(pid) {
+        return None;
+    }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = cmdline.split(|b| *b == 0).next()?;
+    let base = argv0.rsplit(|b| *b == b'/').next().unwrap_or(argv0);
+    (base.starts_with(b"postgres") || base.starts_with(b"postmaster")).then_some(cmdline)
+}
+
+/// Removes `<socket dir>/.s.PGSQL.<port>.lock` when it names a zombie or a non-PostgreSQL
+/// process: like `postmaster.pid`, PostgreSQL refuses to start over such a file, and the dead
+/// postmaster of a crash is often an unreaped zombie. A dead PID is left to PostgreSQL; a live
+/// server is left alone (PostgreSQL then reports the conflict).
+fn clear_stale_socket_lock(socket_dir: &Path, port: u16) -> Result<()> {
+    let path = socket_dir.join(format!(".s.PGSQL.{port}.lock"));
+    let Ok(Some(lock)) = read_pidfile(&path) else {
+        return Ok(());
+    };
+    if lock.pid > 0 && (!pid_exists(lock.pid) || live_postgres_cmdline(lock.pid).is_some()) {
+        return Ok(());
+    }
+    warn!(pid = lock.pid, path = %path.display(), "removing stale socket lock file");
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_ctx(format!("removing {}", path.display()))(e)),
+    }
 }
 
 /// All descendants of `root` (children, grandchildren, …) from one `/proc` scan.
@@ -724,13 +751,15 @@ fn read_pidfile(path: &Path) -> io::Result<Option<PidFile>> {
 /// Creates `dir` if needed and returns its canonical path. As root: checks that the postgres
 /// user can reach it and hands it over.
 fn prepare_data_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<PathBuf> {
-    let abs = if dir.is_absolute() {
+    let abs: PathBuf = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir()
             .map_err(io_ctx("reading the current directory"))?
             .join(dir)
     };
+    // Drops `.` components, so messages say /root/qd rather than /root/./qd.
+    let abs: PathBuf = abs.components().collect();
     // Check before creating anything, so a refused /root/... leaves no directories behind.
     if let Some(r) = run_as {
         check_reachable(&abs, r)?;
@@ -757,6 +786,50 @@ fn prepare_data_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<PathBuf> {
         }
     }
     Ok(abs)
+}
+
+/// An exclusive `flock` on the data directory itself (no lock file: `initdb` wants `DIR`
+/// empty, and a sibling file would litter the parent), released when dropped or when the
+/// process dies. PostgreSQL does not flock its data directory, so there is no interference.
+struct StartLock {
+    _file: Option<File>,
+}
+
+impl StartLock {
+    async fn acquire(data_dir: &Path, deadline: Instant) -> Result<Self> {
+        let path = data_dir;
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                // Not ours to open (postgres reports ownership problems itself): go unlocked.
+                debug!(path = %path.display(), error = %e, "no start lock");
+                return Ok(Self { _file: None });
+            }
+        };
+        let fd = std::os::unix::io::AsRawFd::as_raw_fd(&file);
+        let mut announced = false;
+        loop {
+            // SAFETY: `fd` is an open descriptor owned by `file`.
+            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(Self { _file: Some(file) });
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io_ctx(format!("locking {}", path.display()))(err));
+            }
+            if Instant::now() >= deadline {
+                return Err(io_ctx(format!(
+                    "another process is starting PostgreSQL in {}",
+                    data_dir.display()
+                ))(io::Error::from(io::ErrorKind::TimedOut)));
+            }
+            if !announced {
+                info!(path = %path.display(), "waiting for another start on this data directory");
+                announced = true;
+            }
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
 }
 
 /// Every existing ancestor of `dir` must be searchable by the server user (ancestors still to
@@ -1058,7 +1131,11 @@ pub async fn start(opts: EmbeddedOptions) -> Result<EmbeddedPg> {
     }
     let run_as = RunAs::for_current_process()?;
     let run_as = run_as.as_ref();
+    let deadline = Instant::now() + opts.start_timeout;
     let data_dir = prepare_data_dir(&opts.data_dir, run_as)?;
+    // Held until we return: two brokers booting on one directory must not both run initdb or
+    // both spawn a postmaster; the second one waits and then reuses the first one's server.
+    let _start_lock = StartLock::acquire(&data_dir, deadline).await?;
     if !data_dir.join("PG_VERSION").exists() {
         run_initdb(&bins, &data_dir, run_as).await?;
     }
@@ -1068,7 +1145,6 @@ pub async fn start(opts: EmbeddedOptions) -> Result<EmbeddedPg> {
     }
     write_settings_once(&data_dir, &socket_dir, &opts, &bins, run_as)?;
     let log_path = data_dir.join(LOG_FILE);
-    let deadline = Instant::now() + opts.start_timeout;
 
     let pidfile_path = data_dir.join("postmaster.pid");
     let pidfile = read_pidfile(&pidfile_path)
@@ -1126,9 +1202,19 @@ pub async fn start(opts: EmbeddedOptions) -> Result<EmbeddedPg> {
                 });
             }
         }
-        // Dead, reused by an unrelated process, or just finished shutting down. PostgreSQL
-        // itself only recognises the dead case, so remove the file for the others.
-        if pidfile_path.exists() {
+        if pf.pid > 0 && !pid_exists(pf.pid) {
+            // Dead server (a crash): PostgreSQL replaces such a file itself, after checking that
+            // no orphaned backend still uses the old shared memory (the key is in the file), a
+            // check we would throw away by deleting it.
+            info!(
+                pid = pf.pid,
+                "stale postmaster.pid (server gone); PostgreSQL will replace it"
+            );
+        } else if pidfile_path.exists() {
+            // Bogus content, a zombie, or a PID now used by an unrelated process: PostgreSQL
+            // would refuse to start ("lock file already exists"), so the file must go. Orphaned
+            // backends are still detected: PostgreSQL 12+ probes the shared memory key derived
+            // from the data directory's inode.
             warn!(pid = pf.pid, path = %pidfile_path.display(), "removing stale postmaster.pid");
             match fs::remove_file(&pidfile_path) {
                 Ok(()) => {}
@@ -1220,6 +1306,7 @@ impl EmbeddedPg {
     async fn launch(&mut self, run_as: Option<&RunAs>, deadline: Instant) -> Result<()> {
         let cfg = client_config(&self.socket_dir, self.port, "postgres");
         loop {
+            clear_stale_socket_lock(&self.socket_dir, self.port)?;
             let (log, log_start) = open_log(&self.log_path, run_as)?;
             let log_err = log
                 .try_clone()

@@ -365,3 +365,47 @@ async fn unreachable_data_dir_as_root_is_refused_clearly() {
     );
     assert!(!dir.exists(), "nothing is created on refusal");
 }
+
+/// Two launchers racing on one brand-new directory: one runs initdb and starts the server, the
+/// other waits for it and reuses it.
+#[tokio::test]
+async fn simultaneous_first_starts_share_one_server() {
+    let tmp = TempDir::new("race");
+    let (a, b) = tokio::join!(
+        tokio::spawn(embedded_pg::start(opts(&tmp.0))),
+        tokio::spawn(embedded_pg::start(opts(&tmp.0)))
+    );
+    let (a, b) = (a.unwrap().expect("a"), b.unwrap().expect("b"));
+    assert_eq!(a.pid(), b.pid());
+    assert!(a.is_supervised() != b.is_supervised(), "exactly one owner");
+    assert_eq!(select_one(&a, "postgres").await, 1);
+    assert_eq!(select_one(&b, "postgres").await, 1);
+    let pid = a.pid();
+    a.stop().await;
+    b.stop().await;
+    assert!(wait_dead(pid, Duration::from_secs(30)).await);
+}
+
+/// Only the postmaster is SIGKILLed (its backends live on for a moment and the dead postmaster
+/// stays an unreaped zombie): a new start must wait out the old backends, not run beside them.
+#[tokio::test]
+async fn restart_after_only_the_postmaster_was_killed() {
+    let tmp = TempDir::new("pmkill");
+    let old = embedded_pg::start(opts(&tmp.0)).await.expect("start");
+    let client = old.connect("postgres").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2)")
+        .await
+        .unwrap();
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(old.pid() as i32, libc::SIGKILL) };
+    let pg = embedded_pg::start(opts(&tmp.0))
+        .await
+        .unwrap_or_else(|e| panic!("start after postmaster SIGKILL: {e}"));
+    assert_ne!(pg.pid(), old.pid());
+    assert!(pg.is_supervised());
+    assert_eq!(count_rows(&pg, "postgres").await, 2);
+    drop(client);
+    drop(old);
+    pg.stop().await;
+}
