@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# compat/run.sh — proves wire compatibility with the official Python client, queen-mq 2.6.0.
+#
+# Builds the broker, prepares compat/.venv (compat/requirements.txt) and the queen-mq 2.6.0
+# sdist (fetched into compat/.cache, never committed), then runs four passes, each against a
+# broker started fresh (new data directory under /tmp, embedded PostgreSQL, free port):
+#
+#   ours-json        our suite (compat/tests) with the client's defaults
+#   ours-binary      our suite with Queen(url, binary_push=True, push_compression=True, framed_pop=True)
+#   official-json    the official core tests (wire.md §17) with our conftest (official/conftest.py)
+#   official-binary  the official core tests again with the binary/framed client
+#
+# Usage: compat/run.sh [PASS...]            (default: all four, in that order)
+#   COMPAT_PYTEST_ARGS="-k dlq -x"  extra pytest arguments for every pass
+#   COMPAT_KEEP_LOGS=1              keep broker logs of passing passes too (compat/.cache/logs)
+# Exit status: 0 only if every selected pass passed and every broker stopped cleanly.
+set -euo pipefail
+
+COMPAT_DIR="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(dirname "$COMPAT_DIR")"
+VENV="$COMPAT_DIR/.venv"
+CACHE="$COMPAT_DIR/.cache"
+LOGS="$CACHE/logs"
+CLIENT_VERSION="2.6.0"
+SDIST_DIR="$CACHE/queen_mq-$CLIENT_VERSION"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+BROKER_BIN="$TARGET_DIR/debug/queen"
+# The official core files of wire.md §16.1/§17 (beyond-core kv/locks/timers/reads excluded).
+OFFICIAL_TESTS=(test_queue test_push test_pop test_consume test_transaction test_ack_commit
+  test_ack_window test_transaction_lease_fencing test_dlq test_subscription test_complete
+  test_docs test_auth)
+ALL_PASSES=(ours-json ours-binary official-json official-binary)
+PASS_TIMEOUT_SECONDS=900   # a whole pass; single tests are bounded by pytest-timeout
+TEST_TIMEOUT_SECONDS=180
+BOOT_TIMEOUT_SECONDS=180   # first boot runs initdb
+STOP_TIMEOUT_SECONDS=60
+
+log() { printf '[compat] %s\n' "$*" >&2; }
+
+# ---------------------------------------------------------------- preparation
+
+build_broker() {
+  log "building the broker (cargo build --locked --bin queen)"
+  (cd "$ROOT" && cargo build --locked --bin queen)
+  [[ -x "$BROKER_BIN" ]] || { log "no broker binary at $BROKER_BIN"; exit 1; }
+}
+
+prepare_venv() {
+  local stamp="$VENV/.compat-requirements.sha256" want
+  want="$(sha256sum "$COMPAT_DIR/requirements.txt" | cut -d' ' -f1)"
+  if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "virtualenv up to date ($VENV)"
+    return
+  fi
+  log "preparing the virtualenv ($VENV)"
+  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$COMPAT_DIR/requirements.txt"
+  echo "$want" >"$stamp"
+}
+
+prepare_sdist() {
+  if [[ ! -d "$SDIST_DIR/tests" ]]; then
+    log "fetching the queen-mq $CLIENT_VERSION sdist (it carries the official tests)"
+    mkdir -p "$CACHE"
+    "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+      --no-binary :all: "queen-mq==$CLIENT_VERSION" -d "$CACHE"
+    tar -xzf "$CACHE/queen_mq-$CLIENT_VERSION.tar.gz" -C "$CACHE"
+  fi
+  local t
+  for t in "${OFFICIAL_TESTS[@]}"; do
+    [[ -f "$SDIST_DIR/tests/$t.py" ]] || { log "the sdist lacks tests/$t.py"; exit 1; }
+  done
+  cp "$COMPAT_DIR/official/conftest.py" "$SDIST_DIR/tests/conftest.py"
+}
+
+# ---------------------------------------------------------------- one broker
+
+BROKER_PID=""
+BROKER_DATA=""
+BROKER_URL=""
+BROKER_LOG=""
+
+free_port() {
+  "$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+broker_healthy() {
+  "$VENV/bin/python" - "$1" <<'EOF' 2>/dev/null
+import json, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1] + "/health", timeout=2) as r:
+    sys.exit(0 if r.status == 200 and json.load(r).get("status") == "healthy" else 1)
+EOF
+}
+
+# start_broker NAME: a fresh data directory (reachable by the postgres user: not under
+# /root, mode 755), a free port, no external database, no JWT secret.
+start_broker() {
+  local name="$1" port waited=0
+  BROKER_DATA="$(mktemp -d /tmp/queen-compat-"$name".XXXXXX)"
+  chmod 755 "$BROKER_DATA"
+  port="$(free_port)"
+  BROKER_URL="http://127.0.0.1:$port"
+  BROKER_LOG="$LOGS/$name.broker.log"
+  log "$name: starting the broker on port $port (data $BROKER_DATA)"
+  env -u DATABASE_URL -u PG_HOST -u JWT_SECRET \
+    PORT="$port" HOST=127.0.0.1 QUEEN_DATA_DIR="$BROKER_DATA" \
+    "$BROKER_BIN" serve >"$BROKER_LOG" 2>&1 &
+  BROKER_PID=$!
+  until broker_healthy "$BROKER_URL"; do
+    if ! kill -0 "$BROKER_PID" 2>/dev/null; then
+      log "$name: the broker exited during startup; last lines of $BROKER_LOG:"
+      tail -n 40 "$BROKER_LOG" >&2 || true
+      BROKER_PID=""
+      return 1
+    fi
+    if (( waited >= BOOT_TIMEOUT_SECONDS * 4 )); then
+      log "$name: the broker was not healthy within ${BOOT_TIMEOUT_SECONDS}s"
+      return 1
+    fi
+    sleep 0.25
+    waited=$((waited + 1))
+  done
+  log "$name: broker healthy after ~$((waited / 4))s"
+}
+
+# stop_broker NAME: SIGTERM, wait for a clean exit (status 0), make sure the embedded
+# PostgreSQL went with it, remove the data directory. Returns 1 on an unclean stop.
+stop_broker() {
+  local name="$1" rc=0 waited=0 pg_pid
+  if [[ -n "$BROKER_PID" ]]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    while kill -0 "$BROKER_PID" 2>/dev/null && (( waited < STOP_TIMEOUT_SECONDS * 4 )); do
+      sleep 0.25
+      waited=$((waited + 1))
+    done
+    if kill -0 "$BROKER_PID" 2>/dev/null; then
+      log "$name: the broker ignored SIGTERM for ${STOP_TIMEOUT_SECONDS}s; killing it"
+      kill -KILL "$BROKER_PID" 2>/dev/null || true
+      rc=1
+    fi
+    local status=0
+    wait "$BROKER_PID" 2>/dev/null || status=$?
+    if (( status != 0 )); then
+      log "$name: the broker exited with status $status after SIGTERM"
+      rc=1
+    else
+      log "$name: broker stopped cleanly"
+    fi
+    BROKER_PID=""
+  fi
+  if [[ -n "$BROKER_DATA" ]]; then
+    # A postmaster.pid left behind means the embedded PostgreSQL outlived its broker.
+    if [[ -f "$BROKER_DATA/pg/postmaster.pid" ]]; then
+      pg_pid="$(head -n 1 "$BROKER_DATA/pg/postmaster.pid")"
+      if [[ "$pg_pid" =~ ^[0-9]+$ ]] && kill -0 "$pg_pid" 2>/dev/null; then
+        log "$name: the embedded PostgreSQL (pid $pg_pid) outlived the broker; stopping it"
+        kill -TERM "$pg_pid" 2>/dev/null || true
+        sleep 2
+        rc=1
+      fi
+    fi
+    rm -rf "$BROKER_DATA"
+    BROKER_DATA=""
+  fi
+  return "$rc"
+}
+
+cleanup() { [[ -z "$BROKER_PID$BROKER_DATA" ]] || stop_broker interrupted || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- passes
+
+declare -A PASS_STATUS=()
+
+# run_pass NAME: fresh broker, pytest, clean stop. Records ok/FAILED in PASS_STATUS.
+run_pass() {
+  local name="$1" mode dir rc=0 junit="$LOGS/$1.junit.xml"
+  local -a targets
+  case "$name" in
+    ours-json | official-json) mode=json ;;
+    ours-binary | official-binary) mode=binary ;;
+    *) log "unknown pass $name (known: ${ALL_PASSES[*]})"; exit 2 ;;
+  esac
+  case "$name" in
+    ours-*) dir="$COMPAT_DIR"; targets=(tests) ;;
+    official-*) dir="$SDIST_DIR"; targets=("${OFFICIAL_TESTS[@]/#/tests/}"); targets=("${targets[@]/%/.py}") ;;
+  esac
+  rm -f "$junit"
+  if ! start_broker "$name"; then
+    stop_broker "$name" || true
+    PASS_STATUS[$name]="FAILED (broker did not start)"
+    return
+  fi
+  log "$name: running pytest (mode $mode) in $dir"
+  # The pytest entry script, not `python -m pytest`: the sdist directory holds the client's
+  # sources too, and the tests must import the installed, pinned package.
+  # shellcheck disable=SC2086
+  (cd "$dir" && env -u JWT_SECRET QUEEN_SERVER_URL="$BROKER_URL" QUEEN_COMPAT_MODE="$mode" \
+    timeout --signal=TERM --kill-after=30 "$PASS_TIMEOUT_SECONDS" \
+    "$VENV/bin/pytest" -v -p no:cacheprovider --timeout="$TEST_TIMEOUT_SECONDS" \
+    --junitxml="$junit" ${COMPAT_PYTEST_ARGS:-} "${targets[@]}") || rc=$?
+  local stopped=ok
+  stop_broker "$name" || stopped=unclean
+  if (( rc == 0 )) && [[ "$stopped" == ok ]]; then
+    PASS_STATUS[$name]="ok"
+    [[ -n "${COMPAT_KEEP_LOGS:-}" ]] || rm -f "$BROKER_LOG"
+  elif (( rc == 0 )); then
+    PASS_STATUS[$name]="FAILED (broker did not stop cleanly; log $BROKER_LOG)"
+  else
+    PASS_STATUS[$name]="FAILED (pytest exit $rc; broker log $BROKER_LOG)"
+  fi
+}
+
+summary() {
+  local failed=0 name
+  printf '\n==================== compat summary (queen-mq %s) ====================\n' "$CLIENT_VERSION"
+  for name in "$@"; do
+    printf '%-16s %s\n' "$name" "${PASS_STATUS[$name]:-not run}"
+    [[ "${PASS_STATUS[$name]:-}" == ok ]] || failed=1
+  done
+  # Per-pass counts from the JUnit reports; the last line is the plain closing count line.
+  "$VENV/bin/python" - "$LOGS" "$@" <<'EOF'
+import os, sys
+import xml.etree.ElementTree as ET
+logs, names = sys.argv[1], sys.argv[2:]
+total = {"passed": 0, "failed": 0, "skipped": 0}
+for name in names:
+    path = os.path.join(logs, f"{name}.junit.xml")
+    if not os.path.exists(path):
+        print(f"{name:<16} no report")
+        continue
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failures = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        if kinds & {"failure", "error"}:
+            counts["failed"] += 1
+            failures.append(f"{case.get('classname')}::{case.get('name')}")
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    for k in total:
+        total[k] += counts[k]
+    print(f"{name:<16} {counts['passed']:>4} passed {counts['failed']:>4} failed {counts['skipped']:>4} skipped")
+    for f in failures:
+        print(f"    FAILED {f}")
+print(f"compat: {total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped")
+EOF
+  return "$failed"
+}
+
+main() {
+  local -a passes=("$@")
+  (( ${#passes[@]} )) || passes=("${ALL_PASSES[@]}")
+  build_broker
+  prepare_venv
+  prepare_sdist
+  mkdir -p "$LOGS"
+  local started=$SECONDS name
+  for name in "${passes[@]}"; do
+    run_pass "$name"
+  done
+  log "all passes took $((SECONDS - started))s"
+  summary "${passes[@]}"
+}
+
+main "$@"
