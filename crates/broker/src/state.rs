@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::store::Store;
@@ -17,6 +18,8 @@ pub struct Inner {
     pub cfg: Config,
     pub store: Store,
     pub wake: WakeGates,
+    /// Coalesces pushed frames into segments and bundles (engine.md §4.3).
+    pub push_fusion: PushFusion,
     pub counters: Counters,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
@@ -35,10 +38,13 @@ pub struct Counters {
 
 impl AppState {
     pub fn new(cfg: Config, store: Store) -> Self {
+        let segment_writer = crate::engine::push_flush::SegmentWriter::new(store.clone(), cfg.zstd_level);
+        let push_fusion = PushFusion::start(FusionConfig::default(), Arc::new(segment_writer));
         AppState(Arc::new(Inner {
             cfg,
             store,
             wake: WakeGates::default(),
+            push_fusion,
             counters: Counters::default(),
             started: Instant::now(),
             broker_id: uuid::Uuid::now_v7(),

@@ -2,4 +2,8 @@
 
 pub mod groups;
 pub mod messages;
+pub mod push;
+pub mod push_flush;
+pub mod queues;
 pub mod resources;
+pub mod segment_build;

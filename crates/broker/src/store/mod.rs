@@ -3,6 +3,8 @@
 
 pub mod admin;
 pub mod migrations;
+pub mod push;
+pub mod queues;
 
 use std::time::Duration;
 

@@ -1,0 +1,212 @@
+//! The push request logic shared by every push body (JSON here; the binary `QPB1` parser
+//! produces the same [`PushItem`]s): validate the whole request before anything is written,
+//! mint ids, dedup inside the request (layer 1), group by (queue, partition), hand each group
+//! to push fusion (which dedups inside a flush and lets SQL give the authoritative verdict),
+//! and make the pushed queues discoverable to pops before the caller answers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use queen_proto::hash::txn_hash;
+use queen_proto::wire::MAX_NAME_BYTES;
+use uuid::Uuid;
+
+use crate::accel::push_fusion::{copy_of, FrameOutcome, FusionFrame};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+/// The partition of an item that names none.
+pub const DEFAULT_PARTITION: &str = "Default";
+
+/// One message to push, as parsed from a request body.
+#[derive(Debug, Clone)]
+pub struct PushItem {
+    pub queue: String,
+    /// `None` or empty: [`DEFAULT_PARTITION`].
+    pub partition: Option<String>,
+    /// `None` or empty: the message id's text.
+    pub transaction_id: Option<String>,
+    pub trace_id: Option<Uuid>,
+    /// The payload's JSON bytes, stored verbatim (a slice of the request body).
+    pub payload: Bytes,
+    /// A client-minted id (pre-compressed binary push); `None`: minted here (UUIDv7).
+    pub message_id: Option<Uuid>,
+}
+
+/// What became of one item, in request order.
+#[derive(Debug, Clone)]
+pub struct PushResult {
+    pub queue: String,
+    pub partition: String,
+    pub transaction_id: String,
+    /// The id minted for (or given with) this item.
+    pub minted_id: Uuid,
+    pub outcome: FrameOutcome,
+}
+
+impl PushResult {
+    /// The id to report: the stored message's (the original's for a duplicate).
+    pub fn message_id(&self) -> Uuid {
+        match &self.outcome {
+            FrameOutcome::Queued { message_id, .. }
+            | FrameOutcome::Duplicate { message_id, .. } => *message_id,
+            FrameOutcome::Failed(_) => self.minted_id,
+        }
+    }
+
+    /// `queued`, `duplicate` or `failed` (wire.md §5.2).
+    pub fn status(&self) -> &'static str {
+        match self.outcome {
+            FrameOutcome::Queued { .. } => "queued",
+            FrameOutcome::Duplicate { .. } => "duplicate",
+            FrameOutcome::Failed(_) => "failed",
+        }
+    }
+
+    pub fn offset(&self) -> Option<i64> {
+        match self.outcome {
+            FrameOutcome::Queued { offset, .. } => Some(offset),
+            FrameOutcome::Duplicate { offset, .. } => offset,
+            FrameOutcome::Failed(_) => None,
+        }
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        match &self.outcome {
+            FrameOutcome::Failed(text) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+/// Checks a queue or partition name: non-empty, at most 65 535 bytes (u16 lengths on the
+/// binary paths), no control characters (names are joined on `\x1f` in internal keys).
+pub fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::bad(format!("{what} must not be empty")));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::bad(format!(
+            "{what} is {} bytes long; the limit is {MAX_NAME_BYTES}",
+            name.len()
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::bad(format!("{what} contains control characters")));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_item(index: usize, item: &PushItem) -> Result<()> {
+    let at = |e: Error| Error::bad(format!("item {index}: {e}"));
+    check_name("queue", &item.queue).map_err(at)?;
+    if let Some(p) = item.partition.as_deref().filter(|p| !p.is_empty()) {
+        check_name("partition", p).map_err(at)?;
+    }
+    if let Some(txn) = &item.transaction_id {
+        if txn.len() > MAX_NAME_BYTES {
+            return Err(at(Error::bad(format!(
+                "transactionId is {} bytes long; the limit is {MAX_NAME_BYTES}",
+                txn.len()
+            ))));
+        }
+    }
+    Ok(())
+}
+
+/// One (queue, partition) group of a request: the leaders' frames and their item indices.
+struct Group {
+    queue: String,
+    partition: String,
+    frames: Vec<FusionFrame>,
+    items: Vec<usize>,
+}
+
+/// Pushes `items`; results come back in input order. A bad item refuses the whole request
+/// (400) before anything is written; per-item storage failures come back as `Failed`.
+pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+    for (index, item) in items.iter().enumerate() {
+        check_item(index, item)?;
+    }
+
+    let mut results = Vec::with_capacity(items.len());
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+    // Layer 1: (group, transactionId) -> the item that leads it.
+    let mut leader_of: HashMap<(usize, String), usize> = HashMap::new();
+    let mut followers: Vec<(usize, usize)> = Vec::new();
+
+    for (index, item) in items.into_iter().enumerate() {
+        let minted_id = item.message_id.unwrap_or_else(queen_proto::new_v7);
+        let partition = item
+            .partition
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PARTITION.into());
+        let transaction_id = item
+            .transaction_id
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| minted_id.to_string());
+        let group = *group_of
+            .entry((item.queue.clone(), partition.clone()))
+            .or_insert_with(|| {
+                groups.push(Group {
+                    queue: item.queue.clone(),
+                    partition: partition.clone(),
+                    frames: Vec::new(),
+                    items: Vec::new(),
+                });
+                groups.len() - 1
+            });
+        match leader_of.get(&(group, transaction_id.clone())) {
+            Some(&leader) => followers.push((index, leader)),
+            None => {
+                leader_of.insert((group, transaction_id.clone()), index);
+                let g = &mut groups[group];
+                g.frames.push(FusionFrame {
+                    message_id: minted_id,
+                    trace_id: item.trace_id,
+                    hash: txn_hash(&transaction_id),
+                    transaction_id: transaction_id.clone(),
+                    payload: item.payload,
+                });
+                g.items.push(index);
+            }
+        }
+        results.push(PushResult {
+            queue: item.queue,
+            partition,
+            transaction_id,
+            minted_id,
+            outcome: FrameOutcome::Failed("not pushed".into()),
+        });
+    }
+
+    let submissions = groups.iter_mut().map(|g| {
+        let frames = std::mem::take(&mut g.frames);
+        state.push_fusion.submit(&g.queue, &g.partition, frames)
+    });
+    let outcomes = futures::future::join_all(submissions).await;
+    for (group, outcomes) in groups.iter().zip(outcomes) {
+        for (&index, outcome) in group.items.iter().zip(outcomes) {
+            results[index].outcome = outcome;
+        }
+    }
+    for (index, leader) in followers {
+        results[index].outcome = copy_of(&results[leader].outcome);
+    }
+
+    // Discoverable before the 201: a wait=false pop right after the answer must see it.
+    let mut queued = 0u64;
+    let mut woken: HashSet<&str> = HashSet::new();
+    for r in &results {
+        if matches!(r.outcome, FrameOutcome::Queued { .. }) {
+            queued += 1;
+            if woken.insert(&r.queue) {
+                state.wake.wake_queue(&r.queue);
+            }
+        }
+    }
+    state.counters.messages_pushed.fetch_add(queued, Relaxed);
+    Ok(results)
+}

@@ -1,0 +1,247 @@
+//! The write side of push fusion: turns a bundle of per-partition frame lists into segments,
+//! appends them with one `queen.log_push_multi_v1` call per round, and settles every frame.
+//!
+//! A segment the SQL probe reports as `duplicate` wrote nothing; its duplicate frames settle
+//! with the original's id (read back from the covering segment) and the survivors are
+//! repacked and written in the next round, so every round settles at least one frame and the
+//! loop ends within frames + 1 rounds. The partitions of a bundle stay "in flight" in the
+//! fusion until this returns, so no other flush of them interleaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use queen_proto::frame::{decode_exact, Frame};
+use queen_proto::ZERO_UUID;
+use uuid::Uuid;
+
+use crate::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
+use crate::engine::segment_build::{build_segment, BuiltSegment};
+use crate::error::{Error, Result};
+use crate::store::migrations::db_message;
+use crate::store::push::{push_multi, segment_at, SegmentResult, SegmentWrite};
+use crate::store::Store;
+
+/// Segments whose frames exceed this many bytes are compressed on the blocking pool rather
+/// than on an async worker.
+const INLINE_COMPRESS_BYTES: usize = 256 * 1024;
+
+/// Decompression bound when reading a segment back: well above any segment a broker with a
+/// sane body limit writes, yet finite so a corrupt header cannot demand unbounded memory.
+const MAX_SEGMENT_BYTES: usize = 1 << 31;
+
+/// Writes fusion bundles to PostgreSQL.
+#[derive(Clone)]
+pub struct SegmentWriter {
+    store: Store,
+    zstd_level: i32,
+}
+
+impl SegmentWriter {
+    pub fn new(store: Store, zstd_level: i32) -> Self {
+        SegmentWriter { store, zstd_level }
+    }
+
+    async fn write_bundle(self, lanes: Vec<LaneFlush>) -> Vec<Vec<FrameOutcome>> {
+        let mut settled: Vec<Vec<Option<FrameOutcome>>> =
+            lanes.iter().map(|l| vec![None; l.frames.len()]).collect();
+        if let Err(e) = self.settle(&lanes, &mut settled).await {
+            let text = match &e {
+                Error::Db(db) => format!("database error: {}", db_message(db)),
+                other => other.to_string(),
+            };
+            tracing::error!(error = %text, lanes = lanes.len(), "push flush failed");
+            for slot in settled.iter_mut().flatten().filter(|s| s.is_none()) {
+                *slot = Some(FrameOutcome::Failed(text.clone()));
+            }
+        }
+        settled
+            .into_iter()
+            .map(|lane| {
+                lane.into_iter()
+                    .map(|o| {
+                        o.unwrap_or_else(|| FrameOutcome::Failed("push did not settle".into()))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Writes rounds until every frame is settled; fills `settled` as frames settle.
+    async fn settle(
+        &self,
+        lanes: &[LaneFlush],
+        settled: &mut [Vec<Option<FrameOutcome>>],
+    ) -> Result<()> {
+        let conn = self.store.conn().await?;
+        let mut pending: Vec<Vec<usize>> = lanes
+            .iter()
+            .map(|l| (0..l.frames.len()).collect())
+            .collect();
+        let mut originals = OriginalIds::default();
+        loop {
+            let round: Vec<usize> = (0..lanes.len())
+                .filter(|&l| !pending[l].is_empty())
+                .collect();
+            if round.is_empty() {
+                return Ok(());
+            }
+            let built = self.build(lanes, &pending, &round).await?;
+            let writes: Vec<SegmentWrite<'_>> = round
+                .iter()
+                .zip(&built)
+                .map(|(&l, seg)| SegmentWrite {
+                    queue: &lanes[l].queue,
+                    partition: &lanes[l].partition,
+                    msg_count: seg.msg_count,
+                    hashes: &seg.hashes,
+                    verified: -1,
+                    blob: &seg.blob,
+                })
+                .collect();
+            let results = push_multi(&conn, &writes).await?;
+            for (&l, result) in round.iter().zip(results) {
+                let frames = &lanes[l].frames;
+                match result {
+                    SegmentResult::Queued { base_offset, .. } => {
+                        for (k, &f) in pending[l].iter().enumerate() {
+                            settled[l][f] = Some(FrameOutcome::Queued {
+                                message_id: frames[f].message_id,
+                                offset: base_offset + k as i64,
+                            });
+                        }
+                        pending[l].clear();
+                    }
+                    SegmentResult::Duplicate { partition_id, dups } => {
+                        let mut dup_frames = Vec::with_capacity(dups.len());
+                        for dup in &dups {
+                            let Some(&f) = pending[l].get(dup.i) else {
+                                return Err(Error::internal(format!(
+                                    "log_push_one_v1 reported frame {} of a {}-frame segment",
+                                    dup.i,
+                                    pending[l].len()
+                                )));
+                            };
+                            let original = originals.resolve(&conn, partition_id, dup.off).await?;
+                            settled[l][f] = Some(FrameOutcome::Duplicate {
+                                message_id: original,
+                                offset: Some(dup.off),
+                            });
+                            dup_frames.push(f);
+                        }
+                        if dup_frames.is_empty() {
+                            return Err(Error::internal(
+                                "log_push_one_v1 reported a duplicate without frames",
+                            ));
+                        }
+                        pending[l].retain(|f| !dup_frames.contains(f));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One segment per lane of the round, from its pending frames.
+    async fn build(
+        &self,
+        lanes: &[LaneFlush],
+        pending: &[Vec<usize>],
+        round: &[usize],
+    ) -> Result<Vec<BuiltSegment>> {
+        let mut built = Vec::with_capacity(round.len());
+        for &l in round {
+            let frames: Vec<FusionFrame> = pending[l]
+                .iter()
+                .map(|&f| lanes[l].frames[f].clone())
+                .collect();
+            let bytes: usize = frames
+                .iter()
+                .map(|f| f.payload.len() + f.transaction_id.len())
+                .sum();
+            let level = self.zstd_level;
+            let seg = if bytes > INLINE_COMPRESS_BYTES {
+                tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level))
+                    .await
+                    .map_err(|e| Error::internal(format!("segment build task failed: {e}")))??
+            } else {
+                build_fusion_segment(&frames, level)?
+            };
+            built.push(seg);
+        }
+        Ok(built)
+    }
+}
+
+impl BundleWriter for SegmentWriter {
+    fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
+        Box::pin(self.clone().write_bundle(lanes))
+    }
+}
+
+/// The fusion's frames as stored frames (no producerSub: auth is off, and a body-supplied
+/// one is ignored by contract).
+fn build_fusion_segment(frames: &[FusionFrame], level: i32) -> Result<BuiltSegment> {
+    let views: Vec<Frame<'_>> = frames
+        .iter()
+        .map(|f| Frame {
+            flags: 0,
+            message_id: *f.message_id.as_bytes(),
+            trace_id: f.trace_id.map(|t| *t.as_bytes()),
+            transaction_id: &f.transaction_id,
+            producer_sub: None,
+            payload: &f.payload,
+        })
+        .collect();
+    build_segment(&views, level).map_err(|e| Error::internal(format!("building a segment: {e}")))
+}
+
+/// Original message ids of duplicates, decoded from their covering segments (each segment
+/// read and decompressed once per flush).
+#[derive(Default)]
+struct OriginalIds {
+    segments: HashMap<(i64, i64), Arc<(i64, Vec<Uuid>)>>,
+}
+
+impl OriginalIds {
+    /// The id stored at `off` of partition `pid`; the nil UUID when the segment is gone.
+    async fn resolve(
+        &mut self,
+        db: &impl deadpool_postgres::GenericClient,
+        pid: i64,
+        off: i64,
+    ) -> Result<Uuid> {
+        let cached = self
+            .segments
+            .iter()
+            .find(|((p, base), seg)| *p == pid && *base <= off && off <= seg.0)
+            .map(|(&(_, base), seg)| (base, seg.clone()));
+        let (base, seg) = match cached {
+            Some(hit) => hit,
+            None => {
+                let Some(stored) = segment_at(db, pid, off).await? else {
+                    return Ok(ZERO_UUID);
+                };
+                let ids = message_ids(&stored.blob, stored.base, stored.end)?;
+                let seg = Arc::new((stored.end, ids));
+                self.segments.insert((pid, stored.base), seg.clone());
+                (stored.base, seg)
+            }
+        };
+        Ok(usize::try_from(off - base)
+            .ok()
+            .and_then(|i| seg.1.get(i).copied())
+            .unwrap_or(ZERO_UUID))
+    }
+}
+
+/// The message ids of a stored segment covering `[base, end]`, in offset order.
+fn message_ids(blob: &[u8], base: i64, end: i64) -> Result<Vec<Uuid>> {
+    let corrupt =
+        |what: String| Error::internal(format!("segment at base {base} is corrupt: {what}"));
+    let raw = queen_proto::segment::decompress(blob, MAX_SEGMENT_BYTES)
+        .map_err(|e| corrupt(e.to_string()))?;
+    let count =
+        usize::try_from(end - base + 1).map_err(|_| corrupt(format!("end {end} below base")))?;
+    let frames = decode_exact(&raw, count).map_err(|e| corrupt(e.to_string()))?;
+    Ok(frames.iter().map(Frame::message_uuid).collect())
+}

@@ -1,0 +1,325 @@
+//! Queue configuration and deletion (wire.md §3, §4). `/configure` options arrive under
+//! their camelCase wire names, either in `options` or at the top level; they are validated
+//! here into a patch keyed by column (a value sets, `null` resets to the default, absence
+//! keeps) that `queen.configure_queue_v1` applies under the queue row's lock.
+
+use serde_json::{Map, Value};
+
+use crate::engine::push::check_name;
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::queues::{self, QueueRow};
+
+/// What an option accepts.
+#[derive(Clone, Copy)]
+enum Kind {
+    Text,
+    Bool,
+    /// An integer in `[min, max]`; out-of-range values are refused.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// An integer, clamped into `[min, max]`.
+    Clamped {
+        min: i64,
+        max: i64,
+    },
+}
+
+const I32_MAX: i64 = i32::MAX as i64;
+const NON_NEGATIVE: Kind = Kind::Int {
+    min: 0,
+    max: I32_MAX,
+};
+
+/// Every option: wire name, column, accepted values.
+const OPTIONS: &[(&str, &str, Kind)] = &[
+    ("namespace", "namespace", Kind::Text),
+    ("task", "task", Kind::Text),
+    (
+        "priority",
+        "priority",
+        Kind::Int {
+            min: i32::MIN as i64,
+            max: I32_MAX,
+        },
+    ),
+    (
+        "leaseTime",
+        "lease_time",
+        Kind::Int {
+            min: 1,
+            max: I32_MAX,
+        },
+    ),
+    ("retryLimit", "retry_limit", NON_NEGATIVE),
+    ("retryDelay", "retry_delay", NON_NEGATIVE),
+    ("maxSize", "max_queue_size", NON_NEGATIVE),
+    ("ttl", "ttl", NON_NEGATIVE),
+    ("deadLetterQueue", "dead_letter_queue", Kind::Bool),
+    ("dlqAfterMaxRetries", "dlq_after_max_retries", Kind::Bool),
+    ("delayedProcessing", "delayed_processing", NON_NEGATIVE),
+    ("windowBuffer", "window_buffer", NON_NEGATIVE),
+    ("retentionEnabled", "retention_enabled", Kind::Bool),
+    ("retentionSeconds", "retention_seconds", NON_NEGATIVE),
+    (
+        "completedRetentionSeconds",
+        "completed_retention_seconds",
+        NON_NEGATIVE,
+    ),
+    ("maxWaitTimeSeconds", "max_wait_time_seconds", NON_NEGATIVE),
+    ("encryptionEnabled", "encryption_enabled", Kind::Bool),
+    (
+        "minPopWaitTime",
+        "min_pop_wait_time",
+        Kind::Clamped {
+            min: 0,
+            max: 60_000,
+        },
+    ),
+    (
+        "dedupWindowSeconds",
+        "dedup_window_seconds",
+        Kind::Clamped {
+            min: 0,
+            max: I32_MAX,
+        },
+    ),
+];
+
+/// A validated `/configure` request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigureRequest {
+    pub queue: String,
+    /// Column name → value, or `null` to reset that column to its default.
+    pub patch: Map<String, Value>,
+    /// Start from the defaults instead of the stored row (a directive; never stored).
+    pub replace: bool,
+}
+
+/// Reads a `/configure` body (wire.md §3.1).
+pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
+    let Value::Object(top) = body else {
+        return Err(Error::bad("bad body: expected a JSON object"));
+    };
+    let queue = match top.get("queue") {
+        Some(Value::String(q)) if !q.is_empty() => q.clone(),
+        _ => return Err(Error::bad("queue is required")),
+    };
+    check_name("queue", &queue)?;
+
+    let mut options = match top.get("options") {
+        Some(Value::Object(o)) => o.clone(),
+        _ => top
+            .iter()
+            .filter(|(k, _)| k.as_str() != "queue" && k.as_str() != "options")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    // A non-empty top-level label is folded in when `options` does not carry its own.
+    for label in ["namespace", "task"] {
+        if let Some(v @ Value::String(s)) = top.get(label) {
+            if !s.is_empty() && !options.contains_key(label) {
+                options.insert(label.into(), v.clone());
+            }
+        }
+    }
+
+    let replace = match options.get("replace").or_else(|| top.get("replace")) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("replace", "must be true or false")),
+    };
+
+    let mut patch = Map::new();
+    for &(wire, column, kind) in OPTIONS {
+        let Some(value) = options.get(wire) else {
+            continue;
+        };
+        let value = if value.is_null() {
+            Value::Null
+        } else {
+            validate(wire, kind, value)?
+        };
+        patch.insert(column.into(), value);
+    }
+    Ok(ConfigureRequest {
+        queue,
+        patch,
+        replace,
+    })
+}
+
+fn invalid(option: &str, reason: &str) -> Error {
+    Error::InvalidOption {
+        message: format!("invalid {option}: {reason}"),
+        option: option.into(),
+    }
+}
+
+fn validate(wire: &str, kind: Kind, value: &Value) -> Result<Value> {
+    match kind {
+        Kind::Text => match value.as_str() {
+            Some(s) if s.chars().any(char::is_control) => {
+                Err(invalid(wire, "contains control characters"))
+            }
+            Some(s) if s.len() > queen_proto::wire::MAX_NAME_BYTES => {
+                Err(invalid(wire, "is too long"))
+            }
+            Some(_) => Ok(value.clone()),
+            None => Err(invalid(wire, "must be a string")),
+        },
+        Kind::Bool => match value {
+            Value::Bool(_) => Ok(value.clone()),
+            _ => Err(invalid(wire, "must be true or false")),
+        },
+        Kind::Int { min, max } => match integer(value) {
+            Some(n) if (min..=max).contains(&n) => Ok(Value::from(n)),
+            Some(_) => Err(invalid(wire, &format!("must be between {min} and {max}"))),
+            None => Err(invalid(wire, "must be an integer")),
+        },
+        Kind::Clamped { min, max } => match integer(value) {
+            Some(n) => Ok(Value::from(n.clamp(min, max))),
+            None => Err(invalid(wire, "must be an integer")),
+        },
+    }
+}
+
+/// A JSON number with an integral value (`300` or `300.0`).
+fn integer(value: &Value) -> Option<i64> {
+    if let Some(n) = value.as_i64() {
+        return Some(n);
+    }
+    let f = value.as_f64()?;
+    (f.fract() == 0.0 && f.abs() < 9.0e18).then_some(f as i64)
+}
+
+/// Creates or reconfigures the queue; returns its effective row.
+pub async fn configure(state: &AppState, req: &ConfigureRequest) -> Result<QueueRow> {
+    let conn = state.store.conn().await?;
+    queues::configure(
+        &conn,
+        &req.queue,
+        &Value::Object(req.patch.clone()),
+        req.replace,
+    )
+    .await
+}
+
+/// Deletes the queue and everything it owns; `None` when it does not exist, else the number
+/// of partitions deleted.
+pub async fn delete(state: &AppState, queue: &str) -> Result<Option<i32>> {
+    let conn = state.store.conn().await?;
+    queues::delete(&conn, queue).await
+}
+
+/// The wire echo of every option (wire.md §3.3), in the documented order.
+pub fn options_json(q: &QueueRow) -> Value {
+    serde_json::json!({
+        "priority": q.priority,
+        "leaseTime": q.lease_time,
+        "retryLimit": q.retry_limit,
+        "retryDelay": q.retry_delay,
+        "maxSize": q.max_queue_size,
+        "ttl": q.ttl,
+        "deadLetterQueue": q.dead_letter_queue,
+        "dlqAfterMaxRetries": q.dlq_after_max_retries,
+        "delayedProcessing": q.delayed_processing,
+        "windowBuffer": q.window_buffer,
+        "retentionSeconds": q.retention_seconds,
+        "completedRetentionSeconds": q.completed_retention_seconds,
+        "retentionEnabled": q.retention_enabled,
+        "encryptionEnabled": q.encryption_enabled,
+        "maxWaitTimeSeconds": q.max_wait_time_seconds,
+        "minPopWaitTime": q.min_pop_wait_time,
+        "dedupWindowSeconds": q.dedup_window_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(body: Value) -> Result<ConfigureRequest> {
+        parse_configure(&body)
+    }
+
+    #[test]
+    fn python_client_shape() {
+        let req = parse(json!({"queue":"orders","namespace":null,"task":null,
+            "options":{"leaseTime":300,"retryLimit":3,"priority":0,"delayedProcessing":0,"windowBuffer":0,
+                       "maxSize":0,"retentionSeconds":0,"completedRetentionSeconds":0,"encryptionEnabled":false}}))
+        .expect("valid");
+        assert_eq!(req.queue, "orders");
+        assert_eq!(req.patch.len(), 9);
+        assert_eq!(req.patch["lease_time"], json!(300));
+        assert_eq!(req.patch["max_queue_size"], json!(0));
+        assert!(
+            !req.patch.contains_key("namespace"),
+            "a null top-level label is not folded"
+        );
+        assert!(!req.replace);
+    }
+
+    #[test]
+    fn top_level_options_labels_nulls_and_clamps() {
+        let req = parse(
+            json!({"queue":"q","namespace":"billing","leaseTime":null,"replace":true,
+            "minPopWaitTime":999999,"dedupWindowSeconds":-5,"ttl":60.0}),
+        )
+        .expect("valid");
+        assert_eq!(req.patch["namespace"], json!("billing"));
+        assert_eq!(req.patch["lease_time"], Value::Null);
+        assert_eq!(req.patch["min_pop_wait_time"], json!(60000));
+        assert_eq!(req.patch["dedup_window_seconds"], json!(0));
+        assert_eq!(req.patch["ttl"], json!(60));
+        assert!(req.replace);
+        let req = parse(json!({"queue":"q","task":"t","options":{"task":"inner"}})).expect("valid");
+        assert_eq!(req.patch["task"], json!("inner"));
+    }
+
+    #[test]
+    fn refusals_name_the_option() {
+        for (body, option) in [
+            (
+                json!({"queue":"q","options":{"leaseTime":"soon"}}),
+                "leaseTime",
+            ),
+            (json!({"queue":"q","options":{"leaseTime":0}}), "leaseTime"),
+            (
+                json!({"queue":"q","options":{"retryLimit":-1}}),
+                "retryLimit",
+            ),
+            (json!({"queue":"q","options":{"ttl":1.5}}), "ttl"),
+            (
+                json!({"queue":"q","options":{"deadLetterQueue":"yes"}}),
+                "deadLetterQueue",
+            ),
+            (json!({"queue":"q","options":{"namespace":7}}), "namespace"),
+            (
+                json!({"queue":"q","options":{"priority":4294967296u64}}),
+                "priority",
+            ),
+            (json!({"queue":"q","replace":"yes"}), "replace"),
+        ] {
+            match parse(body.clone()) {
+                Err(Error::InvalidOption { option: got, .. }) => assert_eq!(got, option, "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        for body in [
+            json!({"options":{}}),
+            json!({"queue":7}),
+            json!({"queue":""}),
+            json!([1]),
+        ] {
+            assert!(matches!(parse(body), Err(Error::BadRequest(_))));
+        }
+        assert!(matches!(
+            parse(json!({"queue":"a\u{1}b"})),
+            Err(Error::BadRequest(_))
+        ));
+    }
+}

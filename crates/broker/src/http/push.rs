@@ -1,0 +1,161 @@
+//! `POST /api/v1/push` with the JSON body (wire.md §5): parse without re-serialising
+//! payloads (each payload is a slice of the request body), push, answer 201 with one result
+//! per item in input order.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+
+use crate::engine::push::{self, PushItem, PushResult};
+use crate::error::{Error, Result};
+use crate::http::extract::RawBody;
+use crate::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/api/v1/push", post(push_json))
+}
+
+async fn push_json(
+    State(st): State<AppState>,
+    RawBody(body): RawBody,
+) -> Result<(StatusCode, Json<Vec<ItemOut>>)> {
+    let items = parse_items(&body)?;
+    let results = push::push(&st, items).await?;
+    let out = results
+        .iter()
+        .enumerate()
+        .map(|(index, r)| ItemOut::new(index, r))
+        .collect();
+    Ok((StatusCode::CREATED, Json(out)))
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    items: Option<&'a RawValue>,
+}
+
+/// One item as sent. Every field is kept raw so its type can be checked with a precise
+/// message; `present` keeps an explicit `null` (a valid payload) apart from absence.
+#[derive(Deserialize)]
+struct RawItem<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    queue: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    partition: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    payload: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+    #[serde(
+        rename = "transactionId",
+        borrow,
+        default,
+        deserialize_with = "present"
+    )]
+    transaction_id: Option<&'a RawValue>,
+    #[serde(rename = "traceId", borrow, default, deserialize_with = "present")]
+    trace_id: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// Parses `{"items":[…]}` into push items; any bad item refuses the whole body.
+fn parse_items(body: &Bytes) -> Result<Vec<PushItem>> {
+    let envelope: Envelope<'_> =
+        serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
+    let items = envelope
+        .items
+        .ok_or_else(|| Error::bad("bad body: items is required"))?;
+    let items: Vec<&RawValue> = serde_json::from_str(items.get())
+        .map_err(|_| Error::bad("bad body: items must be an array"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, raw)| {
+            parse_item(body, raw).map_err(|e| Error::bad(format!("item {index}: {e}")))
+        })
+        .collect()
+}
+
+pub(crate) fn parse_item(body: &Bytes, raw: &RawValue) -> Result<PushItem> {
+    let item: RawItem<'_> = serde_json::from_str(raw.get())
+        .map_err(|e| Error::bad(format!("not a valid item object: {e}")))?;
+    let queue =
+        string_field("queue", item.queue)?.ok_or_else(|| Error::bad("queue is required"))?;
+    let payload = item
+        .payload
+        .or(item.data)
+        .ok_or_else(|| Error::bad("payload is required"))?;
+    // A malformed traceId is dropped rather than refused: it is optional metadata.
+    let trace_id = item
+        .trace_id
+        .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+        .and_then(|t| uuid::Uuid::parse_str(&t).ok());
+    Ok(PushItem {
+        queue,
+        partition: string_field("partition", item.partition)?,
+        transaction_id: string_field("transactionId", item.transaction_id)?,
+        trace_id,
+        payload: share(body, payload.get().as_bytes()),
+        message_id: None,
+    })
+}
+
+/// A string field: absent or `null` → `None`; any other non-string → 400.
+fn string_field(name: &str, raw: Option<&RawValue>) -> Result<Option<String>> {
+    match raw {
+        None => Ok(None),
+        Some(r) if r.get() == "null" => Ok(None),
+        Some(r) => serde_json::from_str::<String>(r.get())
+            .map(Some)
+            .map_err(|_| Error::bad(format!("{name} must be a string"))),
+    }
+}
+
+/// `part` as a zero-copy slice of `body` when it lies inside it (it always does for values
+/// borrowed from the body), else a copy.
+fn share(body: &Bytes, part: &[u8]) -> Bytes {
+    let start = body.as_ptr() as usize;
+    let at = part.as_ptr() as usize;
+    if at >= start && at + part.len() <= start + body.len() {
+        body.slice_ref(part)
+    } else {
+        Bytes::copy_from_slice(part)
+    }
+}
+
+/// One element of the 201 answer (wire.md §5.2).
+#[derive(Serialize)]
+struct ItemOut {
+    index: usize,
+    message_id: String,
+    transaction_id: String,
+    #[serde(rename = "queueName")]
+    queue_name: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl ItemOut {
+    fn new(index: usize, r: &PushResult) -> Self {
+        ItemOut {
+            index,
+            message_id: r.message_id().to_string(),
+            transaction_id: r.transaction_id.clone(),
+            queue_name: r.queue.clone(),
+            status: r.status(),
+            offset: r.offset(),
+            error: r.error().map(str::to_string),
+        }
+    }
+}

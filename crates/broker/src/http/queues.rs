@@ -1,0 +1,50 @@
+//! `POST /api/v1/configure` (create or reconfigure a queue, every option echoed) and
+//! `DELETE /api/v1/resources/queues/:queue` (remove the queue and everything it owns).
+
+use axum::extract::{Path, State};
+use axum::routing::{delete, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::engine::queues;
+use crate::error::{Error, Result};
+use crate::http::extract::{json_body, RawBody};
+use crate::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/configure", post(configure))
+        .route("/api/v1/resources/queues/{queue}", delete(delete_queue))
+}
+
+/// 200 with the effective row (wire.md §3.3).
+async fn configure(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Json<Value>> {
+    let body: Value = json_body(&body)?;
+    let req = queues::parse_configure(&body)?;
+    let q = queues::configure(&st, &req).await?;
+    Ok(Json(json!({
+        "configured": true,
+        "queueId": q.id.to_string(),
+        "partitionId": null,
+        "queue": q.name,
+        "namespace": q.namespace,
+        "task": q.task,
+        "storage": "segments",
+        "options": queues::options_json(&q),
+    })))
+}
+
+/// 200 `{"deleted":true,…}` (never 204: the JS client reads the body); 404 when unknown.
+async fn delete_queue(
+    State(st): State<AppState>,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>> {
+    match queues::delete(&st, &queue).await? {
+        Some(partitions) => Ok(Json(json!({
+            "deleted": true,
+            "queue": queue,
+            "partitionsDeleted": partitions,
+        }))),
+        None => Err(Error::NotFound("Queue not found".into())),
+    }
+}

@@ -1,0 +1,101 @@
+//! Typed calls of the push path: `queen.log_push_multi_v1` (one transaction for a bundle of
+//! segments) and `queen.log_segment_at_v1` (the blob covering an offset).
+
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// One segment of a bundle, borrowed from its builder.
+pub struct SegmentWrite<'a> {
+    pub queue: &'a str,
+    pub partition: &'a str,
+    pub msg_count: i32,
+    pub hashes: &'a [u8],
+    /// Offsets up to which the caller vouches the hashes are absent; -1 = full-window probe.
+    pub verified: i64,
+    pub blob: &'a [u8],
+}
+
+/// Per-segment result of `log_push_one_v1`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum SegmentResult {
+    #[serde(rename_all = "camelCase")]
+    Queued { partition_id: i64, base_offset: i64 },
+    #[serde(rename_all = "camelCase")]
+    Duplicate {
+        partition_id: i64,
+        dups: Vec<DupFrame>,
+    },
+}
+
+/// An incoming frame (`i`, its index in the segment) already stored at offset `off`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct DupFrame {
+    pub i: usize,
+    pub off: i64,
+}
+
+/// Appends every segment in one transaction; results in input order.
+pub async fn push_multi(
+    db: &impl GenericClient,
+    segs: &[SegmentWrite<'_>],
+) -> Result<Vec<SegmentResult>> {
+    let queues: Vec<&str> = segs.iter().map(|s| s.queue).collect();
+    let partitions: Vec<&str> = segs.iter().map(|s| s.partition).collect();
+    let counts: Vec<i32> = segs.iter().map(|s| s.msg_count).collect();
+    let hashes: Vec<&[u8]> = segs.iter().map(|s| s.hashes).collect();
+    let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
+    let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
+    let stmt = db
+        .prepare_cached("SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6)")
+        .await?;
+    let row = db
+        .query_one(
+            &stmt,
+            &[&queues, &partitions, &counts, &hashes, &verified, &blobs],
+        )
+        .await?;
+    let results: serde_json::Value = row.try_get(0)?;
+    let results: Vec<SegmentResult> = serde_json::from_value(results).map_err(|e| {
+        Error::internal(format!(
+            "log_push_multi_v1 answered an unexpected shape: {e}"
+        ))
+    })?;
+    if results.len() != segs.len() {
+        return Err(Error::internal(format!(
+            "log_push_multi_v1 answered {} results for {} segments",
+            results.len(),
+            segs.len()
+        )));
+    }
+    Ok(results)
+}
+
+/// A stored segment: offsets `[base, end]` and its blob.
+pub struct StoredSegment {
+    pub base: i64,
+    pub end: i64,
+    pub blob: Vec<u8>,
+}
+
+/// The segment of partition `pid` covering offset `off`, if it is still stored.
+pub async fn segment_at(
+    db: &impl GenericClient,
+    pid: i64,
+    off: i64,
+) -> Result<Option<StoredSegment>> {
+    let stmt = db
+        .prepare_cached("SELECT r_base, r_end, r_blob FROM queen.log_segment_at_v1($1, $2)")
+        .await?;
+    let row = db.query_opt(&stmt, &[&pid, &off]).await?;
+    row.map(|r| {
+        Ok(StoredSegment {
+            base: r.try_get(0)?,
+            end: r.try_get(1)?,
+            blob: r.try_get(2)?,
+        })
+    })
+    .transpose()
+}
