@@ -1,1 +1,269 @@
-fn main(){}
+//! `queen-bench`: starts a fresh broker on embedded PostgreSQL (or uses a running one), drives
+//! it over HTTP with an open-loop load generator, measures PostgreSQL's own ceiling and the
+//! pgmq peer on the same cluster, prints one table and writes a JSON results file. Exits
+//! non-zero when any row failed delivery verification or a scenario could not run.
+
+mod meter;
+mod openloop;
+mod payload;
+mod procstat;
+mod profile;
+mod report;
+mod scenarios;
+mod target;
+mod tracker;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use clap::Parser;
+use queen_client::Queen;
+
+use crate::meter::Meter;
+use crate::payload::{Clock, Payloads};
+use crate::profile::{Profile, ProfileName};
+use crate::report::Row;
+use crate::scenarios::{Ceilings, Ctx, Overrides, Scenario};
+use crate::target::Target;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "queen-bench",
+    version,
+    about = "Throughput, latency, idle cost and memory of Queen-rs, against PostgreSQL's ceiling and pgmq"
+)]
+struct Cli {
+    /// The quick profile (whole matrix in under three minutes); same as `--profile quick`.
+    #[arg(long, conflicts_with = "profile")]
+    quick: bool,
+    /// tiny (CI smoke), quick, or full (default).
+    #[arg(long, value_enum)]
+    profile: Option<ProfileName>,
+    /// Comma-separated scenarios to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ceiling,push,e2e,latency,idle,peer"
+    )]
+    scenario: Vec<Scenario>,
+    /// Use a running broker instead of starting one (needs --pg-url).
+    #[arg(long, requires = "pg_url")]
+    url: Option<String>,
+    /// The running broker's PostgreSQL (e.g. postgresql://postgres@/postgres?host=/tmp/x/pg).
+    #[arg(long, requires = "url")]
+    pg_url: Option<String>,
+    /// Pid of the running broker, for its CPU and RSS (optional with --url).
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// The `queen` binary to start (default: next to this executable).
+    #[arg(long)]
+    queen_bin: Option<PathBuf>,
+    /// Keep the started broker's data directory.
+    #[arg(long)]
+    keep_data: bool,
+    /// JSON results file.
+    #[arg(long, default_value = "queen-bench-results.json")]
+    out: PathBuf,
+    /// Fixed push rate in msgs/s instead of the measured capacity.
+    #[arg(long)]
+    push_rate: Option<f64>,
+    /// Fixed e2e producer rate in msgs/s instead of half the push capacity.
+    #[arg(long)]
+    e2e_rate: Option<f64>,
+    /// In-flight request cap of the producers (and pgmq connections).
+    #[arg(long)]
+    inflight: Option<usize>,
+    /// Push with the binary QPB1 body instead of JSON.
+    #[arg(long)]
+    binary_push: bool,
+    /// pgmq.sql to load instead of fetching the PyPI wheel.
+    #[arg(long)]
+    pgmq_sql: Option<PathBuf>,
+    /// pgbench binary.
+    #[arg(long)]
+    pgbench: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    procstat::raise_nofile_limit();
+    match run(cli).await {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(2),
+        Err(e) => {
+            eprintln!("queen-bench: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Ok(false): the run finished but something failed (verification or a scenario).
+async fn run(cli: Cli) -> Result<bool> {
+    let name = if cli.quick {
+        ProfileName::Quick
+    } else {
+        cli.profile.unwrap_or(ProfileName::Full)
+    };
+    let mut profile = Profile::get(name);
+    if let Some(n) = cli.inflight {
+        profile.inflight = n.max(1);
+    }
+    let target = match (&cli.url, &cli.pg_url) {
+        (Some(url), Some(pg)) => Target::external(url.clone(), pg, cli.broker_pid).await?,
+        _ => {
+            let bin = target::locate_queen(cli.queen_bin.clone())?;
+            eprintln!(
+                "starting {} on a fresh embedded PostgreSQL ...",
+                bin.display()
+            );
+            Target::spawn(&bin, cli.keep_data, &[]).await?
+        }
+    };
+    let meter = Meter::new(&target).await?;
+    let admin = target.connect(None).await?;
+    let meta = run_meta(&admin, &profile, &meter, &target).await;
+    let run_id = format!(
+        "{:x}",
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    );
+    let mut ctx = Ctx {
+        queen: Queen::new(target.url.clone()),
+        target,
+        meter,
+        admin,
+        profile,
+        overrides: Overrides {
+            push_rate: cli.push_rate,
+            e2e_rate: cli.e2e_rate,
+            binary_push: cli.binary_push,
+            pgmq_sql: cli.pgmq_sql.clone(),
+            pgbench: cli.pgbench.clone(),
+        },
+        payloads: Payloads::new(0x5eed),
+        clock: Clock::new(),
+        run_id,
+        ceilings: Ceilings::default(),
+        push_capacity: BTreeMap::new(),
+        e2e_rates: BTreeMap::new(),
+    };
+
+    let mut scenarios = cli.scenario.clone();
+    scenarios.sort();
+    scenarios.dedup();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    let started = Instant::now();
+    for s in scenarios {
+        eprintln!("[{:>5.0}s] scenario {s:?}", started.elapsed().as_secs_f64());
+        let result = match s {
+            Scenario::Ceiling => scenarios::ceiling::run(&mut ctx).await,
+            Scenario::Push => scenarios::push::run(&mut ctx).await,
+            Scenario::E2e => scenarios::e2e::run(&mut ctx).await,
+            Scenario::Latency => scenarios::e2e::run_latency(&mut ctx).await,
+            Scenario::Idle => scenarios::idle::run(&mut ctx).await,
+            Scenario::Peer => {
+                let ours = rows.clone();
+                scenarios::peer::run(&mut ctx, &ours).await
+            }
+        };
+        match result {
+            Ok(r) => rows.extend(r),
+            Err(e) => {
+                eprintln!("scenario {s:?} failed: {e:#}");
+                problems.push(format!("{s:?}: {e:#}"));
+            }
+        }
+    }
+    let total = started.elapsed().as_secs_f64();
+    ctx.target.shutdown();
+
+    println!();
+    println!("{}", report::table(&rows));
+    println!(
+        "profile {:?}, {:.0}s; payload 1 KiB random (base64 JSON), dedup on, leased pops of 100 + /ack/batch, \
+         synchronous_commit=on, load generator co-located; %ceil = msg/s ÷ the seg100k pgbench ceiling",
+        ctx.profile.name, total
+    );
+    let mut meta = meta;
+    meta["seconds"] = serde_json::json!(total);
+    meta["problems"] = serde_json::json!(problems);
+    report::write_json(&cli.out, &meta, &rows)?;
+    println!("results: {}", cli.out.display());
+
+    let failed: Vec<&Row> = rows.iter().filter(|r| r.failed()).collect();
+    if !failed.is_empty() {
+        eprintln!();
+        eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+        eprintln!(
+            "!!! DELIVERY VERIFICATION FAILED: messages lost or duplicated beyond redelivery"
+        );
+        for r in &failed {
+            if let Some(v) = &r.verification {
+                eprintln!(
+                    "!!!   {} {} ({}): expected {} per group, unique {:?}, lost {}, duplicates {}",
+                    r.scenario,
+                    r.cell,
+                    r.system,
+                    v.expected,
+                    v.delivered_unique,
+                    v.lost,
+                    v.duplicates
+                );
+            }
+        }
+        eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+    }
+    for p in &problems {
+        eprintln!("scenario failed: {p}");
+    }
+    Ok(failed.is_empty() && problems.is_empty())
+}
+
+/// Date, commit, command, machine and PostgreSQL settings for the results file.
+async fn run_meta(
+    admin: &tokio_postgres::Client,
+    profile: &Profile,
+    meter: &Meter,
+    target: &Target,
+) -> serde_json::Value {
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0);
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let setting = |name: &'static str| async move {
+        admin
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .map(|r| r.get::<_, String>(0))
+            .unwrap_or_default()
+    };
+    serde_json::json!({
+        "date": queen_proto::time::iso_millis(now_us),
+        "commit": commit,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "profile": format!("{:?}", profile.name),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "url": target.url,
+        "broker_data_dir": target.data_dir().map(|p| p.display().to_string()),
+        "postgres": setting("server_version").await,
+        "synchronous_commit": setting("synchronous_commit").await,
+        "fsync": setting("fsync").await,
+        "shared_buffers": setting("shared_buffers").await,
+        "pg_stat_statements": meter.has_statements(),
+        "payload": "1024 random bytes, base64 in JSON with seq and scheduled time",
+        "inflight_cap": profile.inflight,
+    })
+}

@@ -1,0 +1,108 @@
+//! Process accounting from `/proc`: CPU seconds and peak RSS of the broker, and the CPU of a
+//! whole PostgreSQL cluster (postmaster, its live children, and its reaped children).
+
+use std::fs;
+
+/// Clock ticks per second for `/proc/<pid>/stat` times.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which may contain spaces).
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = text.rsplit_once(')')?.1;
+    // rest starts with the state letter (field 3); keep numeric fields from field 4 on.
+    Some(
+        rest.split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// Field numbers (1-based, as in proc(5)) mapped into `stat_fields`' vector (starts at field 4).
+const PPID: usize = 4 - 4;
+const UTIME: usize = 14 - 4;
+const STIME: usize = 15 - 4;
+const CUTIME: usize = 16 - 4;
+const CSTIME: usize = 17 - 4;
+
+/// User + system CPU seconds of `pid` itself (not its children).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let f = stat_fields(pid)?;
+    Some((f.get(UTIME)? + f.get(STIME)?) as f64 / ticks_per_second())
+}
+
+/// CPU seconds of a PostgreSQL cluster: the postmaster's own and reaped children's time plus
+/// every live child's. Backends that exit move from the second sum into the first, so the
+/// total is monotone and deltas count short-lived connections too.
+pub fn cluster_cpu_seconds(postmaster: u32) -> Option<f64> {
+    let pm = stat_fields(postmaster)?;
+    let mut ticks = pm.get(UTIME)? + pm.get(STIME)? + pm.get(CUTIME)? + pm.get(CSTIME)?;
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(f) = stat_fields(pid) {
+            if f.get(PPID).copied() == Some(u64::from(postmaster)) {
+                ticks += f.get(UTIME).copied().unwrap_or(0) + f.get(STIME).copied().unwrap_or(0);
+            }
+        }
+    }
+    Some(ticks as f64 / ticks_per_second())
+}
+
+/// Peak resident set size (`VmHWM`) of `pid` in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets `VmHWM` to the current RSS (writing 5 to `clear_refs`, Linux ≥ 4.0), so each result
+/// row reports its own peak. Needs to own the process (or root); false when it could not.
+pub fn reset_peak_rss(pid: u32) -> bool {
+    fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// Raises the open-file soft limit to the hard limit: 1 000 parked long-polls need as many
+/// sockets, and a spawned broker inherits the limit.
+pub fn raise_nofile_limit() {
+    // SAFETY: getrlimit/setrlimit write/read only the struct we pass.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let me = std::process::id();
+        assert!(cpu_seconds(me).is_some());
+        assert!(peak_rss_bytes(me).unwrap() > 0);
+        assert!(cluster_cpu_seconds(me).is_some());
+        assert!(cpu_seconds(u32::MAX).is_none());
+    }
+}

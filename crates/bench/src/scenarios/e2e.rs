@@ -1,0 +1,306 @@
+//! End-to-end: open-loop producers at a fixed rate, and per consumer group a set of consumers
+//! that pop leased batches of 100 with long-poll and ack each batch with one `/ack/batch`.
+//! Reports delivered msgs/s (all groups) while the backlog stays stable, end-to-end latency
+//! from the scheduled send instant, and after a drain verifies that every group received every
+//! accepted message exactly once (broker-labelled redeliveries aside). Also serves the
+//! light-load latency cell.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use queen_client::{AckItem, QueueRef};
+use tokio::task::JoinSet;
+
+use super::Ctx;
+use crate::openloop::{self, Schedule};
+use crate::payload::{Clock, Stamp};
+use crate::report::{Latency, Row};
+use crate::tracker::Tracker;
+
+/// Long-poll deadline of bench consumers: short, so they notice the end of a cell quickly.
+const POP_TIMEOUT_MS: u64 = 1000;
+/// Visibility timeout / lease, the same for the peer.
+pub const LEASE_SECONDS: u32 = 30;
+
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub scenario: &'static str,
+    pub label: String,
+    pub partitions: u32,
+    pub groups: u32,
+    pub push_batch: u32,
+    /// Producer rate in messages per second.
+    pub rate: f64,
+    pub consumers_per_group: u32,
+    pub warmup: Duration,
+    pub measure: Duration,
+}
+
+/// Consumer counters shared with the cell.
+#[derive(Default)]
+pub struct ConsumerStats {
+    pub pops: AtomicU64,
+    pub empty_pops: AtomicU64,
+    pub errors: AtomicU64,
+    pub ack_failures: AtomicU64,
+}
+
+pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for partitions in ctx.profile.partitions.clone() {
+        for groups in ctx.profile.groups.clone() {
+            let mut rate = initial_rate(ctx, partitions);
+            for attempt in 0..=ctx.profile.e2e_retries {
+                let cell = Cell {
+                    scenario: "e2e",
+                    label: format!("part-{partitions} cg-{groups}"),
+                    partitions,
+                    groups,
+                    push_batch: 100,
+                    rate,
+                    consumers_per_group: consumers_for(partitions),
+                    warmup: ctx.profile.e2e_warmup,
+                    measure: ctx.profile.e2e_measure,
+                };
+                let mut row = run_cell(ctx, &cell).await?;
+                let stable = row.stable_backlog == Some(true);
+                eprintln!(
+                    "  e2e {} at {rate:.0} msg/s: {:.0} delivered/s, stable={stable}",
+                    cell.label, row.msgs_per_s
+                );
+                if stable || attempt == ctx.profile.e2e_retries {
+                    if attempt > 0 {
+                        row.notes
+                            .push(format!("rate halved {attempt}x after backlog growth"));
+                    }
+                    ctx.e2e_rates.insert((partitions, groups), rate);
+                    rows.push(row);
+                    break;
+                }
+                rate /= 2.0;
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Light load: 1 000 msgs/s pushed one per request to one partition, one group.
+pub async fn run_latency(ctx: &mut Ctx) -> Result<Vec<Row>> {
+    let cell = Cell {
+        scenario: "latency",
+        label: "1000 msg/s bp-1 part-1".into(),
+        partitions: 1,
+        groups: 1,
+        push_batch: 1,
+        rate: 1000.0,
+        consumers_per_group: 1,
+        warmup: Duration::from_secs(1),
+        measure: ctx.profile.latency_measure,
+    };
+    Ok(vec![run_cell(ctx, &cell).await?])
+}
+
+/// Consumers per group: one per partition up to 10 (a partition serves one lease at a time).
+pub fn consumers_for(partitions: u32) -> u32 {
+    partitions.clamp(1, 10)
+}
+
+/// Half the measured push capacity at this partition count, else the profile default.
+fn initial_rate(ctx: &Ctx, partitions: u32) -> f64 {
+    ctx.overrides
+        .e2e_rate
+        .or_else(|| ctx.push_capacity.get(&partitions).map(|c| c * 0.5))
+        .unwrap_or(ctx.profile.e2e_default_rate)
+        .max(100.0)
+}
+
+fn group_name(groups: u32, g: u32) -> Option<String> {
+    (groups > 1).then(|| format!("g{g}"))
+}
+
+async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
+    let name = ctx.queue_name(&format!(
+        "{}-p{}-g{}-r{}",
+        cell.scenario, cell.partitions, cell.groups, cell.rate as u64
+    ));
+    let queue = ctx.queen.queue(&name);
+    queue
+        .configure(serde_json::json!({ "leaseTime": LEASE_SECONDS }))
+        .await?;
+    let tracker = Arc::new(Tracker::new(cell.groups as usize));
+    let cstats = Arc::new(ConsumerStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut consumers = JoinSet::new();
+    for g in 0..cell.groups {
+        for _ in 0..cell.consumers_per_group {
+            let mut q = queue
+                .clone()
+                .batch(100)
+                .wait(true)
+                .timeout_ms(POP_TIMEOUT_MS)
+                .subscription_mode("all");
+            if let Some(group) = group_name(cell.groups, g) {
+                q = q.group(group);
+            }
+            let args = (
+                ctx.queen.clone(),
+                tracker.clone(),
+                cstats.clone(),
+                stop.clone(),
+                ctx.clock,
+            );
+            consumers.spawn(consume(q, g, group_name(cell.groups, g), args));
+        }
+    }
+
+    let lanes: Arc<Vec<QueueRef>> = Arc::new(
+        (0..cell.partitions)
+            .map(|p| queue.clone().partition(format!("p{p}")))
+            .collect(),
+    );
+    let queued = Arc::new(AtomicU64::new(0));
+    let next_request = AtomicU64::new(0);
+    let batch = cell.push_batch;
+    let send = |_slot: u64, due: Instant| {
+        let n = next_request.fetch_add(1, Ordering::Relaxed);
+        let lane = lanes[(n % u64::from(cell.partitions)) as usize].clone();
+        let items = super::push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        let queued = queued.clone();
+        async move {
+            let results = lane.push(&items).await.map_err(|e| e.to_string())?;
+            let ok = results.iter().filter(|r| r.is_queued()).count() as u64;
+            queued.fetch_add(ok, Ordering::Relaxed);
+            if ok as usize == results.len() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} of {} items not queued",
+                    results.len() as u64 - ok,
+                    results.len()
+                ))
+            }
+        }
+    };
+    let schedule = |duration| Schedule {
+        rate: Some(cell.rate / f64::from(batch)),
+        duration,
+        inflight: ctx.profile.inflight,
+    };
+
+    ctx.checkpoint().await?;
+    let warm = openloop::run(schedule(cell.warmup), send).await;
+    let backlog = |t: &Tracker| {
+        let q = queued.load(Ordering::Relaxed);
+        t.unique()
+            .iter()
+            .map(|u| q.saturating_sub(*u))
+            .max()
+            .unwrap_or(0)
+    };
+    tracker.open_window(ctx.clock.now_us());
+    let backlog_start = backlog(&tracker);
+    let delivered_start: u64 = tracker.unique().iter().sum();
+    let queued_start = queued.load(Ordering::Relaxed);
+    let start = ctx.meter.start().await?;
+    let stats = openloop::run(schedule(cell.measure), send).await;
+    let usage = ctx.meter.since(&start).await?;
+    let backlog_end = backlog(&tracker);
+    let delivered: u64 = tracker.unique().iter().sum::<u64>() - delivered_start;
+    let pushed = queued.load(Ordering::Relaxed) - queued_start;
+
+    // Drain: producers stopped; wait until every group has everything or the timeout.
+    let expected = queued.load(Ordering::Relaxed);
+    let drain_deadline = Instant::now() + ctx.profile.drain_timeout;
+    while tracker.unique().iter().any(|u| *u < expected) && Instant::now() < drain_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    while consumers.join_next().await.is_some() {}
+
+    let mut row = Row::new(cell.scenario, cell.label.clone(), "queen-rs");
+    row.offered_msgs_per_s = Some(cell.rate);
+    row.msgs = delivered;
+    row.msgs_per_s = delivered as f64 / usage.seconds.max(1e-3);
+    row.shed = stats.shed;
+    row.errors = stats.errors + warm.errors + cstats.errors.load(Ordering::Relaxed);
+    row.latency = Latency::of(&tracker.latency());
+    // Stable: the backlog did not grow by more than one second of production.
+    row.stable_backlog =
+        Some(backlog_end <= backlog_start + cell.rate.ceil() as u64 + u64::from(batch));
+    row.extra.insert("backlog_end".into(), backlog_end as f64);
+    row.extra.insert(
+        "pushed_per_s".into(),
+        pushed as f64 / usage.seconds.max(1e-3),
+    );
+    let acks_failed = cstats.ack_failures.load(Ordering::Relaxed);
+    if acks_failed > 0 {
+        row.extra.insert("ack_failures".into(), acks_failed as f64);
+    }
+    if let Some(e) = stats.first_error.or(warm.first_error) {
+        row.notes.push(format!("first push error: {e}"));
+    }
+    let mut row = row.with_usage(usage);
+    if pushed > 0 {
+        row.wal_bytes_per_msg = Some(row.usage.wal_bytes as f64 / pushed as f64);
+        row.extra.insert(
+            "xacts_per_pushed_msg".into(),
+            row.usage.xacts as f64 / pushed as f64,
+        );
+    }
+    if let Some(seg) = ctx.ceilings.get("seg100k") {
+        row.ceiling_fraction = Some(row.msgs_per_s / seg);
+        row.ceiling_name = Some("seg100k".into());
+    }
+    row.verification = Some(tracker.verify(expected));
+    Ok(row)
+}
+
+type ConsumerArgs = (
+    queen_client::Queen,
+    Arc<Tracker>,
+    Arc<ConsumerStats>,
+    Arc<AtomicBool>,
+    Clock,
+);
+
+/// Pop, record, ack the whole batch in one call; until told to stop.
+async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: ConsumerArgs) {
+    let (queen, tracker, stats, stop, clock) = args;
+    while !stop.load(Ordering::Relaxed) {
+        let popped = match queue.pop().await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                stats.empty_pops.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Err(e) => {
+                if stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("  consumer error: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        stats.pops.fetch_add(1, Ordering::Relaxed);
+        let now = clock.now_us();
+        for m in &popped.messages {
+            if let Some(s) = Stamp::parse(m.data.get()) {
+                tracker.record(g as usize, s.i, m.delivery_attempt.unwrap_or(1), s.t, now);
+            }
+        }
+        let acks: Vec<AckItem> = popped.messages.iter().map(AckItem::completed).collect();
+        match queen.ack_batch(&acks, group.as_deref()).await {
+            Ok(results) => {
+                let failed = results.iter().filter(|r| !r.success).count() as u64;
+                stats.ack_failures.fetch_add(failed, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("  ack error: {e}");
+                }
+            }
+        }
+    }
+}

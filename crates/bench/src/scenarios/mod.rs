@@ -1,0 +1,99 @@
+//! The scenarios and what they share: the target, the meter, the HTTP handle, payloads, and
+//! numbers one scenario hands to the next (ceilings, push capacity, e2e rates).
+
+pub mod ceiling;
+pub mod e2e;
+pub mod idle;
+pub mod peer;
+pub mod pgpool;
+pub mod push;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::ValueEnum;
+use queen_client::Queen;
+
+use crate::meter::Meter;
+use crate::payload::{Clock, Payloads};
+use crate::profile::Profile;
+use crate::target::Target;
+
+/// Selectable scenarios, run in this order (the ceiling first: later rows divide by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Scenario {
+    Ceiling,
+    Push,
+    E2e,
+    Latency,
+    Idle,
+    Peer,
+}
+
+/// Command-line overrides of the profile.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub push_rate: Option<f64>,
+    pub e2e_rate: Option<f64>,
+    pub binary_push: bool,
+    pub pgmq_sql: Option<PathBuf>,
+    pub pgbench: Option<PathBuf>,
+}
+
+/// PostgreSQL's own throughput for the write patterns, messages per second.
+#[derive(Debug, Clone, Default)]
+pub struct Ceilings {
+    pub by_script: BTreeMap<String, f64>,
+}
+
+impl Ceilings {
+    pub fn get(&self, script: &str) -> Option<f64> {
+        self.by_script.get(script).copied()
+    }
+}
+
+pub struct Ctx {
+    pub target: Target,
+    pub meter: Meter,
+    /// Admin connection to the broker's database (checkpoints, stored-message counts).
+    pub admin: tokio_postgres::Client,
+    pub queen: Queen,
+    pub profile: Profile,
+    pub overrides: Overrides,
+    pub payloads: Payloads,
+    pub clock: Clock,
+    pub run_id: String,
+    pub ceilings: Ceilings,
+    /// Partitions → push capacity (msgs/s) at the largest batch, from the push scenario.
+    pub push_capacity: BTreeMap<u32, f64>,
+    /// (partitions, groups) → producer rate an e2e cell sustained, reused by the peer.
+    pub e2e_rates: BTreeMap<(u32, u32), f64>,
+}
+
+impl Ctx {
+    /// A CHECKPOINT before each cell, so every cell starts with the same full-page-write debt.
+    pub async fn checkpoint(&self) -> Result<()> {
+        self.admin.batch_execute("CHECKPOINT").await?;
+        Ok(())
+    }
+
+    /// A queue name unique to this run.
+    pub fn queue_name(&self, what: &str) -> String {
+        format!("bench-{}-{what}", self.run_id)
+    }
+
+    /// Messages stored in `queue` (offsets are dense from 0 per partition), if the target's
+    /// schema is ours.
+    pub async fn stored_messages(&self, queue: &str) -> Option<i64> {
+        self.admin
+            .query_one(
+                "SELECT coalesce(sum(p.last_offset + 1), 0)::bigint FROM queen.log_partitions p \
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1",
+                &[&queue],
+            )
+            .await
+            .ok()
+            .map(|r| r.get(0))
+    }
+}

@@ -1,0 +1,375 @@
+//! The peer: pgmq (SQL from the PyPI `pgmq` wheel, loaded as plain SQL into a scratch
+//! database of the same cluster), driven through its SQL functions with the same work as our
+//! rows: `send_batch` of 1/10/100 messages open-loop at capacity, and end-to-end producers at
+//! the rate our cell sustained with consumers that `read_with_poll(q, 30, 100)` and `delete`
+//! the batch. Each pgmq row carries the queen-rs / pgmq ratios of the matching row of ours.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::task::JoinSet;
+
+use super::e2e::{consumers_for, LEASE_SECONDS};
+use super::pgpool::PgPool;
+use super::Ctx;
+use crate::openloop::{self, Schedule};
+use crate::payload::Stamp;
+use crate::report::{Latency, Row};
+use crate::tracker::Tracker;
+
+const DB: &str = "queen_bench_pgmq";
+const PGMQ_WHEEL: &str = "pgmq==1.1.4";
+/// pgmq's long-poll: poll inside PostgreSQL for up to 1 s, every 100 ms.
+const READ: &str =
+    "SELECT msg_id, read_ct, message::text FROM pgmq.read_with_poll($1, $2, 100, 1, 100)";
+
+pub async fn run(ctx: &mut Ctx, ours: &[Row]) -> Result<Vec<Row>> {
+    let sql = pgmq_sql(ctx.overrides.pgmq_sql.clone())?;
+    ctx.admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {DB} WITH (FORCE)"))
+        .await?;
+    ctx.admin
+        .batch_execute(&format!("CREATE DATABASE {DB}"))
+        .await?;
+    let result = run_cells(ctx, &sql, ours).await;
+    ctx.admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {DB} WITH (FORCE)"))
+        .await
+        .ok();
+    result
+}
+
+async fn run_cells(ctx: &mut Ctx, sql: &str, ours: &[Row]) -> Result<Vec<Row>> {
+    let db = ctx.target.connect(Some(DB)).await?;
+    db.batch_execute(sql).await.context("loading pgmq.sql")?;
+    let mut cfg = ctx.target.pg.clone();
+    cfg.dbname(DB);
+    let pool = PgPool::connect(&cfg, ctx.profile.inflight).await?;
+    let mut rows = Vec::new();
+    for batch in ctx.profile.push_batches.clone() {
+        let mut row = push_cell(ctx, &db, &pool, batch).await?;
+        compare(&mut row, find(ours, "push", &format!("bp-{batch} part-1")));
+        eprintln!("  pgmq push bp-{batch}: {:.0} msg/s", row.msgs_per_s);
+        rows.push(row);
+    }
+    for partitions in ctx.profile.partitions.clone() {
+        let Some(&rate) = ctx.e2e_rates.get(&(partitions, 1)) else {
+            continue;
+        };
+        let label = format!("part-{partitions} cg-1");
+        let mut row = e2e_cell(
+            ctx,
+            &db,
+            &pool,
+            &cfg,
+            &label,
+            consumers_for(partitions),
+            rate,
+        )
+        .await?;
+        compare(&mut row, find(ours, "e2e", &label));
+        eprintln!("  pgmq e2e {label}: {:.0} delivered/s", row.msgs_per_s);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn find<'a>(rows: &'a [Row], scenario: &str, cell: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.cell == cell && r.system == "queen-rs")
+}
+
+/// Side-by-side ratios (queen-rs ÷ pgmq): throughput, p99, and total CPU per message.
+fn compare(row: &mut Row, ours: Option<&Row>) {
+    let Some(o) = ours else { return };
+    if row.msgs_per_s > 0.0 {
+        row.extra
+            .insert("x_msgs_per_s".into(), o.msgs_per_s / row.msgs_per_s);
+    }
+    if let (Some(a), Some(b)) = (o.latency, row.latency) {
+        row.extra
+            .insert("x_p99".into(), a.p99_ms / b.p99_ms.max(1e-3));
+    }
+    let cpu_per_msg = |r: &Row| {
+        let cpu = r.usage.broker_cpu_s.unwrap_or(0.0) + r.usage.pg_cpu_s.unwrap_or(0.0);
+        (r.msgs > 0).then(|| cpu / r.msgs as f64)
+    };
+    if let (Some(a), Some(b)) = (cpu_per_msg(o), cpu_per_msg(row)) {
+        if b > 0.0 {
+            row.extra.insert("x_cpu_per_msg".into(), a / b);
+        }
+    }
+    row.notes.push(format!("x_* = queen-rs {} / pgmq", o.cell));
+}
+
+async fn create_queue(db: &tokio_postgres::Client, name: &str) -> Result<()> {
+    db.execute("SELECT pgmq.create($1)", &[&name]).await?;
+    Ok(())
+}
+
+/// `send_batch` of `batch` messages; returns how many ids came back.
+async fn send(pool: PgPool, queue: String, bodies: Vec<String>) -> Result<u64, String> {
+    let conn = pool.get().await;
+    let row = conn
+        .query_one(
+            "SELECT count(*) FROM pgmq.send_batch($1, $2::text[]::jsonb[])",
+            &[&queue, &bodies],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(row.get::<_, i64>(0) as u64)
+}
+
+fn bodies(ctx: &Ctx, first: u64, batch: u32, sched_us: i64) -> Vec<String> {
+    (first..first + u64::from(batch))
+        .map(|s| ctx.payloads.body(s, sched_us))
+        .collect()
+}
+
+async fn push_cell(
+    ctx: &Ctx,
+    db: &tokio_postgres::Client,
+    pool: &PgPool,
+    batch: u32,
+) -> Result<Row> {
+    let queue = format!("push_b{batch}");
+    create_queue(db, &queue).await?;
+    let sent = Arc::new(AtomicU64::new(0));
+    let next = AtomicU64::new(0);
+    let send_one = |_slot: u64, due: Instant| {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let fut = send(
+            pool.clone(),
+            queue.clone(),
+            bodies(ctx, n * u64::from(batch), batch, ctx.clock.micros(due)),
+        );
+        let sent = sent.clone();
+        async move {
+            sent.fetch_add(fut.await?, Ordering::Relaxed);
+            Ok(())
+        }
+    };
+    let inflight = ctx.profile.inflight;
+    ctx.checkpoint().await?;
+    let warm = openloop::run(
+        Schedule {
+            rate: None,
+            duration: ctx.profile.push_warmup,
+            inflight,
+        },
+        send_one,
+    )
+    .await;
+    let rate = (warm.ok as f64 / warm.elapsed.as_secs_f64().max(1e-3)).max(1.0);
+    let start = ctx.meter.start().await?;
+    let stats = openloop::run(
+        Schedule {
+            rate: Some(rate),
+            duration: ctx.profile.push_measure,
+            inflight,
+        },
+        send_one,
+    )
+    .await;
+    let usage = ctx.meter.since(&start).await?;
+    let mut row = Row::new("peer-push", format!("bp-{batch}"), "pgmq");
+    row.offered_msgs_per_s = Some(rate * f64::from(batch));
+    row.msgs = stats.ok * u64::from(batch);
+    row.msgs_per_s = row.msgs as f64 / stats.elapsed.as_secs_f64();
+    row.shed = stats.shed;
+    row.errors = stats.errors + warm.errors;
+    row.latency = Latency::of(&stats.latency_us);
+    let mut row = row.with_usage(usage);
+    row.usage.broker_cpu_s = None;
+    row.usage.broker_peak_rss_mb = None;
+    let stored: i64 = db
+        .query_one(&format!("SELECT count(*) FROM pgmq.q_{queue}"), &[])
+        .await?
+        .get(0);
+    let expected = sent.load(Ordering::Relaxed);
+    row.verification = Some(crate::tracker::Verification {
+        expected,
+        delivered_unique: vec![stored as u64],
+        lost: expected.saturating_sub(stored as u64),
+        duplicates: (stored as u64).saturating_sub(expected),
+        redelivered: 0,
+        ok: stored as u64 == expected,
+    });
+    if let Some(seg) = ctx
+        .ceilings
+        .get("batch100x1k")
+        .filter(|_| batch > 1)
+        .or(ctx.ceilings.get("one1k"))
+    {
+        row.ceiling_fraction = Some(row.msgs_per_s / seg);
+        row.ceiling_name = Some(if batch > 1 { "batch100x1k" } else { "one1k" }.into());
+    }
+    Ok(row)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn e2e_cell(
+    ctx: &Ctx,
+    db: &tokio_postgres::Client,
+    pool: &PgPool,
+    cfg: &tokio_postgres::Config,
+    label: &str,
+    consumers: u32,
+    rate: f64,
+) -> Result<Row> {
+    let queue = format!("e2e_{}", label.replace(['-', ' '], "_"));
+    create_queue(db, &queue).await?;
+    let tracker = Arc::new(Tracker::new(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for _ in 0..consumers {
+        let conn = crate::target::connect(cfg).await?;
+        let (queue, tracker, stop, errors, clock) = (
+            queue.clone(),
+            tracker.clone(),
+            stop.clone(),
+            errors.clone(),
+            ctx.clock,
+        );
+        tasks.spawn(async move {
+            let vt = LEASE_SECONDS as i32;
+            while !stop.load(Ordering::Relaxed) {
+                let rows = match conn.query(READ, &[&queue, &vt]).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if rows.is_empty() {
+                    continue;
+                }
+                let now = clock.now_us();
+                let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    ids.push(r.get(0));
+                    if let Some(s) = Stamp::parse(r.get::<_, &str>(2)) {
+                        tracker.record(0, s.i, r.get::<_, i32>(1).max(1) as u32, s.t, now);
+                    }
+                }
+                if conn
+                    .query(
+                        "SELECT * FROM pgmq.delete($1, $2::bigint[])",
+                        &[&queue, &ids],
+                    )
+                    .await
+                    .is_err()
+                {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    let sent = Arc::new(AtomicU64::new(0));
+    let next = AtomicU64::new(0);
+    let send_one = |_slot: u64, due: Instant| {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let fut = send(
+            pool.clone(),
+            queue.clone(),
+            bodies(ctx, n * 100, 100, ctx.clock.micros(due)),
+        );
+        let sent = sent.clone();
+        async move {
+            sent.fetch_add(fut.await?, Ordering::Relaxed);
+            Ok(())
+        }
+    };
+    let schedule = |duration| Schedule {
+        rate: Some(rate / 100.0),
+        duration,
+        inflight: ctx.profile.inflight,
+    };
+    ctx.checkpoint().await?;
+    let warm = openloop::run(schedule(ctx.profile.e2e_warmup), send_one).await;
+    tracker.open_window(ctx.clock.now_us());
+    let delivered_start = tracker.unique()[0];
+    let backlog_start = sent.load(Ordering::Relaxed).saturating_sub(delivered_start);
+    let start = ctx.meter.start().await?;
+    let stats = openloop::run(schedule(ctx.profile.e2e_measure), send_one).await;
+    let usage = ctx.meter.since(&start).await?;
+    let delivered = tracker.unique()[0] - delivered_start;
+    let backlog_end = sent
+        .load(Ordering::Relaxed)
+        .saturating_sub(tracker.unique()[0]);
+    let expected = sent.load(Ordering::Relaxed);
+    let deadline = Instant::now() + ctx.profile.drain_timeout;
+    while tracker.unique()[0] < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    while tasks.join_next().await.is_some() {}
+
+    let mut row = Row::new("peer-e2e", label.to_string(), "pgmq");
+    row.offered_msgs_per_s = Some(rate);
+    row.msgs = delivered;
+    row.msgs_per_s = delivered as f64 / usage.seconds.max(1e-3);
+    row.shed = stats.shed;
+    row.errors = stats.errors + warm.errors + errors.load(Ordering::Relaxed);
+    row.latency = Latency::of(&tracker.latency());
+    row.stable_backlog = Some(backlog_end <= backlog_start + rate.ceil() as u64 + 100);
+    row.extra.insert("consumers".into(), f64::from(consumers));
+    let mut row = row.with_usage(usage);
+    row.usage.broker_cpu_s = None;
+    row.usage.broker_peak_rss_mb = None;
+    row.verification = Some(tracker.verify(expected));
+    Ok(row)
+}
+
+/// `--pgmq-sql`, else the cached copy, else `pip download` the wheel and extract
+/// `pgmq/sql/pgmq.sql` from it (a wheel is a zip; Python's zipfile reads it).
+fn pgmq_sql(explicit: Option<PathBuf>) -> Result<String> {
+    if let Some(p) = explicit {
+        return std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()));
+    }
+    let cache_root = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    let cache = cache_root
+        .join("queen-bench")
+        .join(PGMQ_WHEEL.replace("==", "-"));
+    let sql_path = cache.join("pgmq.sql");
+    if let Ok(sql) = std::fs::read_to_string(&sql_path) {
+        return Ok(sql);
+    }
+    std::fs::create_dir_all(&cache)?;
+    let status = Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
+        .arg(&cache)
+        .arg(PGMQ_WHEEL)
+        .status()
+        .context("running python3 -m pip download (needs Python with pip)")?;
+    if !status.success() {
+        bail!("pip download {PGMQ_WHEEL} failed ({status})");
+    }
+    let wheel = std::fs::read_dir(&cache)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| anyhow!("no wheel in {}", cache.display()))?;
+    let out = Command::new("python3")
+        .args(["-c", "import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read('pgmq/sql/pgmq.sql'))"])
+        .arg(&wheel)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "no pgmq/sql/pgmq.sql in {}: {}",
+            wheel.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::write(&sql_path, &out.stdout)?;
+    Ok(String::from_utf8(out.stdout)?)
+}

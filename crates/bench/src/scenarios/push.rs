@@ -1,0 +1,199 @@
+//! Push throughput: batches of 1, 10 and 100 messages of 1 KiB over 1, 10 and 100 partitions
+//! (one partition per request, round-robin), dedup on with the default window. A saturating
+//! warm-up measures capacity; the measured run then offers exactly that rate open-loop, so
+//! latency (from the scheduled instant) is the latency at capacity. Verified by comparing the
+//! messages the broker stored with the pushes it acknowledged as `queued`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Result;
+use queen_client::{PushItem, QueueRef};
+
+use super::Ctx;
+use crate::openloop::{self, Schedule};
+use crate::report::{Latency, Row};
+use crate::tracker::Verification;
+
+#[derive(Default)]
+struct Outcome {
+    queued: AtomicU64,
+    duplicate: AtomicU64,
+    failed: AtomicU64,
+}
+
+pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for partitions in ctx.profile.partitions.clone() {
+        for batch in ctx.profile.push_batches.clone() {
+            let row = cell(ctx, batch, partitions).await?;
+            if Some(&batch) == ctx.profile.push_batches.iter().max() {
+                ctx.push_capacity.insert(partitions, row.msgs_per_s);
+            }
+            eprintln!(
+                "  push bp-{batch} part-{partitions}: {:.0} msg/s",
+                row.msgs_per_s
+            );
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// Builds the `batch` items of request `slot` (sequence numbers `slot*batch ..`).
+pub fn items(ctx: &Ctx, first_seq: u64, batch: u32, sched_us: i64) -> Vec<PushItem> {
+    (first_seq..first_seq + u64::from(batch))
+        .map(|seq| {
+            PushItem::raw(ctx.payloads.body(seq, sched_us), Some(format!("m{seq}")))
+                .expect("bench payloads are valid JSON")
+        })
+        .collect()
+}
+
+/// One push request; counts statuses into `outcome`.
+async fn push(
+    queue: QueueRef,
+    items: Vec<PushItem>,
+    binary: bool,
+    outcome: Arc<Outcome>,
+) -> Result<(), String> {
+    let results = if binary {
+        queue.push_binary(&items, false).await
+    } else {
+        queue.push(&items).await
+    };
+    let results = results.map_err(|e| e.to_string())?;
+    for r in &results {
+        let counter = match r.status.as_str() {
+            "queued" => &outcome.queued,
+            "duplicate" => &outcome.duplicate,
+            _ => &outcome.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+    match results.iter().find(|r| !r.is_queued()) {
+        Some(r) => Err(format!(
+            "push item {}: {} {}",
+            r.index,
+            r.status,
+            r.error.clone().unwrap_or_default()
+        )),
+        None => Ok(()),
+    }
+}
+
+async fn cell(ctx: &Ctx, batch: u32, partitions: u32) -> Result<Row> {
+    let name = ctx.queue_name(&format!("push-b{batch}-p{partitions}"));
+    let queue = ctx.queen.queue(&name);
+    queue
+        .configure(serde_json::json!({ "leaseTime": 30 }))
+        .await?;
+    let lanes: Arc<Vec<QueueRef>> = Arc::new(
+        (0..partitions)
+            .map(|p| queue.clone().partition(format!("p{p}")))
+            .collect(),
+    );
+    let outcome = Arc::new(Outcome::default());
+    let next_request = AtomicU64::new(0);
+    let binary = ctx.overrides.binary_push;
+    let send = |_slot: u64, due: std::time::Instant| {
+        let n = next_request.fetch_add(1, Ordering::Relaxed);
+        let lane = lanes[(n % u64::from(partitions)) as usize].clone();
+        let items = items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        push(lane, items, binary, outcome.clone())
+    };
+    let inflight = ctx.profile.inflight;
+    ctx.checkpoint().await?;
+    let warm = openloop::run(
+        Schedule {
+            rate: None,
+            duration: ctx.profile.push_warmup,
+            inflight,
+        },
+        send,
+    )
+    .await;
+    let capacity = warm.ok as f64 / warm.elapsed.as_secs_f64().max(1e-3);
+    let rate = ctx
+        .overrides
+        .push_rate
+        .map(|m| m / f64::from(batch))
+        .unwrap_or(capacity)
+        .max(1.0);
+    let start = ctx.meter.start().await?;
+    let stats = openloop::run(
+        Schedule {
+            rate: Some(rate),
+            duration: ctx.profile.push_measure,
+            inflight,
+        },
+        send,
+    )
+    .await;
+    let usage = ctx.meter.since(&start).await?;
+
+    let mut row = Row::new("push", format!("bp-{batch} part-{partitions}"), "queen-rs");
+    row.offered_msgs_per_s = Some(rate * f64::from(batch));
+    row.msgs = stats.ok * u64::from(batch);
+    row.msgs_per_s = row.msgs as f64 / stats.elapsed.as_secs_f64();
+    row.shed = stats.shed;
+    if stats.scheduled > 0 {
+        row.extra.insert(
+            "shed_pct".into(),
+            100.0 * stats.shed as f64 / stats.scheduled as f64,
+        );
+    }
+    row.errors = stats.errors + warm.errors;
+    row.latency = Latency::of(&stats.latency_us);
+    if let Some(e) = stats.first_error.or(warm.first_error) {
+        row.notes.push(format!("first error: {e}"));
+    }
+    let row = row.with_usage(usage);
+    Ok(with_ceiling(
+        ctx,
+        verify(ctx, &name, &outcome, row).await,
+        batch,
+    ))
+}
+
+/// Stored messages must equal acknowledged pushes, with no duplicate or failed item.
+async fn verify(ctx: &Ctx, queue: &str, outcome: &Outcome, mut row: Row) -> Row {
+    let queued = outcome.queued.load(Ordering::Relaxed);
+    let duplicate = outcome.duplicate.load(Ordering::Relaxed);
+    let failed = outcome.failed.load(Ordering::Relaxed);
+    match ctx.stored_messages(queue).await {
+        Some(stored) => {
+            let stored = stored.max(0) as u64;
+            row.verification = Some(Verification {
+                expected: queued,
+                delivered_unique: vec![stored],
+                lost: queued.saturating_sub(stored),
+                duplicates: stored.saturating_sub(queued) + duplicate,
+                redelivered: 0,
+                ok: stored == queued && duplicate == 0 && failed == 0,
+            });
+        }
+        None => row
+            .notes
+            .push("stored count unavailable (not our schema?)".into()),
+    }
+    if failed > 0 {
+        row.notes.push(format!("{failed} items failed"));
+    }
+    row
+}
+
+/// Push efficiency: against the segment ceiling (our storage shape), plus the row-shaped
+/// ceiling of the same batch size for comparison with row-based peers.
+fn with_ceiling(ctx: &Ctx, mut row: Row, batch: u32) -> Row {
+    if let Some(seg) = ctx.ceilings.get("seg100k") {
+        row.ceiling_fraction = Some(row.msgs_per_s / seg);
+        row.ceiling_name = Some("seg100k".into());
+    }
+    let row_script = if batch == 1 { "one1k" } else { "batch100x1k" };
+    if let Some(c) = ctx.ceilings.get(row_script) {
+        row.extra
+            .insert(format!("pct_{row_script}"), 100.0 * row.msgs_per_s / c);
+    }
+    row
+}

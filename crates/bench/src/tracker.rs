@@ -1,0 +1,155 @@
+//! Delivery bookkeeping for one cell: per consumer group, which sequence numbers arrived, how
+//! many arrived again (a redelivery when the broker says `deliveryAttempt > 1`, a duplicate
+//! otherwise), and the end-to-end latency of deliveries scheduled inside the measured window.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::openloop::new_histogram;
+
+#[derive(Default)]
+struct GroupState {
+    seen: Vec<u64>,
+    unique: u64,
+    duplicates: u64,
+    redelivered: u64,
+}
+
+impl GroupState {
+    /// Marks `seq`; true if it was new.
+    fn mark(&mut self, seq: u64) -> bool {
+        let (word, bit) = ((seq / 64) as usize, seq % 64);
+        if word >= self.seen.len() {
+            self.seen.resize(word + 1, 0);
+        }
+        let fresh = self.seen[word] & (1 << bit) == 0;
+        self.seen[word] |= 1 << bit;
+        fresh
+    }
+}
+
+pub struct Tracker {
+    groups: Vec<Mutex<GroupState>>,
+    latency: Mutex<Histogram<u64>>,
+    /// Deliveries of messages scheduled at or after this instant (µs) feed the histogram.
+    window_start_us: AtomicI64,
+}
+
+/// Verdict per group after the drain.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verification {
+    pub expected: u64,
+    pub delivered_unique: Vec<u64>,
+    pub lost: u64,
+    pub duplicates: u64,
+    pub redelivered: u64,
+    pub ok: bool,
+}
+
+impl Tracker {
+    pub fn new(groups: usize) -> Self {
+        Self {
+            groups: (0..groups)
+                .map(|_| Mutex::new(GroupState::default()))
+                .collect(),
+            latency: Mutex::new(new_histogram()),
+            window_start_us: AtomicI64::new(i64::MAX),
+        }
+    }
+
+    /// Opens the measured window: later-scheduled deliveries count towards latency.
+    pub fn open_window(&self, from_us: i64) {
+        self.window_start_us.store(from_us, Ordering::Relaxed);
+    }
+
+    /// Records one delivery to `group` of message `seq` scheduled at `sched_us`.
+    pub fn record(&self, group: usize, seq: u64, attempt: u32, sched_us: i64, now_us: i64) {
+        let fresh = {
+            let mut g = self.groups[group].lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = g.mark(seq);
+            if fresh {
+                g.unique += 1;
+            } else if attempt > 1 {
+                g.redelivered += 1;
+            } else {
+                g.duplicates += 1;
+            }
+            fresh
+        };
+        if fresh && sched_us >= self.window_start_us.load(Ordering::Relaxed) {
+            let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = h.record((now_us - sched_us).max(1) as u64);
+        }
+    }
+
+    /// Unique deliveries per group so far.
+    pub fn unique(&self) -> Vec<u64> {
+        self.groups
+            .iter()
+            .map(|g| g.lock().unwrap_or_else(|p| p.into_inner()).unique)
+            .collect()
+    }
+
+    pub fn latency(&self) -> Histogram<u64> {
+        self.latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every group must hold exactly the `expected` accepted messages, each once (a redelivery
+    /// the broker labelled as such is allowed). More unique deliveries than accepted pushes
+    /// (a push that failed on the wire but was stored) also fails the check.
+    pub fn verify(&self, expected: u64) -> Verification {
+        let mut v = Verification {
+            expected,
+            delivered_unique: Vec::new(),
+            lost: 0,
+            duplicates: 0,
+            redelivered: 0,
+            ok: true,
+        };
+        for g in &self.groups {
+            let g = g.lock().unwrap_or_else(|p| p.into_inner());
+            v.delivered_unique.push(g.unique);
+            v.lost += expected.saturating_sub(g.unique);
+            v.duplicates += g.duplicates;
+            v.redelivered += g.redelivered;
+            if g.unique != expected || g.duplicates > 0 {
+                v.ok = false;
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_duplicates_apart_from_redeliveries() {
+        let t = Tracker::new(2);
+        t.open_window(0);
+        for seq in 0..100 {
+            t.record(0, seq, 1, 10, 20);
+        }
+        t.record(0, 5, 2, 10, 20);
+        assert!(t.verify(100).delivered_unique == vec![100, 0]);
+        assert!(!t.verify(100).ok, "group 1 lost everything");
+        for seq in 0..100 {
+            t.record(1, seq, 1, 10, 20);
+        }
+        let v = t.verify(100);
+        assert!(v.ok && v.redelivered == 1 && v.duplicates == 0, "{v:?}");
+        t.record(1, 7, 1, 10, 20);
+        assert!(
+            !t.verify(100).ok,
+            "an unlabelled second delivery is a duplicate"
+        );
+        assert_eq!(t.latency().len(), 200);
+    }
+}
