@@ -23,6 +23,12 @@
 //! * A live server found through `postmaster.pid` is *reused, not adopted*: it was started by
 //!   someone else (another broker on the same directory, or an operator with `pg_ctl`), so
 //!   [`EmbeddedPg::stop`] and drop leave it running ([`EmbeddedPg::is_supervised`] is false).
+//! * Stale lock files: a `postmaster.pid` whose PID no longer exists is left for PostgreSQL,
+//!   which replaces it itself after checking that no orphaned backend still holds the old
+//!   shared memory. One naming a zombie or an unrelated process (PID reuse), which PostgreSQL
+//!   would refuse, is removed by us; so is such a socket lock file (`.s.PGSQL.<port>.lock`).
+//! * Concurrent starts on one directory (two brokers booting) serialise on an `flock` of the
+//!   data directory: the second waits and then reuses the first one's server.
 
 use std::ffi::{CString, OsStr};
 use std::fmt;
