@@ -18,6 +18,8 @@ pub struct Inner {
     pub cfg: Config,
     pub store: Store,
     pub wake: WakeGates,
+    /// Pop-path state: maintenance flag cache and learned minimum pop waits.
+    pub pop: crate::engine::pop::PopService,
     /// Coalesces pushed frames into segments and bundles (engine.md §4.3).
     pub push_fusion: PushFusion,
     pub counters: Counters,
@@ -40,14 +42,17 @@ impl AppState {
     pub fn new(cfg: Config, store: Store) -> Self {
         let segment_writer = crate::engine::push_flush::SegmentWriter::new(store.clone(), cfg.zstd_level);
         let push_fusion = PushFusion::start(FusionConfig::default(), Arc::new(segment_writer));
+        let broker_id = uuid::Uuid::now_v7();
+        let wake = WakeGates::new(broker_id, cfg.peer_wake.then(|| store.pg_config().clone()));
         AppState(Arc::new(Inner {
             cfg,
             store,
-            wake: WakeGates::default(),
+            wake,
+            pop: Default::default(),
             push_fusion,
             counters: Counters::default(),
             started: Instant::now(),
-            broker_id: uuid::Uuid::now_v7(),
+            broker_id,
             closing: tokio::sync::watch::Sender::new(false),
         }))
     }

@@ -2,8 +2,11 @@
 
 pub mod groups;
 pub mod messages;
+pub mod longpoll;
+pub mod pop;
 pub mod push;
 pub mod push_flush;
 pub mod queues;
+pub mod render;
 pub mod resources;
 pub mod segment_build;

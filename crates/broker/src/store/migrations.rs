@@ -9,6 +9,7 @@ const FILES: &[(&str, &str)] = &[
     ("001_schema.sql", include_str!("../../sql/001_schema.sql")),
     ("002_push.sql", include_str!("../../sql/002_push.sql")),
     ("002_queues.sql", include_str!("../../sql/002_queues.sql")),
+    ("003_pop.sql", include_str!("../../sql/003_pop.sql")),
     ("004_ack.sql", include_str!("../../sql/004_ack.sql")),
     ("005_transaction.sql", include_str!("../../sql/005_transaction.sql")),
     ("006_admin.sql", include_str!("../../sql/006_admin.sql")),

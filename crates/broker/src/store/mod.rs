@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod migrations;
+pub mod pop;
 pub mod push;
 pub mod queues;
 

@@ -1,0 +1,689 @@
+-- 003_pop: the pop path (spec "Life of a pop" and "Consuming", engine.md §5). PostgreSQL
+-- decides every claim under the consumer row's lock; no function here ever waits on another
+-- pop: claims use FOR UPDATE SKIP LOCKED, row creation and the watermark use try-advisory
+-- locks. The only waits are a first contact's queue/registration inserts, taken before the
+-- transaction holds any claim, so they cannot close a cycle.
+--
+-- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
+-- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
+-- take, msgCount, createdAt (µs since epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
+-- segment blobs in the order the segments appear. The broker decompresses each blob and
+-- slices frames [startIdx, startIdx + take).
+
+-- The cursor of a fresh (partition, group) for a subscription instant: just before the first
+-- retained segment created at or after p_ts (a forward walk from log_start, never from
+-- offset 0), or last_offset (future only) when nothing is that recent. One backward step on
+-- the newest segment answers the common "subscribed now" case without a walk.
+CREATE OR REPLACE FUNCTION queen.log_seed_cursor_v1(p_pid bigint, p_last bigint, p_log_start bigint, p_ts timestamptz)
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_newest timestamptz;
+    v_base bigint;
+BEGIN
+    SELECT s.created_at INTO v_newest
+    FROM queen.log_segments s
+    WHERE s.partition_id = p_pid
+    ORDER BY s.base_offset DESC LIMIT 1;
+    IF v_newest IS NULL OR v_newest < p_ts THEN
+        RETURN p_last;
+    END IF;
+    SELECT s.base_offset INTO v_base
+    FROM queen.log_segments s
+    WHERE s.partition_id = p_pid AND s.base_offset >= p_log_start AND s.created_at >= p_ts
+    ORDER BY s.base_offset LIMIT 1;
+    RETURN COALESCE(v_base - 1, p_last);
+END $$;
+
+-- The subscription a pop's own parameters ask for: (mode, instant). '__QUEUE_MODE__' never
+-- skips backlog; subscriptionFrom=<timestamp> wins over the mode; `new` or
+-- subscriptionFrom=now means future only; anything else means everything retained.
+CREATE OR REPLACE FUNCTION queen.log_sub_intent_v1(p_group text, p_sub_mode text, p_sub_from text,
+    OUT r_mode text, OUT r_ts timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_group = '__QUEUE_MODE__' THEN
+        r_mode := 'all';
+    ELSIF COALESCE(p_sub_from, '') <> '' AND lower(p_sub_from) <> 'now' THEN
+        r_mode := 'timestamp';
+        r_ts := p_sub_from::timestamptz;
+    ELSIF lower(COALESCE(p_sub_mode, '')) IN ('new', 'new-only', 'newonly')
+          OR lower(COALESCE(p_sub_from, '')) = 'now' THEN
+        r_mode := 'new';
+        r_ts := now();
+    ELSE
+        r_mode := 'all';
+    END IF;
+    IF r_mode = 'all' THEN
+        r_ts := 'epoch';
+    END IF;
+END $$;
+
+-- Group-first-contact registration of (queue, group): the durable subscription record plus
+-- the bulk seed (every named-group cursor from the stored instant; queue mode from -1). The one insert that returns a row elects the single seeder, which seeds
+-- every partition's cursor in one set-based statement (ascending id: the consumer-row lock
+-- order). Concurrent first pops wait here on the seeder's commit, holding nothing yet;
+-- without this, per-partition lazy creation convoys into chains the deadlock detector
+-- never breaks.
+CREATE OR REPLACE FUNCTION queen.log_register_group_v1(p_qid bigint, p_group text, p_mode text, p_ts timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows int;
+BEGIN
+    IF EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+               WHERE m.consumer_group = p_group AND m.queue_id = p_qid
+                 AND m.partition_name = '' AND m.namespace = '' AND m.task = '') THEN
+        RETURN;
+    END IF;
+    INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+    VALUES (p_group, p_qid, p_mode, p_ts)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    IF v_rows = 1 THEN
+        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+        SELECT p.id, p_group,
+               CASE WHEN p_group = '__QUEUE_MODE__' THEN -1
+                    ELSE queen.log_seed_cursor_v1(p.id, p.last_offset, p.log_start, p_ts) END
+        FROM queen.log_partitions p
+        WHERE p.queue_id = p_qid
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+    END IF;
+END $$;
+
+-- The claim core for one partition (spec steps 2-6). Returns one row: the verdict
+-- r_state ('took' | 'empty' | 'leased'; deferral by windowBuffer/delayedProcessing and
+-- lock-skips report 'leased' with the horizon in r_until), the delivery attempt, the
+-- partition's last_offset as read, and the delivered segments as aligned arrays.
+-- p_lease_seconds NULL or <= 0 means the queue's lease_time (60 without one).
+CREATE OR REPLACE FUNCTION queen.log_pop_claim_v1(
+    p_pid bigint, p_group text, p_budget int, p_lease_seconds int, p_worker text,
+    p_auto_ack bool, p_sub_mode text, p_sub_from text, p_skip_window bool)
+RETURNS TABLE(r_state text, r_until timestamptz, r_attempt int, r_last_off bigint,
+              r_partition text, r_queue text, r_taken int,
+              r_bases bigint[], r_starts int[], r_takes int[], r_counts int[],
+              r_created timestamptz[], r_blobs bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_qid bigint;
+    v_log_start bigint;
+    v_delay int;
+    v_window int;
+    v_lease int;
+    v_newest timestamptz;
+    v_committed bigint;
+    v_until timestamptz;
+    v_ts timestamptz;
+    v_seed bigint;
+    v_wanted bigint;
+    v_cut timestamptz;
+    v_left int := GREATEST(p_budget, 0);
+    v_first bigint;
+    v_last_taken bigint;
+    v_deferred_at timestamptz;
+    h_base bigint;
+    h_end bigint;
+    h_created timestamptz;
+    v_take int;
+    seg record;
+BEGIN
+    r_state := 'empty';
+    r_taken := 0;
+    r_bases := '{}'; r_starts := '{}'; r_takes := '{}'; r_counts := '{}';
+    r_created := '{}'; r_blobs := '{}';
+
+    -- Step 1: the partition and its queue's visibility and lease configuration.
+    SELECT p.last_offset, p.log_start, p.name, q.id, q.name, q.delayed_processing, q.window_buffer,
+           COALESCE(NULLIF(GREATEST(p_lease_seconds, 0), 0), NULLIF(q.lease_time, 0), 60)
+    INTO r_last_off, v_log_start, r_partition, v_qid, r_queue, v_delay, v_window, v_lease
+    FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Step 2: windowBuffer, a quiet-period debounce on the newest segment (created_at is
+    -- monotone in base_offset, so one backward primary-key step finds it).
+    IF v_window > 0 AND NOT p_skip_window THEN
+        SELECT s.created_at INTO v_newest
+        FROM queen.log_segments s WHERE s.partition_id = p_pid
+        ORDER BY s.base_offset DESC LIMIT 1;
+        IF v_newest > v_now - make_interval(secs => v_window) THEN
+            r_state := 'leased';
+            r_until := v_newest + make_interval(secs => v_window);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Step 4: claim first. A live lease or another pop mid-flight on the row skips it.
+    SELECT c.committed INTO v_committed
+    FROM queen.log_consumers c
+    WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+      AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Present (leased or locked) means skip this cycle, without waiting.
+        SELECT c.lease_expires_at INTO v_until
+        FROM queen.log_consumers c
+        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        IF FOUND THEN
+            r_state := 'leased';
+            r_until := GREATEST(v_until, v_now);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- Missing: exactly one pop creates it. Try, never take: a wildcard pop's transaction
+        -- lives across its whole candidate loop, so waiting here would chain pops together.
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(p_pid::text || '/' || p_group, 42)) THEN
+            r_state := 'leased';
+            r_until := v_now;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- Step 3: seed on first contact only: the durable subscription record, else the
+        -- pop's own intent, else everything retained; '__QUEUE_MODE__' never skips backlog.
+        IF p_group <> '__QUEUE_MODE__' THEN
+            SELECT m.subscription_timestamp INTO v_ts
+            FROM queen.consumer_groups_metadata m
+            WHERE m.consumer_group = p_group AND m.queue_id = v_qid
+              AND m.partition_name = '' AND m.namespace = '' AND m.task = '';
+            IF NOT FOUND THEN
+                SELECT i.r_ts INTO v_ts
+                FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
+            END IF;
+        END IF;
+        v_seed := CASE WHEN v_ts IS NULL THEN -1
+                       ELSE queen.log_seed_cursor_v1(p_pid, r_last_off, v_log_start, v_ts) END;
+        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+        VALUES (p_pid, p_group, v_seed)
+        ON CONFLICT DO NOTHING;
+        SELECT c.committed INTO v_committed
+        FROM queen.log_consumers c
+        WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+          AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            r_state := 'leased';
+            r_until := v_now;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Step 5: head probe (one backward step, covering test applied afterwards so a miss
+    -- never walks the head), then the forward scan until the budget is spent. Step 2's
+    -- delayedProcessing cuts a contiguous suffix: the first too-young segment ends the scan.
+    v_wanted := v_committed + 1;
+    v_cut := CASE WHEN v_delay > 0 THEN v_now - make_interval(secs => v_delay) ELSE 'infinity' END;
+    SELECT s.base_offset, s.end_offset, s.created_at INTO h_base, h_end, h_created
+    FROM queen.log_segments s
+    WHERE s.partition_id = p_pid AND s.base_offset <= v_wanted
+    ORDER BY s.base_offset DESC LIMIT 1;
+    IF FOUND AND h_end >= v_wanted AND v_left > 0 THEN
+        IF h_created > v_cut THEN
+            v_deferred_at := h_created;
+        ELSE
+            v_take := LEAST(h_end - v_wanted + 1, v_left)::int;
+            r_bases := r_bases || h_base;
+            r_starts := r_starts || (v_wanted - h_base)::int;
+            r_takes := r_takes || v_take;
+            r_counts := r_counts || (h_end - h_base + 1)::int;
+            r_created := r_created || h_created;
+            r_blobs := r_blobs || (SELECT s.blob FROM queen.log_segments s
+                                   WHERE s.partition_id = p_pid AND s.base_offset = h_base);
+            v_first := v_wanted;
+            v_last_taken := v_wanted + v_take - 1;
+            v_left := v_left - v_take;
+            r_taken := v_take;
+        END IF;
+    END IF;
+    IF v_left > 0 AND v_deferred_at IS NULL THEN
+        FOR seg IN
+            SELECT s.base_offset, s.end_offset, s.created_at, s.blob
+            FROM queen.log_segments s
+            WHERE s.partition_id = p_pid AND s.base_offset > v_wanted
+            ORDER BY s.base_offset
+        LOOP
+            IF seg.created_at > v_cut THEN
+                v_deferred_at := seg.created_at;
+                EXIT;
+            END IF;
+            v_take := LEAST(seg.end_offset - seg.base_offset + 1, v_left)::int;
+            r_bases := r_bases || seg.base_offset;
+            r_starts := r_starts || 0;
+            r_takes := r_takes || v_take;
+            r_counts := r_counts || (seg.end_offset - seg.base_offset + 1)::int;
+            r_created := r_created || seg.created_at;
+            r_blobs := r_blobs || seg.blob;
+            v_first := COALESCE(v_first, seg.base_offset);
+            v_last_taken := seg.base_offset + v_take - 1;
+            v_left := v_left - v_take;
+            r_taken := r_taken + v_take;
+            EXIT WHEN v_left <= 0;
+        END LOOP;
+    END IF;
+
+    IF r_taken = 0 THEN
+        IF v_deferred_at IS NOT NULL THEN
+            r_state := 'leased';
+            r_until := v_deferred_at + make_interval(secs => v_delay);
+        ELSIF r_last_off > v_committed
+              AND NOT EXISTS (SELECT 1 FROM queen.log_segments s WHERE s.partition_id = p_pid) THEN
+            -- The empty-partition cursor seal: retention removed every segment, so seal to
+            -- the last_offset read above (a concurrent push lands above it and stays
+            -- pending). A seal, not a claim: no lease or attempt field is touched.
+            UPDATE queen.log_consumers c SET committed = r_last_off
+            WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Step 6: autoAck commits inside the pop (at-most-once); otherwise lease (committed,
+    -- batch_end] without moving the cursor. attempt_count is redelivery telemetry: the
+    -- same start offset as the previous delivery means nack or lease expiry.
+    IF p_auto_ack THEN
+        UPDATE queen.log_consumers c SET
+            committed = v_last_taken, worker_id = NULL, lease_expires_at = NULL,
+            lease_acquired_at = NULL, batch_end = NULL,
+            total_consumed = c.total_consumed + r_taken, last_consumed_at = v_now
+        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        r_attempt := 1;
+    ELSE
+        UPDATE queen.log_consumers c SET
+            worker_id = p_worker,
+            lease_expires_at = v_now + make_interval(secs => v_lease),
+            lease_acquired_at = v_now,
+            batch_end = v_last_taken,
+            attempt_count = CASE WHEN c.attempt_offset IS NOT DISTINCT FROM v_first
+                                 THEN c.attempt_count + 1 ELSE 1 END,
+            attempt_offset = v_first
+        WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+        RETURNING c.attempt_count, c.lease_expires_at INTO r_attempt, r_until;
+    END IF;
+    r_state := 'took';
+    RETURN NEXT;
+END $$;
+
+-- The spec's per-partition entry point by names (engine.md §5.3): raw segment rows.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(
+    p_queue text, p_partition text, p_group text, p_budget int, p_lease_seconds int, p_worker text,
+    p_auto_ack bool DEFAULT false, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '',
+    p_skip_window_debounce bool DEFAULT false)
+RETURNS TABLE(r_base bigint, r_start_idx int, r_take int, r_msg_count int, r_created_at timestamptz, r_blob bytea)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid bigint;
+BEGIN
+    SELECT p.id INTO v_pid
+    FROM queen.queues q JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = p_partition
+    WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT u.b, u.s, u.t, u.m, u.c, u.blob
+    FROM queen.log_pop_claim_v1(v_pid, p_group, p_budget, p_lease_seconds, p_worker, p_auto_ack,
+                                p_sub_mode, p_sub_from, p_skip_window_debounce) r,
+         unnest(r.r_bases, r.r_starts, r.r_takes, r.r_counts, r.r_created, r.r_blobs) AS u(b, s, t, m, c, blob);
+END $$;
+
+-- Segment descriptors of one claim as the meta JSON array (createdAt in µs since epoch).
+CREATE OR REPLACE FUNCTION queen.log_pop_segments_json_v1(p_bases bigint[], p_starts int[], p_takes int[],
+    p_counts int[], p_created timestamptz[])
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(jsonb_agg(jsonb_build_object(
+               'base', u.b, 'startIdx', u.s, 'take', u.t, 'msgCount', u.m,
+               'createdAt', (extract(epoch FROM u.c) * 1000000)::bigint) ORDER BY u.o), '[]'::jsonb)
+    FROM unnest(p_bases, p_starts, p_takes, p_counts, p_created) WITH ORDINALITY AS u(b, s, t, m, c, o)
+$$;
+
+-- Claims from candidate partitions in the given order until the budget is spent or
+-- p_max_partitions partitions delivered; one worker id for all. `states` holds one verdict
+-- per evaluated candidate ({"p","s","until"?,"lastOff"}); the unevaluated tail is omitted.
+CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
+    p_pids bigint[], p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
+    p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
+RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb, claimed int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid bigint;
+    v_left int := GREATEST(p_budget, 0);
+    r record;
+BEGIN
+    meta := '[]'; blobs := '{}'; states := '[]'; claimed := 0;
+    FOREACH v_pid IN ARRAY COALESCE(p_pids, '{}') LOOP
+        EXIT WHEN v_left <= 0 OR claimed >= GREATEST(p_max_partitions, 1);
+        SELECT * INTO r
+        FROM queen.log_pop_claim_v1(v_pid, p_group, v_left, p_lease_seconds, p_worker, p_auto_ack,
+                                    p_sub_mode, p_sub_from, p_skip_window);
+        CONTINUE WHEN r.r_partition IS NULL;
+        states := states || jsonb_strip_nulls(jsonb_build_object(
+            'p', r.r_partition, 's', r.r_state, 'until', r.r_until, 'lastOff', r.r_last_off));
+        IF r.r_state = 'took' THEN
+            claimed := claimed + 1;
+            v_left := v_left - r.r_taken;
+            meta := meta || jsonb_build_object(
+                'partition', r.r_partition, 'partitionId', v_pid, 'queue', r.r_queue,
+                'deliveryAttempt', r.r_attempt,
+                'segments', queen.log_pop_segments_json_v1(r.r_bases, r.r_starts, r.r_takes,
+                                                            r.r_counts, r.r_created));
+            blobs := blobs || r.r_blobs;
+        END IF;
+    END LOOP;
+    meta := jsonb_build_object('partitions', meta);
+    RETURN NEXT;
+END $$;
+
+-- The empty-scan watermark (engine.md §2.7): after a scan that claimed nothing, at most once
+-- per 30 s per (queue, group), re-check pending data ignoring leases; advance the floor only
+-- when the queue is genuinely empty, else just record the check so a lease-held backlog is
+-- never stranded. Partitions below the floor were empty when it advanced and only a write
+-- (which moves last_write_at) or a seek (which clears the floor) makes them pending again,
+-- so the re-check stays inside the window. Try-locked: a busy peer simply skips it.
+CREATE OR REPLACE FUNCTION queen.log_empty_scan_v1(p_qid bigint, p_group text, p_floor timestamptz, p_checked timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_pending bool;
+BEGIN
+    IF p_checked > now() - interval '30 seconds' THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended(p_qid::text || '/' || p_group, 43)) THEN
+        RETURN;
+    END IF;
+    SELECT EXISTS (
+        SELECT 1 FROM queen.log_partitions p
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE p.queue_id = p_qid
+          AND p.last_write_at >= p_floor - interval '2 minutes'
+          AND p.last_offset > COALESCE(c.committed, -1))
+    INTO v_pending;
+    INSERT INTO queen.consumer_watermarks AS w (queue_id, consumer_group, last_empty_scan_at, updated_at)
+    VALUES (p_qid, p_group, CASE WHEN v_pending THEN '-infinity'::timestamptz ELSE now() END, now())
+    ON CONFLICT (queue_id, consumer_group) DO UPDATE SET
+        last_empty_scan_at = CASE WHEN v_pending THEN w.last_empty_scan_at ELSE now() END,
+        updated_at = now();
+END $$;
+
+-- Candidate cap of the SQL scan: more candidates than wanted, because some will be claimed
+-- by concurrent pops or turn out empty.
+CREATE OR REPLACE FUNCTION queen.log_pop_candidate_cap_v1(p_max_partitions int)
+RETURNS int LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_max_partitions >= 128 THEN 512
+                ELSE LEAST(GREATEST(p_max_partitions * 4, 64), 512) END
+$$;
+
+-- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, engine.md §5.2): first-contact
+-- registration and bulk seed, then a coarse candidate scan (write watermark, unleased,
+-- maybe pending; random order spreads consumers; log_pop_claim_v1 re-verifies each under
+-- the row lock), then claims until budget or partition cap. A named group's first pop of a
+-- missing queue creates it, so its subscription record has a queue row to point at.
+CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_bin_v1(
+    p_queue text, p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
+    p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '')
+RETURNS TABLE(meta jsonb, blobs bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid bigint;
+    v_min_wait int;
+    v_floor timestamptz;
+    v_checked timestamptz;
+    v_mode text;
+    v_ts timestamptz;
+    v_cands bigint[];
+    r record;
+BEGIN
+    SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        IF p_group = '__QUEUE_MODE__' THEN
+            meta := '{"partitions":[]}'; blobs := '{}';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        INSERT INTO queen.queues (name, namespace, task)
+        VALUES (p_queue, split_part(p_queue, '.', 1), split_part(p_queue, '.', 2))
+        ON CONFLICT (name) DO NOTHING;
+        SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+    END IF;
+
+    SELECT i.r_mode, i.r_ts INTO v_mode, v_ts FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
+    PERFORM queen.log_register_group_v1(v_qid, p_group, v_mode, v_ts);
+
+    SELECT w.last_empty_scan_at, w.updated_at INTO v_floor, v_checked
+    FROM queen.consumer_watermarks w WHERE w.queue_id = v_qid AND w.consumer_group = p_group;
+    v_floor := COALESCE(v_floor, '-infinity');
+
+    v_cands := ARRAY(
+        SELECT p.id
+        FROM queen.log_partitions p
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE p.queue_id = v_qid
+          AND p.last_write_at >= v_floor - interval '2 minutes'
+          AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+          AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
+        ORDER BY random()
+        LIMIT queen.log_pop_candidate_cap_v1(p_max_partitions));
+
+    SELECT * INTO r
+    FROM queen.log_pop_candidates_v1(v_cands, p_group, p_budget, p_lease_seconds, p_worker, p_auto_ack,
+                                     p_max_partitions, p_sub_mode, p_sub_from, false);
+    IF r.claimed = 0 THEN
+        PERFORM queen.log_empty_scan_v1(v_qid, p_group, v_floor, v_checked);
+    END IF;
+    meta := r.meta || jsonb_build_object('minPopWaitMs', v_min_wait);
+    blobs := r.blobs;
+    RETURN NEXT;
+END $$;
+
+-- Claims from named partitions of one queue, in the given order (the hot-list serve path,
+-- and the long-poll's pushed-partition hints). Names that do not exist are skipped.
+CREATE OR REPLACE FUNCTION queen.log_pop_list_v1(
+    p_queue text, p_group text, p_partitions text[], p_budget int, p_lease_seconds int, p_worker text,
+    p_auto_ack bool, p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '',
+    p_skip_window bool DEFAULT false)
+RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pids bigint[];
+    v_min_wait int;
+    r record;
+BEGIN
+    SELECT q.min_pop_wait_time INTO v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+    v_pids := ARRAY(
+        SELECT p.id
+        FROM queen.queues q
+        JOIN queen.log_partitions p ON p.queue_id = q.id
+        JOIN unnest(p_partitions) WITH ORDINALITY AS n(name, ord) ON n.name = p.name
+        WHERE q.name = p_queue
+        ORDER BY n.ord);
+    SELECT * INTO r
+    FROM queen.log_pop_candidates_v1(v_pids, p_group, p_budget, p_lease_seconds, p_worker, p_auto_ack,
+                                     p_max_partitions, p_sub_mode, p_sub_from, p_skip_window);
+    meta := r.meta || jsonb_strip_nulls(jsonb_build_object('minPopWaitMs', v_min_wait));
+    blobs := r.blobs;
+    states := r.states;
+    RETURN NEXT;
+END $$;
+
+-- The targeted pop. The claim runs first; the reported partitionId and delivery attempt are
+-- resolved by a later statement of this VOLATILE function, whose snapshot is at least as new
+-- as anything the claim saw, so a pop racing the partition-creating push can never deliver
+-- a leased batch with an empty partitionId.
+CREATE OR REPLACE FUNCTION queen.log_pop_specific_v1(
+    p_queue text, p_partition text, p_group text, p_budget int, p_lease_seconds int, p_worker text,
+    p_auto_ack bool, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '')
+RETURNS TABLE(meta jsonb, blobs bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_segs jsonb;
+    v_pid bigint;
+    v_attempt int;
+    v_min_wait int;
+BEGIN
+    SELECT queen.log_pop_segments_json_v1(array_agg(r.r_base ORDER BY r.r_base), array_agg(r.r_start_idx ORDER BY r.r_base),
+                                          array_agg(r.r_take ORDER BY r.r_base), array_agg(r.r_msg_count ORDER BY r.r_base),
+                                          array_agg(r.r_created_at ORDER BY r.r_base)),
+           COALESCE(array_agg(r.r_blob ORDER BY r.r_base), '{}')
+    INTO v_segs, blobs
+    FROM queen.log_pop_v1(p_queue, p_partition, p_group, p_budget, p_lease_seconds, p_worker,
+                          p_auto_ack, p_sub_mode, p_sub_from) r;
+
+    SELECT p.id, CASE WHEN p_auto_ack THEN 1 ELSE c.attempt_count END, q.min_pop_wait_time
+    INTO v_pid, v_attempt, v_min_wait
+    FROM queen.queues q
+    LEFT JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = p_partition
+    LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+    WHERE q.name = p_queue;
+
+    IF jsonb_array_length(v_segs) = 0 THEN
+        meta := jsonb_strip_nulls(jsonb_build_object('partitions', '[]'::jsonb, 'minPopWaitMs', v_min_wait));
+    ELSE
+        meta := jsonb_build_object(
+            'partitions', jsonb_build_array(jsonb_build_object(
+                'partition', p_partition, 'partitionId', v_pid, 'queue', p_queue,
+                'deliveryAttempt', v_attempt, 'segments', v_segs)),
+            'minPopWaitMs', v_min_wait);
+    END IF;
+    RETURN NEXT;
+END $$;
+
+-- Discovery across the queues whose labels match (either label may be ''). A named group's
+-- first discovery contact stores a label-wide subscription record, so a queue that appears
+-- later is seeded from that instant instead of skipping its backlog; every matching queue
+-- is registered (ascending id, the queue lock order) before any claim. Each queue's own
+-- lease time applies unless the pop overrides it.
+CREATE OR REPLACE FUNCTION queen.log_pop_discover_wire_v1(
+    p_namespace text, p_task text, p_group text, p_budget int, p_worker text, p_auto_ack bool,
+    p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '',
+    p_lease_seconds int DEFAULT NULL)
+RETURNS TABLE(meta jsonb, blobs bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_mode text;
+    v_ts timestamptz;
+    v_qid bigint;
+    v_cands bigint[];
+    r record;
+BEGIN
+    v_mode := 'all';
+    v_ts := 'epoch';
+    IF p_group <> '__QUEUE_MODE__' THEN
+        FOR v_round IN 1..2 LOOP
+            SELECT m.subscription_mode, m.subscription_timestamp INTO v_mode, v_ts
+            FROM queen.consumer_groups_metadata m
+            WHERE m.consumer_group = p_group AND m.queue_id IS NULL AND m.partition_name = ''
+              AND m.namespace = p_namespace AND m.task = p_task;
+            EXIT WHEN FOUND;
+            INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, namespace, task, subscription_mode, subscription_timestamp)
+            SELECT p_group, NULL, p_namespace, p_task, s.r_mode, s.r_ts
+            FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) s
+            ON CONFLICT DO NOTHING;
+        END LOOP;
+        -- A later-registered queue starts from the label record's instant, not from "now".
+        IF v_mode = 'new' THEN
+            v_mode := 'timestamp';
+        END IF;
+    END IF;
+    FOR v_qid IN
+        SELECT q.id FROM queen.queues q
+        WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task)
+          AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+                          WHERE m.consumer_group = p_group AND m.queue_id = q.id AND m.partition_name = ''
+                            AND m.namespace = '' AND m.task = '')
+        ORDER BY q.id
+    LOOP
+        PERFORM queen.log_register_group_v1(v_qid, p_group, v_mode, v_ts);
+    END LOOP;
+
+    v_cands := ARRAY(
+        SELECT p.id
+        FROM queen.queues q
+        JOIN queen.log_partitions p ON p.queue_id = q.id
+        LEFT JOIN queen.consumer_watermarks w ON w.queue_id = q.id AND w.consumer_group = p_group
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task)
+          AND p.last_write_at >= COALESCE(w.last_empty_scan_at, '-infinity') - interval '2 minutes'
+          AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+          AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
+        ORDER BY q.priority DESC, random()
+        LIMIT queen.log_pop_candidate_cap_v1(p_max_partitions));
+
+    SELECT * INTO r
+    FROM queen.log_pop_candidates_v1(v_cands, p_group, p_budget, p_lease_seconds, p_worker, p_auto_ack,
+                                     p_max_partitions, p_sub_mode, p_sub_from, false);
+    meta := r.meta;
+    blobs := r.blobs;
+    RETURN NEXT;
+END $$;
+
+-- The cheap probes a pop runs before taking the connection-heavy path. False means
+-- definitively nothing to deliver; true may be stale (leased, deferred), a deliberate
+-- superset. Partitions below the empty-scan floor cannot be pending (see log_empty_scan_v1).
+CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_queue text, p_group text)
+RETURNS bool LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_qid bigint;
+    v_floor timestamptz;
+BEGIN
+    SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT w.last_empty_scan_at INTO v_floor
+    FROM queen.consumer_watermarks w WHERE w.queue_id = v_qid AND w.consumer_group = p_group;
+    RETURN EXISTS (
+        SELECT 1 FROM queen.log_partitions p
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE p.queue_id = v_qid
+          AND p.last_write_at >= COALESCE(v_floor, '-infinity') - interval '2 minutes'
+          AND p.last_offset > COALESCE(c.committed, -1));
+END $$;
+
+-- Exact for one partition (log_start counts); a missing partition or cursor row answers true
+-- so the targeted pop itself decides.
+CREATE OR REPLACE FUNCTION queen.log_partition_has_pending_v1(p_queue text, p_partition text, p_group text)
+RETURNS bool LANGUAGE sql STABLE AS $$
+    SELECT COALESCE((
+        SELECT CASE WHEN c.partition_id IS NULL THEN true
+                    ELSE p.last_offset > GREATEST(c.committed, p.log_start - 1) END
+        FROM queen.queues q
+        JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = p_partition
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE q.name = p_queue), true)
+$$;
+
+CREATE OR REPLACE FUNCTION queen.log_discover_has_pending_v1(p_namespace text, p_task text, p_group text)
+RETURNS bool LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1
+        FROM queen.queues q
+        JOIN queen.log_partitions p ON p.queue_id = q.id
+        LEFT JOIN queen.consumer_watermarks w ON w.queue_id = q.id AND w.consumer_group = p_group
+        LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task)
+          AND p.last_write_at >= COALESCE(w.last_empty_scan_at, '-infinity') - interval '2 minutes'
+          AND p.last_offset > COALESCE(c.committed, -1))
+$$;
+
+-- Pending-message estimate for the minimum pop wait (spec: hold an under-full claim in the
+-- broker): unleased pending offsets of the queue, or of one partition, counted up to p_cap.
+CREATE OR REPLACE FUNCTION queen.log_pending_estimate_v1(p_queue text, p_partition text, p_group text, p_cap bigint)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT LEAST(COALESCE(sum(GREATEST(p.last_offset - GREATEST(COALESCE(c.committed, -1), p.log_start - 1), 0)), 0), p_cap)::bigint
+    FROM queen.queues q
+    JOIN queen.log_partitions p ON p.queue_id = q.id
+    LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+    WHERE q.name = p_queue
+      AND (p_partition IS NULL OR p.name = p_partition)
+      AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
+$$;
+
+-- Pop maintenance mode: while queen.system_state says so, every pop answers 204 at once.
+CREATE OR REPLACE FUNCTION queen.log_pop_maintenance_v1()
+RETURNS bool LANGUAGE sql STABLE AS $$
+    SELECT COALESCE((SELECT s.value = 'true'::jsonb FROM queen.system_state s
+                     WHERE s.key = 'pop_maintenance_mode'), false)
+$$;

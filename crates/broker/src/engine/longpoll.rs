@@ -1,0 +1,167 @@
+//! Long-poll parking (spec "Life of a pop", step 7; wire.md §7.6): an empty `wait=true` pop
+//! waits on a wake gate, holding no connection, until a wake, its backoff interval, its
+//! deadline or the broker's shutdown, whichever comes first.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::config::Config;
+
+/// The re-check interval: `initial` for the first `threshold` attempts, then
+/// `initial × attempt × multiplier` capped at `max`. A wake resets it. It is the correctness
+/// floor for a lost wake.
+pub struct Backoff {
+    attempt: u32,
+    initial: Duration,
+    threshold: u32,
+    multiplier: f64,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(cfg: &Config) -> Self {
+        Backoff {
+            attempt: 0,
+            initial: Duration::from_millis(cfg.pop_wait_initial_ms.max(1)),
+            threshold: cfg.pop_wait_backoff_threshold,
+            multiplier: cfg.pop_wait_backoff_multiplier.max(0.0),
+            max: Duration::from_millis(cfg.pop_wait_max_ms.max(1)),
+        }
+    }
+
+    /// The interval of the next attempt (attempts count from 1).
+    pub fn next_interval(&mut self) -> Duration {
+        self.attempt = self.attempt.saturating_add(1);
+        if self.attempt <= self.threshold {
+            return self.initial.min(self.max);
+        }
+        let grown = self.initial.as_secs_f64() * f64::from(self.attempt) * self.multiplier;
+        Duration::try_from_secs_f64(grown)
+            .unwrap_or(self.max)
+            .clamp(self.initial.min(self.max), self.max)
+    }
+
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// Why a parked pop woke up.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Woke {
+    /// The gate opened: something was pushed (or released) on the queue.
+    Gate,
+    /// The backoff interval elapsed.
+    Interval,
+    /// The deadline passed or the broker is shutting down: answer now.
+    Done,
+}
+
+/// A gate armed before the caller's re-check, so a wake between check and park is not lost.
+pub struct Armed<'a> {
+    notified: std::pin::Pin<Box<tokio::sync::futures::Notified<'a>>>,
+}
+
+impl<'a> Armed<'a> {
+    pub fn arm(gate: &'a Arc<Notify>) -> Self {
+        let mut notified = Box::pin(gate.notified());
+        notified.as_mut().enable();
+        Armed { notified }
+    }
+
+    /// Parks until the gate opens, `interval` passes, `deadline` passes or `closing` is set.
+    pub async fn park(
+        self,
+        interval: Duration,
+        deadline: Instant,
+        closing: &mut watch::Receiver<bool>,
+    ) -> Woke {
+        let now = Instant::now();
+        if now >= deadline || *closing.borrow() {
+            return Woke::Done;
+        }
+        let until = (now + interval).min(deadline);
+        tokio::select! {
+            _ = self.notified => Woke::Gate,
+            _ = tokio::time::sleep_until(until) => {
+                if Instant::now() >= deadline { Woke::Done } else { Woke::Interval }
+            }
+            _ = closed(closing) => Woke::Done,
+        }
+    }
+}
+
+/// Resolves once the broker starts shutting down (never, if the sender is gone).
+fn closed(closing: &mut watch::Receiver<bool>) -> impl Future<Output = ()> + '_ {
+    async move {
+        if closing.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backoff() -> Backoff {
+        Backoff {
+            attempt: 0,
+            initial: Duration::from_millis(100),
+            threshold: 3,
+            multiplier: 2.0,
+            max: Duration::from_millis(1000),
+        }
+    }
+
+    #[test]
+    fn follows_the_spec_schedule_and_resets() {
+        let mut b = backoff();
+        let ms: Vec<u128> = (0..6).map(|_| b.next_interval().as_millis()).collect();
+        assert_eq!(ms, vec![100, 100, 100, 800, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next_interval().as_millis(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_wake_between_arming_and_parking_is_kept() {
+        let gate = Arc::new(Notify::new());
+        let (_tx, mut closing) = watch::channel(false);
+        let armed = Armed::arm(&gate);
+        gate.notify_waiters();
+        let woke = armed
+            .park(
+                Duration::from_secs(30),
+                Instant::now() + Duration::from_secs(30),
+                &mut closing,
+            )
+            .await;
+        assert_eq!(woke, Woke::Gate);
+    }
+
+    #[tokio::test]
+    async fn shutdown_and_deadline_end_the_wait() {
+        let gate = Arc::new(Notify::new());
+        let (tx, mut closing) = watch::channel(false);
+        let far = Instant::now() + Duration::from_secs(30);
+        let parked = tokio::spawn(async move {
+            let armed = Armed::arm(&gate);
+            armed.park(Duration::from_secs(30), far, &mut closing).await
+        });
+        tx.send_replace(true);
+        assert_eq!(parked.await.expect("park task"), Woke::Done);
+        let gate = Arc::new(Notify::new());
+        let (_tx, mut closing) = watch::channel(false);
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(
+            Armed::arm(&gate)
+                .park(Duration::from_secs(5), soon, &mut closing)
+                .await,
+            Woke::Done
+        );
+    }
+}

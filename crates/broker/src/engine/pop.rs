@@ -1,0 +1,349 @@
+//! One pop request from parameters to answer (spec "Life of a pop", engine.md §5.1): pop
+//! maintenance mode, the minimum pop wait, the cheap has-pending probe, the claim in SQL, the
+//! frame walk after the connection is released, and long-poll parking with no connection
+//! held. This is the `QUEEN_HOTLIST=0` candidate path: the wildcard shape asks the SQL
+//! wildcard procedure, which carries the group-first-contact bulk seed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use deadpool_postgres::GenericClient;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::engine::longpoll::{Armed, Backoff, Woke};
+use crate::engine::render::{self, RenderContext, Rendered};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::migrations::db_message;
+use crate::store::pop::{self as sql, ClaimArgs, PopAnswer};
+
+/// Upper bound of one decompressed stored segment.
+const MAX_SEGMENT_BYTES: usize = 1 << 30;
+/// How long a read of pop maintenance mode is trusted.
+const MAINTENANCE_TTL: Duration = Duration::from_secs(1);
+
+/// Which partitions a pop may claim from.
+#[derive(Debug, Clone)]
+pub enum PopShape {
+    /// Any partition(s) of the queue.
+    Wildcard { queue: String },
+    /// One named partition.
+    Targeted { queue: String, partition: String },
+    /// Every queue whose labels match; an empty label matches any.
+    Discovery { namespace: String, task: String },
+}
+
+/// A named group's first-contact starting point.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subscription {
+    /// Everything retained.
+    All,
+    /// Future messages only.
+    New,
+    /// From the first segment at or after this instant.
+    From(DateTime<Utc>),
+}
+
+/// A parsed pop request (wire.md §7.2).
+#[derive(Debug, Clone)]
+pub struct PopRequest {
+    pub shape: PopShape,
+    pub batch: i32,
+    pub partitions: i32,
+    pub wait: bool,
+    pub timeout: Duration,
+    pub group: String,
+    pub auto_ack: bool,
+    pub subscription: Subscription,
+    /// Per-request lease length; `None` = the queue's.
+    pub lease_seconds: Option<i32>,
+}
+
+pub enum PopOutcome {
+    /// Nothing delivered: 204 with no body.
+    Empty,
+    Delivered(Rendered),
+}
+
+/// Per-broker pop state: the cached maintenance flag and the learned minimum pop waits.
+#[derive(Default)]
+pub struct PopService {
+    maintenance: MaintenanceFlag,
+    min_wait: MinPopWait,
+}
+
+/// Serves one pop: claims now, or parks (with `wait`) until something is claimed or the
+/// deadline passes.
+pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
+    let deadline = Instant::now() + req.timeout;
+    let worker = queen_proto::new_v7().to_string();
+    let gate = req.wait.then(|| match &req.shape {
+        PopShape::Discovery { .. } => st.wake.any_gate(),
+        PopShape::Wildcard { queue } | PopShape::Targeted { queue, .. } => st.wake.gate(queue),
+    });
+    let mut closing = st.closing.subscribe();
+    let mut backoff = Backoff::new(&st.cfg);
+    loop {
+        if st.pop.maintenance.on(st).await? {
+            return Ok(PopOutcome::Empty);
+        }
+        // Armed before the attempt: a push landing between the attempt and the park is kept.
+        let armed = gate.as_ref().map(Armed::arm);
+        if let Some(rendered) = attempt(st, req, &worker, deadline, &mut closing).await? {
+            return Ok(PopOutcome::Delivered(rendered));
+        }
+        let Some(armed) = armed else {
+            return Ok(PopOutcome::Empty);
+        };
+        match armed
+            .park(backoff.next_interval(), deadline, &mut closing)
+            .await
+        {
+            Woke::Gate => backoff.reset(),
+            Woke::Interval => {}
+            Woke::Done => return Ok(PopOutcome::Empty),
+        }
+    }
+}
+
+/// One claim attempt. Every connection it takes is back in the pool when it returns.
+async fn attempt(
+    st: &AppState,
+    req: &PopRequest,
+    worker: &str,
+    deadline: Instant,
+    closing: &mut watch::Receiver<bool>,
+) -> Result<Option<Rendered>> {
+    if let Some((queue, partition)) = queue_of(&req.shape) {
+        if let Some(window) = st.pop.min_wait.window(queue) {
+            hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
+        }
+    }
+    let (sub_mode, sub_from) = subscription_args(&req.subscription);
+    let args = ClaimArgs {
+        group: &req.group,
+        budget: req.batch,
+        lease_seconds: req.lease_seconds,
+        worker,
+        auto_ack: req.auto_ack,
+        max_partitions: req.partitions,
+        sub_mode,
+        sub_from: &sub_from,
+    };
+    let answer = {
+        let conn = st.store.conn().await?;
+        if st.cfg.pop_pending_gate && !has_pending(&conn, req).await.map_err(pop_failed)? {
+            return Ok(None);
+        }
+        claim(&conn, req, &args).await.map_err(pop_failed)?
+    };
+    if let (Some((queue, _)), Some(ms)) = (queue_of(&req.shape), answer.min_pop_wait_ms) {
+        st.pop.min_wait.learn(queue, ms);
+    }
+    if answer.partitions.is_empty() {
+        return Ok(None);
+    }
+    let discovery = matches!(req.shape, PopShape::Discovery { .. });
+    let ctx = RenderContext {
+        queue: queue_of(&req.shape).map_or("", |(q, _)| q),
+        group: &req.group,
+        lease_id: if req.auto_ack { "" } else { worker },
+        per_message_queue: discovery,
+        max_segment_bytes: MAX_SEGMENT_BYTES,
+    };
+    let rendered = render::render(&answer, &ctx);
+    st.counters
+        .messages_popped
+        .fetch_add(rendered.messages as u64, Relaxed);
+    Ok((rendered.messages > 0).then_some(rendered))
+}
+
+/// The cheap probe: false means definitively nothing to deliver.
+async fn has_pending(db: &impl GenericClient, req: &PopRequest) -> Result<bool> {
+    match &req.shape {
+        PopShape::Wildcard { queue } => sql::has_pending(db, queue, &req.group).await,
+        PopShape::Targeted { queue, partition } => {
+            sql::partition_has_pending(db, queue, partition, &req.group).await
+        }
+        PopShape::Discovery { namespace, task } => {
+            sql::discover_has_pending(db, namespace, task, &req.group).await
+        }
+    }
+}
+
+async fn claim(
+    db: &impl GenericClient,
+    req: &PopRequest,
+    args: &ClaimArgs<'_>,
+) -> Result<PopAnswer> {
+    match &req.shape {
+        PopShape::Wildcard { queue } => sql::pop_wildcard(db, queue, args).await,
+        PopShape::Targeted { queue, partition } => {
+            sql::pop_specific(db, queue, partition, args).await
+        }
+        PopShape::Discovery { namespace, task } => {
+            sql::pop_discover(db, namespace, task, args).await
+        }
+    }
+}
+
+/// A failed claim is a server fault: log PostgreSQL's own message, answer `pop failed`.
+fn pop_failed(e: Error) -> Error {
+    match e {
+        Error::Db(db) => {
+            tracing::error!(error = %db_message(&db), "pop failed");
+            Error::internal("pop failed")
+        }
+        other => other,
+    }
+}
+
+fn queue_of(shape: &PopShape) -> Option<(&str, Option<&str>)> {
+    match shape {
+        PopShape::Wildcard { queue } => Some((queue, None)),
+        PopShape::Targeted { queue, partition } => Some((queue, Some(partition))),
+        PopShape::Discovery { .. } => None,
+    }
+}
+
+/// The `(p_sub_mode, p_sub_from)` arguments of the SQL functions.
+fn subscription_args(sub: &Subscription) -> (&'static str, String) {
+    match sub {
+        Subscription::All => ("all", String::new()),
+        Subscription::New => ("new", String::new()),
+        Subscription::From(t) => ("all", t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+    }
+}
+
+/// The minimum pop wait: holds an under-full claim on a non-empty queue, in the broker and
+/// before any connection is held for the claim, until the batch could be full, the window
+/// elapses or the caller's deadline passes. A push to the queue re-evaluates at once.
+async fn hold_underfull(
+    st: &AppState,
+    req: &PopRequest,
+    queue: &str,
+    partition: Option<&str>,
+    window: Duration,
+    deadline: Instant,
+    closing: &mut watch::Receiver<bool>,
+) -> Result<()> {
+    let until = (Instant::now() + window).min(deadline);
+    let gate: Arc<Notify> = st.wake.gate(queue);
+    loop {
+        let armed = Armed::arm(&gate);
+        let pending = {
+            let conn = st.store.conn().await?;
+            sql::pending_estimate(&conn, queue, partition, &req.group, i64::from(req.batch))
+                .await
+                .map_err(pop_failed)?
+        };
+        if pending == 0 || pending >= i64::from(req.batch) {
+            return Ok(());
+        }
+        if armed.park(window, until, closing).await == Woke::Done {
+            return Ok(());
+        }
+    }
+}
+
+/// Pop maintenance mode, re-read from PostgreSQL at most once per second.
+#[derive(Default)]
+struct MaintenanceFlag {
+    cached: Mutex<Option<(Instant, bool)>>,
+    /// One refresh at a time; the others wait for its answer.
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl MaintenanceFlag {
+    fn fresh(&self) -> Option<bool> {
+        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .filter(|(at, _)| at.elapsed() < MAINTENANCE_TTL)
+            .map(|(_, on)| on)
+    }
+
+    async fn on(&self, st: &AppState) -> Result<bool> {
+        if let Some(on) = self.fresh() {
+            return Ok(on);
+        }
+        let _refreshing = self.refresh.lock().await;
+        if let Some(on) = self.fresh() {
+            return Ok(on);
+        }
+        let on = {
+            let conn = st.store.conn().await?;
+            sql::pop_maintenance(&conn).await.map_err(pop_failed)?
+        };
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), on));
+        Ok(on)
+    }
+}
+
+/// `min_pop_wait_time` per queue, learned from the claims' answers. The relaxed flag stays
+/// false on a broker where no queue ever configured it, so the default path pays one load.
+#[derive(Default)]
+struct MinPopWait {
+    any: AtomicBool,
+    by_queue: Mutex<HashMap<String, u64>>,
+}
+
+impl MinPopWait {
+    fn window(&self, queue: &str) -> Option<Duration> {
+        if !self.any.load(Relaxed) {
+            return None;
+        }
+        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(queue).map(|&ms| Duration::from_millis(ms))
+    }
+
+    fn learn(&self, queue: &str, ms: i64) {
+        let ms = u64::try_from(ms).unwrap_or(0);
+        if ms == 0 && !self.any.load(Relaxed) {
+            return;
+        }
+        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
+        if ms == 0 {
+            map.remove(queue);
+        } else {
+            map.insert(queue.to_string(), ms);
+            self.any.store(true, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_wait_is_off_until_some_queue_configures_it() {
+        let w = MinPopWait::default();
+        w.learn("q", 0);
+        assert!(!w.any.load(Relaxed));
+        assert_eq!(w.window("q"), None);
+        w.learn("q", 250);
+        assert_eq!(w.window("q"), Some(Duration::from_millis(250)));
+        assert_eq!(w.window("other"), None);
+        w.learn("q", 0);
+        assert_eq!(w.window("q"), None);
+    }
+
+    #[test]
+    fn subscription_arguments() {
+        assert_eq!(
+            subscription_args(&Subscription::New),
+            ("new", String::new())
+        );
+        let t = DateTime::parse_from_rfc3339("2026-11-29T11:00:00.123456+01:00")
+            .expect("ts")
+            .with_timezone(&Utc);
+        assert_eq!(
+            subscription_args(&Subscription::From(t)).1,
+            "2026-11-29T10:00:00.123456Z"
+        );
+    }
+}

@@ -1,0 +1,335 @@
+//! The frame walk and the JSON answer of a pop (wire.md §7.3). Runs after PostgreSQL has
+//! answered and the connection is back in the pool: decompress each claimed segment's blob,
+//! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
+//! buffer, splicing each stored payload verbatim.
+//!
+//! A leased pop also yields, per claimed partition, the leased span and the transaction
+//! hashes delivered in it ([`LeasedSpan`]): what an ack registry needs to turn the common
+//! full-batch ack into one positional cursor advance.
+
+use std::io::Write;
+
+use queen_proto::frame::{self, Frame};
+use queen_proto::{hash, segment, time};
+
+use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+
+/// Fixed parts of the envelope.
+pub struct RenderContext<'a> {
+    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
+    pub queue: &'a str,
+    pub group: &'a str,
+    /// The pop's worker id, or `""` for autoAck.
+    pub lease_id: &'a str,
+    /// Discovery answers carry a per-message `queue`.
+    pub per_message_queue: bool,
+    /// Upper bound of one decompressed segment.
+    pub max_segment_bytes: usize,
+}
+
+/// A rendered 200 answer.
+pub struct Rendered {
+    pub body: Vec<u8>,
+    pub messages: usize,
+    pub partitions_claimed: usize,
+    /// One entry per claimed partition of a leased pop (empty on autoAck).
+    pub leases: Vec<LeasedSpan>,
+}
+
+/// The lease a pop took on one (partition, group): offsets `(first_offset - 1, batch_end]`,
+/// worker = the pop's leaseId, and the distinct-or-not hashes of every delivered frame.
+#[derive(Debug, Clone)]
+pub struct LeasedSpan {
+    pub partition_id: i64,
+    pub first_offset: i64,
+    pub batch_end: i64,
+    pub hashes: Vec<[u8; 16]>,
+    /// False when a frame of the span could not be decoded: only SQL may then resolve acks.
+    pub complete: bool,
+}
+
+/// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out
+/// (their span is marked incomplete; the lease expires and they redeliver).
+pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+    let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
+    let first = answer.partitions.first();
+    out.extend_from_slice(b"{\"success\":true,\"queue\":");
+    write_str(&mut out, ctx.queue);
+    out.extend_from_slice(b",\"partition\":");
+    write_str(&mut out, first.map_or("", |p| p.partition.as_str()));
+    out.extend_from_slice(b",\"partitionId\":");
+    write_str(
+        &mut out,
+        &first.map_or(String::new(), |p| p.partition_id.to_string()),
+    );
+    out.extend_from_slice(b",\"leaseId\":");
+    write_str(&mut out, ctx.lease_id);
+    out.extend_from_slice(b",\"consumerGroup\":");
+    write_str(&mut out, ctx.group);
+    out.extend_from_slice(b",\"messages\":[");
+
+    let mut walk = Walk {
+        out,
+        messages: 0,
+        leases: Vec::new(),
+    };
+    let mut blobs = answer.blobs.iter();
+    let mut partitions_claimed = 0;
+    for part in &answer.partitions {
+        let mut span = LeasedSpan {
+            partition_id: part.partition_id,
+            first_offset: -1,
+            batch_end: -1,
+            hashes: Vec::new(),
+            complete: true,
+        };
+        let before = walk.messages;
+        for seg in &part.segments {
+            let Some(blob) = blobs.next() else { break };
+            walk.segment(ctx, part, seg, blob, &mut span);
+        }
+        if walk.messages > before {
+            partitions_claimed += 1;
+        }
+        if !ctx.lease_id.is_empty() {
+            walk.leases.push(span);
+        }
+    }
+    let Walk {
+        mut out,
+        messages,
+        leases,
+    } = walk;
+    write!(out, "],\"partitionsClaimed\":{partitions_claimed}}}")
+        .expect("writing to a Vec cannot fail");
+    Rendered {
+        body: out,
+        messages,
+        partitions_claimed,
+        leases,
+    }
+}
+
+struct Walk {
+    out: Vec<u8>,
+    messages: usize,
+    leases: Vec<LeasedSpan>,
+}
+
+impl Walk {
+    fn segment(
+        &mut self,
+        ctx: &RenderContext<'_>,
+        part: &ClaimedPartition,
+        seg: &ClaimedSegment,
+        blob: &[u8],
+        span: &mut LeasedSpan,
+    ) {
+        let frames = match segment::decompress(blob, ctx.max_segment_bytes) {
+            Ok(frames) => frames,
+            Err(e) => return undecodable(part, seg, span, &e),
+        };
+        let count = usize::try_from(seg.msg_count).unwrap_or(0);
+        let decoded = match frame::decode_exact(&frames, count) {
+            Ok(decoded) => decoded,
+            Err(e) => return undecodable(part, seg, span, &e),
+        };
+        let start = usize::try_from(seg.start_idx).unwrap_or(usize::MAX);
+        let take = usize::try_from(seg.take).unwrap_or(0);
+        let Some(slice) = start
+            .checked_add(take)
+            .and_then(|end| decoded.get(start..end))
+        else {
+            return undecodable(part, seg, span, &"claimed frames lie outside the segment");
+        };
+        let created_at = time::iso_millis(seg.created_at);
+        for (i, f) in slice.iter().enumerate() {
+            let offset = seg.base + i64::from(seg.start_idx) + i as i64;
+            self.message(ctx, part, f, &created_at, offset);
+            if span.first_offset < 0 {
+                span.first_offset = offset;
+            }
+            span.batch_end = offset;
+            if !ctx.lease_id.is_empty() {
+                span.hashes.push(hash::txn_hash(f.transaction_id));
+            }
+        }
+    }
+
+    fn message(
+        &mut self,
+        ctx: &RenderContext<'_>,
+        part: &ClaimedPartition,
+        f: &Frame<'_>,
+        created_at: &str,
+        offset: i64,
+    ) {
+        let out = &mut self.out;
+        if self.messages > 0 {
+            out.push(b',');
+        }
+        self.messages += 1;
+        out.extend_from_slice(b"{\"id\":\"");
+        write!(out, "{}", f.message_uuid().hyphenated()).expect("writing to a Vec cannot fail");
+        out.extend_from_slice(b"\",\"transactionId\":");
+        write_str(out, f.transaction_id);
+        out.extend_from_slice(b",\"traceId\":");
+        match f.trace_uuid() {
+            Some(t) => write!(out, "\"{}\"", t.hyphenated()).expect("writing to a Vec cannot fail"),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(f.payload_json());
+        out.extend_from_slice(b",\"producerSub\":");
+        match f.producer_sub {
+            Some(sub) => write_str(out, sub),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"createdAt\":\"");
+        out.extend_from_slice(created_at.as_bytes());
+        write!(
+            out,
+            "\",\"partitionId\":\"{}\",\"partition\":",
+            part.partition_id
+        )
+        .expect("writing to a Vec cannot fail");
+        write_str(out, &part.partition);
+        out.extend_from_slice(b",\"leaseId\":");
+        write_str(out, ctx.lease_id);
+        out.extend_from_slice(b",\"consumerGroup\":");
+        write_str(out, ctx.group);
+        write!(
+            out,
+            ",\"deliveryAttempt\":{},\"offset\":{offset}",
+            part.delivery_attempt
+        )
+        .expect("writing to a Vec cannot fail");
+        if ctx.per_message_queue {
+            out.extend_from_slice(b",\"queue\":");
+            write_str(out, &part.queue);
+        }
+        out.push(b'}');
+    }
+}
+
+fn undecodable(
+    part: &ClaimedPartition,
+    seg: &ClaimedSegment,
+    span: &mut LeasedSpan,
+    e: &dyn std::fmt::Display,
+) {
+    tracing::error!(
+        queue = %part.queue, partition = %part.partition, partition_id = part.partition_id,
+        base_offset = seg.base, error = %e, "stored segment cannot be decoded; its frames are left out"
+    );
+    span.complete = false;
+}
+
+/// A JSON string literal.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("serialising a str to a Vec cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(frames: &[Frame<'_>]) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for f in frames {
+            f.encode_into(&mut raw).expect("encode");
+        }
+        segment::compress(&raw, 3)
+    }
+
+    fn frame<'a>(txn: &'a str, payload: &'a [u8]) -> Frame<'a> {
+        Frame {
+            flags: 0,
+            message_id: *uuid::Uuid::now_v7().as_bytes(),
+            trace_id: None,
+            transaction_id: txn,
+            producer_sub: None,
+            payload,
+        }
+    }
+
+    fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
+        RenderContext {
+            queue: "q",
+            group: "g",
+            lease_id,
+            per_message_queue: false,
+            max_segment_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn slices_the_claimed_frames_and_splices_payloads() {
+        let frames = [
+            frame("a", b"{\"n\":0}"),
+            frame("b", b""),
+            frame("c\"q", b"[1,2]"),
+        ];
+        let answer = PopAnswer {
+            partitions: vec![ClaimedPartition {
+                partition: "p".into(),
+                partition_id: 17,
+                queue: "q".into(),
+                delivery_attempt: 2,
+                segments: vec![ClaimedSegment {
+                    base: 40,
+                    start_idx: 1,
+                    take: 2,
+                    msg_count: 3,
+                    created_at: 1_785_402_764_881_123,
+                }],
+            }],
+            min_pop_wait_ms: None,
+            blobs: vec![stored(&frames)],
+        };
+        let r = render(&answer, &ctx("L"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("valid JSON");
+        assert_eq!(r.messages, 2);
+        assert_eq!(v["partitionId"], "17");
+        assert_eq!(v["partitionsClaimed"], 1);
+        let m = v["messages"].as_array().expect("messages");
+        assert_eq!(m[0]["transactionId"], "b");
+        assert_eq!(m[0]["data"], serde_json::Value::Null);
+        assert_eq!(m[0]["offset"], 41);
+        assert_eq!(m[1]["transactionId"], "c\"q");
+        assert_eq!(m[1]["data"], serde_json::json!([1, 2]));
+        assert_eq!(m[1]["deliveryAttempt"], 2);
+        assert_eq!(m[1]["createdAt"], "2026-07-30T09:12:44.881Z");
+        assert_eq!(r.leases.len(), 1);
+        assert_eq!((r.leases[0].first_offset, r.leases[0].batch_end), (41, 42));
+        assert_eq!(
+            r.leases[0].hashes,
+            vec![hash::txn_hash("b"), hash::txn_hash("c\"q")]
+        );
+    }
+
+    #[test]
+    fn a_corrupt_blob_is_left_out_and_marks_the_span() {
+        let answer = PopAnswer {
+            partitions: vec![ClaimedPartition {
+                partition: "p".into(),
+                partition_id: 1,
+                queue: "q".into(),
+                delivery_attempt: 1,
+                segments: vec![ClaimedSegment {
+                    base: 0,
+                    start_idx: 0,
+                    take: 1,
+                    msg_count: 1,
+                    created_at: 0,
+                }],
+            }],
+            min_pop_wait_ms: None,
+            blobs: vec![vec![1, 2, 3]],
+        };
+        let r = render(&answer, &ctx("L"));
+        assert_eq!(r.messages, 0);
+        assert!(!r.leases[0].complete);
+        serde_json::from_slice::<serde_json::Value>(&r.body).expect("still valid JSON");
+    }
+}

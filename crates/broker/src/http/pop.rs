@@ -1,0 +1,303 @@
+//! The three pop routes (wire.md §7): parameter parsing with the broker's defaults, and the
+//! two answers: 200 with the JSON envelope, or 204 with no body and no Content-Length.
+
+use std::time::Duration;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
+use crate::engine::push::check_name;
+use crate::error::{Error, Result};
+use crate::http::extract::Query;
+use crate::state::AppState;
+
+/// Largest `batch` honoured; larger requests are clamped.
+const MAX_BATCH: i64 = 10_000;
+/// Largest `partitions` honoured (the SQL candidate cap); larger requests are clamped.
+const MAX_PARTITIONS: i64 = 512;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/pop", get(discovery))
+        .route("/api/v1/pop/queue/{queue}", get(wildcard))
+        .route(
+            "/api/v1/pop/queue/{queue}/partition/{partition}",
+            get(targeted),
+        )
+}
+
+type Params = Query<Vec<(String, String)>>;
+
+async fn wildcard(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    Query(params): Params,
+) -> Result<Response> {
+    let queue = path_segment(path)?;
+    check_name("queue", &queue)?;
+    serve(&st, PopShape::Wildcard { queue }, &params).await
+}
+
+async fn targeted(
+    State(st): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(params): Params,
+) -> Result<Response> {
+    let (queue, partition) = path_segment(path)?;
+    check_name("queue", &queue)?;
+    check_name("partition", &partition)?;
+    serve(&st, PopShape::Targeted { queue, partition }, &params).await
+}
+
+async fn discovery(State(st): State<AppState>, Query(params): Params) -> Result<Response> {
+    let namespace = param(&params, "namespace").unwrap_or_default().to_string();
+    let task = param(&params, "task").unwrap_or_default().to_string();
+    if namespace.is_empty() && task.is_empty() {
+        let body =
+            json!({ "success": false, "error": "namespace or task is required", "messages": [] });
+        return Ok((StatusCode::BAD_REQUEST, Json(body)).into_response());
+    }
+    serve(&st, PopShape::Discovery { namespace, task }, &params).await
+}
+
+fn path_segment<T>(path: Result<Path<T>, PathRejection>) -> Result<T> {
+    path.map(|Path(v)| v)
+        .map_err(|e| Error::bad(format!("bad path: {}", e.body_text())))
+}
+
+async fn serve(st: &AppState, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
+    let req = parse_request(
+        shape,
+        params,
+        Duration::from_millis(st.cfg.default_timeout_ms),
+    )?;
+    Ok(match pop::pop(st, &req).await? {
+        PopOutcome::Empty => StatusCode::NO_CONTENT.into_response(),
+        PopOutcome::Delivered(r) => {
+            ([(header::CONTENT_TYPE, "application/json")], r.body).into_response()
+        }
+    })
+}
+
+/// The last value of `name` (later occurrences win).
+fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Builds the request with the spec's defaults. Unknown parameters (`autopilot`, `frames`, …)
+/// are ignored; `namespace`/`task` matter only to discovery.
+fn parse_request(
+    shape: PopShape,
+    params: &[(String, String)],
+    default_timeout: Duration,
+) -> Result<PopRequest> {
+    let is_targeted = matches!(shape, PopShape::Targeted { .. });
+    if flag(params, "conflation")?.unwrap_or(false) {
+        return Err(Error::bad("conflation is not supported by this broker"));
+    }
+    let batch = positive(params, "batch")?.unwrap_or(200).min(MAX_BATCH);
+    let partitions = if is_targeted {
+        1
+    } else {
+        positive(params, "partitions")?
+            .unwrap_or(1)
+            .min(MAX_PARTITIONS)
+    };
+    let timeout = match param(params, "timeout") {
+        None | Some("") => default_timeout,
+        Some(v) => Duration::from_millis(
+            v.parse::<u64>()
+                .map_err(|_| invalid("timeout", v, "a non-negative number of milliseconds"))?,
+        ),
+    };
+    let group = match param(params, "consumerGroup") {
+        None | Some("") => queen_proto::wire::QUEUE_MODE.to_string(),
+        Some(g) => {
+            check_name("consumerGroup", g)?;
+            g.to_string()
+        }
+    };
+    let lease_seconds = match param(params, "leaseSeconds") {
+        None | Some("") => None,
+        Some(v) => {
+            let secs = v
+                .parse::<i64>()
+                .map_err(|_| invalid("leaseSeconds", v, "an integer number of seconds"))?;
+            // Non-positive values are ignored: the queue's lease time applies.
+            (secs > 0).then(|| i32::try_from(secs).unwrap_or(i32::MAX))
+        }
+    };
+    Ok(PopRequest {
+        shape,
+        batch: batch as i32,
+        partitions: partitions as i32,
+        wait: flag(params, "wait")?.unwrap_or(false),
+        timeout,
+        group,
+        auto_ack: flag(params, "autoAck")?.unwrap_or(false),
+        subscription: subscription(params)?,
+        lease_seconds,
+    })
+}
+
+/// `subscriptionFrom` (`now` or an ISO-8601 instant) wins over `subscriptionMode`
+/// (`new`, `new-only`, `newonly` = future only; anything else = everything retained).
+fn subscription(params: &[(String, String)]) -> Result<Subscription> {
+    match param(params, "subscriptionFrom").map(str::trim) {
+        None | Some("") => {}
+        Some(v) if v.eq_ignore_ascii_case("now") => return Ok(Subscription::New),
+        Some(v) => {
+            let at = queen_proto::time::parse_iso(v).ok_or_else(|| {
+                invalid("subscriptionFrom", v, "\"now\" or an ISO-8601 timestamp")
+            })?;
+            return Ok(Subscription::From(at));
+        }
+    }
+    let mode = param(params, "subscriptionMode")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    Ok(match mode.as_str() {
+        "new" | "new-only" | "newonly" => Subscription::New,
+        _ => Subscription::All,
+    })
+}
+
+fn positive(params: &[(String, String)], name: &str) -> Result<Option<i64>> {
+    match param(params, name) {
+        None | Some("") => Ok(None),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(invalid(name, v, "a positive integer")),
+        },
+    }
+}
+
+fn flag(params: &[(String, String)], name: &str) -> Result<Option<bool>> {
+    match param(params, name) {
+        None | Some("") => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(Some(false)),
+        Some(v) => Err(invalid(name, v, "true or false")),
+    }
+}
+
+fn invalid(name: &str, value: &str, expected: &str) -> Error {
+    Error::bad(format!("invalid {name}: {value:?} (expected {expected})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(query: &[(&str, &str)]) -> Result<PopRequest> {
+        let params: Vec<(String, String)> = query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse_request(
+            PopShape::Wildcard { queue: "q".into() },
+            &params,
+            Duration::from_millis(30_000),
+        )
+    }
+
+    #[test]
+    fn defaults_of_the_spec() {
+        let r = parse(&[
+            ("autopilot", "true"),
+            ("frames", "true"),
+            ("namespace", "x"),
+        ])
+        .expect("defaults");
+        assert_eq!(
+            (r.batch, r.partitions, r.wait, r.auto_ack),
+            (200, 1, false, false)
+        );
+        assert_eq!(r.timeout, Duration::from_millis(30_000));
+        assert_eq!(r.group, "__QUEUE_MODE__");
+        assert_eq!(r.subscription, Subscription::All);
+        assert_eq!(r.lease_seconds, None);
+    }
+
+    #[test]
+    fn values_and_aliases() {
+        let r = parse(&[
+            ("batch", "5"),
+            ("partitions", "3"),
+            ("wait", "1"),
+            ("timeout", "250"),
+            ("consumerGroup", "g"),
+            ("autoAck", "TRUE"),
+            ("subscriptionMode", "new-only"),
+            ("leaseSeconds", "0"),
+        ])
+        .expect("parsed");
+        assert_eq!(
+            (r.batch, r.partitions, r.wait, r.auto_ack),
+            (5, 3, true, true)
+        );
+        assert_eq!(
+            (r.timeout, r.group.as_str()),
+            (Duration::from_millis(250), "g")
+        );
+        assert_eq!(r.subscription, Subscription::New);
+        assert_eq!(
+            r.lease_seconds, None,
+            "non-positive leaseSeconds is ignored"
+        );
+        let from = parse(&[
+            ("subscriptionMode", "new"),
+            ("subscriptionFrom", "2026-11-29T11:00:00.123456Z"),
+        ])
+        .expect("from");
+        assert!(
+            matches!(from.subscription, Subscription::From(_)),
+            "a timestamp wins over the mode"
+        );
+        assert_eq!(
+            parse(&[("subscriptionFrom", "now")])
+                .expect("now")
+                .subscription,
+            Subscription::New
+        );
+        assert_eq!(
+            parse(&[("batch", "99999999")]).expect("clamped").batch,
+            MAX_BATCH as i32
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_parameter() {
+        for (name, value) in [
+            ("batch", "0"),
+            ("batch", "x"),
+            ("partitions", "-1"),
+            ("wait", "maybe"),
+            ("timeout", "-5"),
+            ("autoAck", "2"),
+            ("subscriptionFrom", "yesterday"),
+            ("leaseSeconds", "1.5"),
+        ] {
+            let e = parse(&[(name, value)])
+                .err()
+                .unwrap_or_else(|| panic!("{name}={value} accepted"));
+            assert!(e.to_string().contains(name), "{e}");
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        }
+        let e = parse(&[("conflation", "true")])
+            .err()
+            .expect("conflation refused");
+        assert!(e.to_string().contains("conflation"));
+        assert!(parse(&[("conflation", "false")]).is_ok());
+    }
+}

@@ -1,0 +1,240 @@
+//! Typed calls of the pop path (sql/003_pop.sql): the three claim shapes, which answer
+//! `(meta jsonb, blobs bytea[])`, and the cheap probes a pop runs before them.
+
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// What one pop asks PostgreSQL to claim; shared by every shape.
+pub struct ClaimArgs<'a> {
+    pub group: &'a str,
+    /// Global message budget across the claimed partitions.
+    pub budget: i32,
+    /// `None` = the queue's lease_time (60 without one).
+    pub lease_seconds: Option<i32>,
+    /// The leaseId of a leased pop; one per request, shared by every claimed partition.
+    pub worker: &'a str,
+    pub auto_ack: bool,
+    /// Wildcard and discovery only: how many partitions may deliver.
+    pub max_partitions: i32,
+    /// `new` or `all` (first-contact seeding).
+    pub sub_mode: &'a str,
+    /// `""`, `now` or an RFC 3339 timestamp (first-contact seeding).
+    pub sub_from: &'a str,
+}
+
+/// The claims of one call, with the blobs in segment order.
+#[derive(Debug, Default)]
+pub struct PopAnswer {
+    pub partitions: Vec<ClaimedPartition>,
+    /// The queue's `min_pop_wait_time` (ms), when the call resolved one queue.
+    pub min_pop_wait_ms: Option<i64>,
+    pub blobs: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedPartition {
+    pub partition: String,
+    pub partition_id: i64,
+    pub queue: String,
+    pub delivery_attempt: i32,
+    pub segments: Vec<ClaimedSegment>,
+}
+
+/// Frames `[start_idx, start_idx + take)` of a segment of `msg_count` frames based at `base`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedSegment {
+    pub base: i64,
+    pub start_idx: i32,
+    pub take: i32,
+    pub msg_count: i32,
+    /// Segment timestamp, µs since the Unix epoch.
+    pub created_at: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    partitions: Vec<ClaimedPartition>,
+    min_pop_wait_ms: Option<i64>,
+}
+
+fn answer(function: &str, row: tokio_postgres::Row) -> Result<PopAnswer> {
+    let meta: serde_json::Value = row.try_get(0)?;
+    let blobs: Vec<Vec<u8>> = row.try_get(1)?;
+    let meta: Meta = serde_json::from_value(meta)
+        .map_err(|e| Error::internal(format!("{function} answered an unexpected shape: {e}")))?;
+    let segments: usize = meta.partitions.iter().map(|p| p.segments.len()).sum();
+    if segments != blobs.len() {
+        return Err(Error::internal(format!(
+            "{function} answered {segments} segments but {} blobs",
+            blobs.len()
+        )));
+    }
+    Ok(PopAnswer {
+        partitions: meta.partitions,
+        min_pop_wait_ms: meta.min_pop_wait_ms,
+        blobs,
+    })
+}
+
+/// The SQL wildcard procedure: first-contact seed, candidate scan, claims.
+pub async fn pop_wildcard(
+    db: &impl GenericClient,
+    queue: &str,
+    a: &ClaimArgs<'_>,
+) -> Result<PopAnswer> {
+    let stmt = db
+        .prepare_cached("SELECT meta, blobs FROM queen.log_pop_wildcard_bin_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+        .await?;
+    let row = db
+        .query_one(
+            &stmt,
+            &[
+                &queue,
+                &a.group,
+                &a.budget,
+                &a.lease_seconds,
+                &a.worker,
+                &a.auto_ack,
+                &a.max_partitions,
+                &a.sub_mode,
+                &a.sub_from,
+            ],
+        )
+        .await?;
+    answer("log_pop_wildcard_bin_v1", row)
+}
+
+/// One named partition; never registers the group's subscription.
+pub async fn pop_specific(
+    db: &impl GenericClient,
+    queue: &str,
+    partition: &str,
+    a: &ClaimArgs<'_>,
+) -> Result<PopAnswer> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT meta, blobs FROM queen.log_pop_specific_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .await?;
+    let row = db
+        .query_one(
+            &stmt,
+            &[
+                &queue,
+                &partition,
+                &a.group,
+                &a.budget,
+                &a.lease_seconds,
+                &a.worker,
+                &a.auto_ack,
+                &a.sub_mode,
+                &a.sub_from,
+            ],
+        )
+        .await?;
+    answer("log_pop_specific_v1", row)
+}
+
+/// Every queue whose labels match (`""` matches any).
+pub async fn pop_discover(
+    db: &impl GenericClient,
+    namespace: &str,
+    task: &str,
+    a: &ClaimArgs<'_>,
+) -> Result<PopAnswer> {
+    let stmt = db
+        .prepare_cached("SELECT meta, blobs FROM queen.log_pop_discover_wire_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+        .await?;
+    let row = db
+        .query_one(
+            &stmt,
+            &[
+                &namespace,
+                &task,
+                &a.group,
+                &a.budget,
+                &a.worker,
+                &a.auto_ack,
+                &a.max_partitions,
+                &a.sub_mode,
+                &a.sub_from,
+                &a.lease_seconds,
+            ],
+        )
+        .await?;
+    answer("log_pop_discover_wire_v1", row)
+}
+
+async fn probe(
+    db: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<bool> {
+    let stmt = db.prepare_cached(sql).await?;
+    Ok(db.query_one(&stmt, params).await?.try_get(0)?)
+}
+
+/// False means the queue definitively has nothing for the group; true may be stale.
+pub async fn has_pending(db: &impl GenericClient, queue: &str, group: &str) -> Result<bool> {
+    probe(
+        db,
+        "SELECT queen.log_has_pending_v1($1, $2)",
+        &[&queue, &group],
+    )
+    .await
+}
+
+pub async fn partition_has_pending(
+    db: &impl GenericClient,
+    queue: &str,
+    partition: &str,
+    group: &str,
+) -> Result<bool> {
+    probe(
+        db,
+        "SELECT queen.log_partition_has_pending_v1($1, $2, $3)",
+        &[&queue, &partition, &group],
+    )
+    .await
+}
+
+pub async fn discover_has_pending(
+    db: &impl GenericClient,
+    namespace: &str,
+    task: &str,
+    group: &str,
+) -> Result<bool> {
+    probe(
+        db,
+        "SELECT queen.log_discover_has_pending_v1($1, $2, $3)",
+        &[&namespace, &task, &group],
+    )
+    .await
+}
+
+/// Whether pop maintenance mode is on.
+pub async fn pop_maintenance(db: &impl GenericClient) -> Result<bool> {
+    probe(db, "SELECT queen.log_pop_maintenance_v1()", &[]).await
+}
+
+/// Unleased pending messages of the queue (or one partition) for the group, up to `cap`.
+pub async fn pending_estimate(
+    db: &impl GenericClient,
+    queue: &str,
+    partition: Option<&str>,
+    group: &str,
+    cap: i64,
+) -> Result<i64> {
+    let stmt = db
+        .prepare_cached("SELECT queen.log_pending_estimate_v1($1, $2, $3, $4)")
+        .await?;
+    Ok(db
+        .query_one(&stmt, &[&queue, &partition, &group, &cap])
+        .await?
+        .try_get(0)?)
+}
