@@ -1,0 +1,178 @@
+//! Helpers shared by the pop-path integration tests: raw pops that keep the headers, pushes of
+//! chosen transactionIds, batch acks of a whole answer, and cursor rows read straight from
+//! PostgreSQL. Use next to `mod common;`.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::TestBroker;
+
+/// One pop answer, as received.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_length: Option<String>,
+    pub raw: Vec<u8>,
+    pub body: Value,
+    pub elapsed: Duration,
+}
+
+impl Reply {
+    pub fn messages(&self) -> Vec<Value> {
+        self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn txns(&self) -> Vec<String> {
+        self.messages()
+            .iter()
+            .map(|m| m["transactionId"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub fn lease_id(&self) -> String {
+        self.body["leaseId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Asserts the bodiless 204 of the spec: no body and no Content-Length.
+    pub fn assert_empty(&self) {
+        assert_eq!(
+            self.status,
+            StatusCode::NO_CONTENT,
+            "expected 204, got {}: {}",
+            self.status,
+            self.body
+        );
+        assert!(self.raw.is_empty(), "a 204 has no body");
+        assert_eq!(
+            self.content_length, None,
+            "a 204 announces no Content-Length"
+        );
+    }
+
+    pub fn assert_delivered(&self) {
+        assert_eq!(
+            self.status,
+            StatusCode::OK,
+            "expected 200, got {}: {}",
+            self.status,
+            self.body
+        );
+    }
+}
+
+/// `GET path` (e.g. `/api/v1/pop/queue/q?batch=1`), keeping what a 204 check needs.
+pub async fn get(b: &TestBroker, path: &str) -> Reply {
+    let started = Instant::now();
+    let r = b.http.get(b.at(path)).send().await.expect("GET");
+    let status = r.status();
+    let content_length = r
+        .headers()
+        .get("content-length")
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    let raw = r.bytes().await.expect("body").to_vec();
+    let body = if raw.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&raw).expect("JSON body")
+    };
+    Reply {
+        status,
+        content_length,
+        raw,
+        body,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Wildcard pop of `queue` with a query string (without the leading `?`).
+pub async fn pop(b: &TestBroker, queue: &str, query: &str) -> Reply {
+    get(b, &format!("/api/v1/pop/queue/{queue}?{query}")).await
+}
+
+/// Creates or reconfigures `queue` with `options` (wire names).
+pub async fn configure(b: &TestBroker, queue: &str, options: Value) {
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &json!({ "queue": queue, "options": options }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "configure {queue}: {body}");
+}
+
+/// Pushes one message per transactionId to (queue, partition), payload `{"txn": id}`.
+pub async fn push_txns(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
+    let items: Vec<Value> = txns
+        .iter()
+        .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "txn": t } }))
+        .collect();
+    let (status, body) = b.post("/api/v1/push", &json!({ "items": items })).await;
+    assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
+    for item in body.as_array().expect("push answer is an array") {
+        assert_eq!(item["status"], "queued", "push item not queued: {item}");
+    }
+}
+
+/// `prefix-0`, `prefix-1`, … as owned strings.
+pub fn txns(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Acks every message of a leased answer as completed, under its leaseId; asserts success.
+pub async fn ack_all(b: &TestBroker, group: &str, reply: &Reply) {
+    let items: Vec<Value> = reply
+        .messages()
+        .iter()
+        .map(|m| {
+            json!({ "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                    "leaseId": m["leaseId"], "status": "completed" })
+        })
+        .collect();
+    let (status, body) = b
+        .post(
+            "/api/v1/ack/batch",
+            &json!({ "acknowledgments": items, "consumerGroup": group }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "ack batch: {body}");
+    for r in body.as_array().expect("ack answer is an array") {
+        assert_eq!(r["success"], true, "ack refused: {r}");
+    }
+}
+
+/// A cursor row: (committed, batch_end, worker_id, attempt_count, batch_retry_count).
+pub async fn cursor(
+    db: &tokio_postgres::Client,
+    queue: &str,
+    partition: &str,
+    group: &str,
+) -> Option<(i64, Option<i64>, Option<String>, i32, i32)> {
+    db.query_opt(
+        "SELECT c.committed, c.batch_end, c.worker_id, c.attempt_count, c.batch_retry_count
+         FROM queen.log_consumers c
+         JOIN queen.log_partitions p ON p.id = c.partition_id
+         JOIN queen.queues q ON q.id = p.queue_id
+         WHERE q.name = $1 AND p.name = $2 AND c.consumer_group = $3",
+        &[&queue, &partition, &group],
+    )
+    .await
+    .expect("cursor query")
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+}
+
+/// The `p`-th percentile (0–100) of `samples`, in milliseconds.
+pub fn percentile_ms(samples: &[Duration], p: usize) -> f64 {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    let i = ((ms.len().saturating_sub(1)) * p) / 100;
+    ms.get(i).copied().unwrap_or(f64::NAN)
+}
