@@ -138,7 +138,8 @@ pub fn table(rows: &[Row]) -> String {
                     },
                 );
             }
-            if let Some(c) = &r.ceiling_name {
+            // seg100k is the default denominator (footer); name only the others.
+            if let Some(c) = r.ceiling_name.as_deref().filter(|c| *c != "seg100k") {
                 notes.push(format!("vs {c}"));
             }
             notes.extend(r.notes.iter().cloned());

@@ -291,7 +291,8 @@ async fn e2e_cell(
     let warm = openloop::run(schedule(ctx.profile.e2e_warmup), send_one).await;
     tracker.open_window(ctx.clock.now_us());
     let delivered_start = tracker.unique()[0];
-    let backlog_start = sent.load(Ordering::Relaxed).saturating_sub(delivered_start);
+    let pushed_start = sent.load(Ordering::Relaxed);
+    let backlog_start = pushed_start.saturating_sub(delivered_start);
     let start = ctx.meter.start().await?;
     let stats = openloop::run(schedule(ctx.profile.e2e_measure), send_one).await;
     let usage = ctx.meter.since(&start).await?;
@@ -314,7 +315,12 @@ async fn e2e_cell(
     row.shed = stats.shed;
     row.errors = stats.errors + warm.errors + errors.load(Ordering::Relaxed);
     row.latency = Latency::of(&tracker.latency());
-    row.stable_backlog = Some(backlog_end <= backlog_start + rate.ceil() as u64 + 100);
+    let pushed = sent.load(Ordering::Relaxed) - pushed_start;
+    row.stable_backlog = Some(super::e2e::stable(backlog_start, backlog_end, pushed, 100));
+    if let Some(c) = ctx.ceilings.get("batch100x1k") {
+        row.ceiling_fraction = Some(row.msgs_per_s / c);
+        row.ceiling_name = Some("batch100x1k".into());
+    }
     row.extra.insert("consumers".into(), f64::from(consumers));
     let mut row = row.with_usage(usage);
     row.usage.broker_cpu_s = None;
