@@ -484,9 +484,9 @@ async fn listings_report_lag_from_watermarks() {
     assert_eq!(body, json!({ "error": "Consumer group not found" }));
 }
 
-/// Seeks race 8 consumers popping and acking the same group. Every request must succeed (a
-/// seek never deadlocks with or blocks a pop), and a final rewind must deliver every message
-/// exactly once, in order per partition.
+/// Seeks and group deletes race 8 consumers popping and acking the same group. Every request
+/// must succeed (neither deadlocks with a pop or an ack), and a final rewind must deliver
+/// every message exactly once, in order per partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seeks_racing_consumers_never_fail_and_leave_a_consistent_cursor() {
     let b = std::sync::Arc::new(common::broker().await);
@@ -538,6 +538,13 @@ async fn seeks_racing_consumers_never_fail_and_leave_a_consistent_cursor() {
                     .post("/api/v1/consumer-groups/g/queues/race-q/seek", &body)
                     .await;
                 assert_eq!(status, StatusCode::OK, "{answer}");
+                if i % 5 == 4 {
+                    // Cursor rows vanish under the consumers and are recreated by their pops.
+                    let (status, answer) = b
+                        .delete("/api/v1/consumer-groups/g/queues/race-q?deleteMetadata=false")
+                        .await;
+                    assert_eq!(status, StatusCode::OK, "{answer}");
+                }
             }
         })
     };
@@ -547,7 +554,7 @@ async fn seeks_racing_consumers_never_fail_and_leave_a_consistent_cursor() {
         delivered += t.await.expect("consumer");
     }
     println!(
-        "race: 8 consumers delivered {delivered} messages around 20 seeks in {:?}",
+        "race: 8 consumers delivered {delivered} messages around 20 seeks and 4 deletes in {:?}",
         started.elapsed()
     );
 
