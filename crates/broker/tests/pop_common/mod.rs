@@ -69,10 +69,35 @@ impl Reply {
     }
 }
 
-/// `GET path` (e.g. `/api/v1/pop/queue/q?batch=1`), keeping what a 204 check needs.
+/// A cloneable handle on a broker, for pops running in spawned tasks.
+#[derive(Clone)]
+pub struct Handle {
+    pub url: String,
+    pub http: reqwest::Client,
+}
+
+impl Handle {
+    pub fn of(b: &TestBroker) -> Self {
+        Handle {
+            url: b.url.clone(),
+            http: b.http.clone(),
+        }
+    }
+
+    /// `GET path` (e.g. `/api/v1/pop/queue/q?batch=1`), keeping what a 204 check needs.
+    pub async fn get(&self, path: &str) -> Reply {
+        fetch(&self.http, &format!("{}{}", self.url, path)).await
+    }
+}
+
+/// `GET path` on `b`.
 pub async fn get(b: &TestBroker, path: &str) -> Reply {
+    fetch(&b.http, &b.at(path)).await
+}
+
+async fn fetch(http: &reqwest::Client, url: &str) -> Reply {
     let started = Instant::now();
-    let r = b.http.get(b.at(path)).send().await.expect("GET");
+    let r = http.get(url).send().await.expect("GET");
     let status = r.status();
     let content_length = r
         .headers()
