@@ -1,6 +1,9 @@
 //! The request logic between HTTP and PostgreSQL: push, pop, ack, lease, transaction, DLQ.
 
+pub mod ack;
+pub mod dlq;
 pub mod groups;
+pub mod lease;
 pub mod messages;
 pub mod longpoll;
 pub mod pop;
@@ -10,3 +13,4 @@ pub mod queues;
 pub mod render;
 pub mod resources;
 pub mod segment_build;
+pub mod transaction;

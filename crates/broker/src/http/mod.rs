@@ -7,6 +7,7 @@ mod queues;
 mod push;
 mod pop;
 mod ack;
+mod transaction;
 mod groups;
 mod messages;
 mod resources;
@@ -31,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .merge(push::routes())
         .merge(pop::routes())
         .merge(ack::routes())
+        .merge(transaction::routes())
         .merge(groups::routes())
         .merge(resources::routes())
         .merge(messages::routes())

@@ -1,11 +1,13 @@
 //! The one driver boundary: the connection pool, schema migrations and typed calls to the
 //! SQL functions. Nothing above this module writes SQL text.
 
+pub mod ack;
 pub mod admin;
 pub mod migrations;
 pub mod pop;
 pub mod push;
 pub mod queues;
+pub mod transaction;
 
 use std::time::Duration;
 

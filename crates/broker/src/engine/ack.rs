@@ -1,0 +1,284 @@
+//! Acknowledgements (spec "Ack internals", wire.md §8): status normalisation, grouping by
+//! (partition, group, lease), one `queen.log_ack_by_hash_v1` call per group, the mapping of
+//! its hash lists back to per-item verdicts, and the DLQ hand-off a verdict may ask for.
+//!
+//! The broker hashes; SQL only compares bytes. Every decision about the cursor is SQL's.
+
+use std::collections::HashMap;
+
+use queen_proto::hash::{to_hex, txn_hash};
+
+use crate::engine::dlq;
+use crate::error::Result;
+use crate::state::AppState;
+use crate::store::ack::{self as store, HashAckVerdict};
+
+/// The error of an item that can no longer have an effect: its transactionId is unknown to the
+/// partition (or its hash row was purged), or it is a signal for a message below the cursor.
+/// One text for both: it contains "unresolv" and "committed", which the official clients test.
+pub const UNSETTLED: &str =
+    "transaction is unresolvable, already committed, or acknowledgment is stale";
+
+/// An acknowledgement's status after normalisation (wire.md §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStatus {
+    Completed,
+    Failed,
+    Retry,
+    Dlq,
+}
+
+impl AckStatus {
+    /// absent, empty, `completed`, `success`, `acked`, `ok` → completed; `retry`; `dlq`;
+    /// anything else → failed.
+    pub fn normalise(text: Option<&str>) -> Self {
+        let Some(text) = text.map(str::trim) else {
+            return AckStatus::Completed;
+        };
+        match text.to_ascii_lowercase().as_str() {
+            "" | "completed" | "success" | "acked" | "ok" => AckStatus::Completed,
+            "retry" => AckStatus::Retry,
+            "dlq" => AckStatus::Dlq,
+            _ => AckStatus::Failed,
+        }
+    }
+
+    /// The status text `log_ack_by_hash_v1` understands.
+    pub fn as_sql(self) -> &'static str {
+        match self {
+            AckStatus::Completed => "completed",
+            AckStatus::Failed => "failed",
+            AckStatus::Retry => "retry",
+            AckStatus::Dlq => "dlq",
+        }
+    }
+
+    /// failed, retry and dlq are explicit signals: the cursor never skips them.
+    pub fn is_signal(self) -> bool {
+        self != AckStatus::Completed
+    }
+}
+
+/// One well-formed acknowledgement.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub transaction_id: String,
+    pub partition_id: i64,
+    pub status: AckStatus,
+    /// The nack reason, filed as the DLQ row's error text.
+    pub error: Option<String>,
+    /// Consumer group; `__QUEUE_MODE__` for queue mode.
+    pub group: String,
+    /// The lease the client holds; empty for a lease-less ack.
+    pub lease_id: String,
+}
+
+/// The verdict for one item, rendered as one element of the ack answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    pub success: bool,
+    /// `None` whenever `success` is true: clients count a non-empty error as a failure.
+    pub error: Option<String>,
+    pub lease_released: bool,
+    pub dlq: bool,
+    pub noop: bool,
+}
+
+impl AckOutcome {
+    pub fn refused(error: impl Into<String>) -> Self {
+        AckOutcome {
+            success: false,
+            error: Some(error.into()),
+            ..Default::default()
+        }
+    }
+}
+
+/// Applies `acks` (request order) and returns one outcome per ack, in the same order.
+/// Items sharing (partition, group, lease) form one group, resolved by one SQL call, so a
+/// nack and a later completed ack of the same batch are judged together and the nack wins.
+pub async fn acknowledge(state: &AppState, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
+    let mut outcomes = vec![AckOutcome::default(); acks.len()];
+    if acks.is_empty() {
+        return Ok(outcomes);
+    }
+    let db = state.store.conn().await?;
+    for members in group_by_lease(acks) {
+        let group: Vec<&Ack> = members.iter().map(|&i| &acks[i]).collect();
+        let first = group[0];
+        let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
+        let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
+        let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
+        let verdict = store::ack_by_hash(
+            &db,
+            first.partition_id,
+            &first.group,
+            &first.lease_id,
+            &hash_refs,
+            &statuses,
+        )
+        .await?;
+        let mut settled = settle(&verdict, &group);
+        if verdict.ok && verdict.dlq {
+            dlq::hand_off(
+                state,
+                &db,
+                first.partition_id,
+                &first.group,
+                &verdict,
+                &group,
+                &mut settled,
+            )
+            .await;
+        }
+        if let Some(queue) = &verdict.wake_queue {
+            state.wake.wake_queue(queue);
+        }
+        for (i, outcome) in members.into_iter().zip(settled) {
+            outcomes[i] = outcome;
+        }
+    }
+    Ok(outcomes)
+}
+
+/// Positions of `acks` grouped by (partition, group, lease), groups in first-appearance order.
+pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Vec<usize>> {
+    let mut index: HashMap<(i64, &str, &str), usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, a) in acks.into_iter().enumerate() {
+        let key = (a.partition_id, a.group.as_str(), a.lease_id.as_str());
+        let slot = *index.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[slot].push(i);
+    }
+    groups
+}
+
+/// Per-item outcomes of one group's verdict: a refused group refuses every item; otherwise
+/// completed items below the cursor are harmless `noop`s, while unresolvable items and
+/// signals below the cursor fail with [`UNSETTLED`]. `dlq` is set later by the hand-off.
+pub fn settle(verdict: &HashAckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+    if !verdict.ok {
+        let error = verdict
+            .error
+            .clone()
+            .unwrap_or_else(|| "acknowledgement refused".into());
+        return group
+            .iter()
+            .map(|_| AckOutcome::refused(error.clone()))
+            .collect();
+    }
+    group
+        .iter()
+        .map(|ack| {
+            let hex = to_hex(&txn_hash(&ack.transaction_id));
+            let unresolved = verdict.unresolved_hashes.contains(&hex);
+            let noop = !ack.status.is_signal() && verdict.noop_hashes.contains(&hex);
+            let stale = ack.status.is_signal() && verdict.stale_hashes.contains(&hex);
+            if unresolved || stale {
+                AckOutcome {
+                    lease_released: verdict.lease_released,
+                    ..AckOutcome::refused(UNSETTLED)
+                }
+            } else {
+                AckOutcome {
+                    success: true,
+                    error: None,
+                    lease_released: verdict.lease_released,
+                    dlq: false,
+                    noop,
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(txn: &str, status: AckStatus) -> Ack {
+        Ack {
+            transaction_id: txn.into(),
+            partition_id: 1,
+            status,
+            error: None,
+            group: "g".into(),
+            lease_id: "w".into(),
+        }
+    }
+
+    #[test]
+    fn statuses_normalise_like_the_wire_says() {
+        for text in [
+            None,
+            Some(""),
+            Some("completed"),
+            Some("SUCCESS"),
+            Some("acked"),
+            Some("ok"),
+        ] {
+            assert_eq!(AckStatus::normalise(text), AckStatus::Completed, "{text:?}");
+        }
+        assert_eq!(AckStatus::normalise(Some("retry")), AckStatus::Retry);
+        assert_eq!(AckStatus::normalise(Some("dlq")), AckStatus::Dlq);
+        for text in ["failed", "nope", "error"] {
+            assert_eq!(
+                AckStatus::normalise(Some(text)),
+                AckStatus::Failed,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn groups_keep_first_appearance_order() {
+        let mut acks = vec![
+            ack("a", AckStatus::Completed),
+            ack("b", AckStatus::Completed),
+        ];
+        acks[1].partition_id = 2;
+        acks.push(ack("c", AckStatus::Failed));
+        acks.push(Ack {
+            lease_id: String::new(),
+            ..ack("d", AckStatus::Completed)
+        });
+        assert_eq!(group_by_lease(&acks), vec![vec![0, 2], vec![1], vec![3]]);
+    }
+
+    #[test]
+    fn settle_maps_hash_lists_back_to_items() {
+        let items = [
+            ack("done-before", AckStatus::Completed),
+            ack("nacked-before", AckStatus::Failed),
+            ack("unknown", AckStatus::Completed),
+            ack("fresh", AckStatus::Completed),
+        ];
+        let refs: Vec<&Ack> = items.iter().collect();
+        let hex = |t: &str| to_hex(&txn_hash(t));
+        let verdict = HashAckVerdict {
+            ok: true,
+            lease_released: true,
+            noop_hashes: vec![hex("done-before")],
+            stale_hashes: vec![hex("nacked-before")],
+            unresolved_hashes: vec![hex("unknown")],
+            ..Default::default()
+        };
+        let out = settle(&verdict, &refs);
+        assert!(out[0].success && out[0].noop && out[0].error.is_none());
+        assert!(!out[1].success && out[1].error.as_deref() == Some(UNSETTLED));
+        assert!(!out[2].success && out[2].error.as_deref() == Some(UNSETTLED));
+        assert!(out[3].success && !out[3].noop && out[3].lease_released);
+
+        let refused = HashAckVerdict {
+            ok: false,
+            error: Some("invalid or expired lease".into()),
+            ..Default::default()
+        };
+        assert!(settle(&refused, &refs)
+            .iter()
+            .all(|o| !o.success && o.error.as_deref() == Some("invalid or expired lease")));
+    }
+}

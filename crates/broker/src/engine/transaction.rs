@@ -1,0 +1,328 @@
+//! Transactions (`POST /api/v1/transaction`, wire.md §10): pushes and acks applied in one
+//! `queen.log_transaction_wire_v1` call, one PostgreSQL transaction, all or nothing.
+//!
+//! Every body form (JSON now, binary `QTB1` later) parses into a [`TxnRequest`] of flattened
+//! operations and calls [`run`]. Pushes go through the same validation and segment builder as
+//! plain pushes; acks are grouped by (partition, group, lease) like plain acks, so a nack is
+//! never skipped by a later completed ack of the same bundle, and their verdicts map back with
+//! the same rules. The DLQ hand-off and long-poll wake-ups happen after the commit.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use queen_proto::frame::Frame;
+use queen_proto::hash::txn_hash;
+use uuid::Uuid;
+
+use crate::engine::ack::{self, Ack, AckOutcome};
+use crate::engine::dlq;
+use crate::engine::push::{check_item, PushItem, DEFAULT_PARTITION};
+use crate::engine::segment_build::build_segment;
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::push::SegmentResult;
+use crate::store::transaction::{self as store, WireAck, WirePush, WireRefusal};
+
+/// One flattened operation: each pushed item is one, each ack is one.
+#[derive(Debug, Clone)]
+pub enum TxnOp {
+    Push(PushItem),
+    Ack(Ack),
+}
+
+/// A parsed bundle.
+#[derive(Debug, Clone, Default)]
+pub struct TxnRequest {
+    pub ops: Vec<TxnOp>,
+    /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
+    /// only one when there is exactly one.
+    pub required_leases: Vec<String>,
+}
+
+/// The result of one operation of a committed bundle, index-aligned with `TxnRequest::ops`.
+#[derive(Debug, Clone)]
+pub enum OpResult {
+    Push {
+        queue: String,
+        transaction_id: String,
+        message_id: Uuid,
+        /// A repeat of an earlier item of the bundle: no frame of its own.
+        duplicate: bool,
+    },
+    Ack {
+        transaction_id: String,
+        outcome: AckOutcome,
+    },
+}
+
+/// Why a bundle was rolled back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackReason {
+    RejectedAck,
+    Duplicate,
+}
+
+impl RollbackReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollbackReason::RejectedAck => "rejected_ack",
+            RollbackReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// What became of a bundle. A malformed one never gets here: it is an `Error::BadRequest`.
+#[derive(Debug, Clone)]
+pub enum TxnOutcome {
+    Committed(Vec<OpResult>),
+    /// Nothing was written; `error` ends in "transaction rolled back".
+    RolledBack {
+        reason: RollbackReason,
+        error: String,
+    },
+}
+
+/// The pushes of a bundle grouped into one segment per (queue, partition).
+struct PushPlan {
+    segments: Vec<PlannedSegment>,
+    /// Per op index of a push: its result (message id fixed before the write).
+    results: HashMap<usize, OpResult>,
+}
+
+struct PlannedSegment {
+    queue: String,
+    partition: String,
+    /// (message id, transactionId, item) of each leader, in op order.
+    frames: Vec<(Uuid, String, PushItem)>,
+}
+
+/// Applies `req` atomically.
+pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
+    if req.ops.is_empty() {
+        return Err(Error::bad("transaction has no operations"));
+    }
+    for (index, op) in req.ops.iter().enumerate() {
+        if let TxnOp::Push(item) = op {
+            check_item(index, item)?;
+        }
+    }
+    lend_leases(&mut req);
+
+    let plan = plan_pushes(&req.ops);
+    let built = plan
+        .segments
+        .iter()
+        .map(|seg| {
+            let frames: Vec<Frame<'_>> = seg
+                .frames
+                .iter()
+                .map(|(id, txn, item)| Frame {
+                    flags: 0,
+                    message_id: *id.as_bytes(),
+                    trace_id: item.trace_id.map(|t| *t.as_bytes()),
+                    transaction_id: txn,
+                    producer_sub: None,
+                    payload: &item.payload,
+                })
+                .collect();
+            build_segment(&frames, state.cfg.zstd_level)
+                .map_err(|e| Error::bad(format!("push: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let pushes: Vec<WirePush<'_>> = plan
+        .segments
+        .iter()
+        .zip(&built)
+        .map(|(seg, b)| WirePush {
+            queue: &seg.queue,
+            partition: &seg.partition,
+            msg_count: b.msg_count,
+            hashes: &b.hashes,
+            blob: &b.blob,
+        })
+        .collect();
+
+    let acks: Vec<(usize, &Ack)> = req
+        .ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            TxnOp::Ack(a) => Some((i, a)),
+            TxnOp::Push(_) => None,
+        })
+        .collect();
+    let ack_groups: Vec<Vec<(usize, &Ack)>> = ack::group_by_lease(acks.iter().map(|&(_, a)| a))
+        .into_iter()
+        .map(|members| members.into_iter().map(|m| acks[m]).collect())
+        .collect();
+    let wire_acks: Vec<WireAck<'_>> = ack_groups
+        .iter()
+        .map(|members| {
+            let first = members[0].1;
+            WireAck {
+                partition_id: first.partition_id,
+                group: &first.group,
+                worker: &first.lease_id,
+                hashes: members
+                    .iter()
+                    .map(|(_, a)| txn_hash(&a.transaction_id))
+                    .collect(),
+                statuses: members.iter().map(|(_, a)| a.status.as_sql()).collect(),
+            }
+        })
+        .collect();
+
+    let db = state.store.conn().await?;
+    let committed = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
+        Ok(committed) => committed,
+        Err(WireRefusal::Duplicate(error)) => {
+            return Ok(TxnOutcome::RolledBack {
+                reason: RollbackReason::Duplicate,
+                error,
+            })
+        }
+        Err(WireRefusal::RejectedAck(error)) => {
+            return Ok(TxnOutcome::RolledBack {
+                reason: RollbackReason::RejectedAck,
+                error,
+            })
+        }
+    };
+    if let Some(bad) = committed
+        .pushes
+        .iter()
+        .find(|r| !matches!(r, SegmentResult::Queued { .. }))
+    {
+        return Err(Error::internal(format!(
+            "log_transaction_wire_v1 committed a non-queued push: {bad:?}"
+        )));
+    }
+
+    // Committed: make the pushes visible to parked pops, then the post-commit ack work.
+    let mut woken: HashSet<&str> = HashSet::new();
+    for seg in &plan.segments {
+        if woken.insert(&seg.queue) {
+            state.wake.wake_queue(&seg.queue);
+        }
+    }
+    state
+        .counters
+        .messages_pushed
+        .fetch_add(built.iter().map(|b| b.msg_count as u64).sum(), Relaxed);
+
+    let mut results = plan.results;
+    for (members, verdict) in ack_groups.iter().zip(&committed.acks) {
+        let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
+        let mut outcomes = ack::settle(verdict, &group);
+        if verdict.dlq {
+            let first = group[0];
+            dlq::hand_off(
+                state,
+                &db,
+                first.partition_id,
+                &first.group,
+                verdict,
+                &group,
+                &mut outcomes,
+            )
+            .await;
+        }
+        if let Some(queue) = &verdict.wake_queue {
+            state.wake.wake_queue(queue);
+        }
+        for ((index, a), outcome) in members.iter().zip(outcomes) {
+            results.insert(
+                *index,
+                OpResult::Ack {
+                    transaction_id: a.transaction_id.clone(),
+                    outcome,
+                },
+            );
+        }
+    }
+    let ordered = (0..req.ops.len())
+        .map(|i| {
+            results
+                .remove(&i)
+                .ok_or_else(|| Error::internal(format!("operation {i} has no result")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(TxnOutcome::Committed(ordered))
+}
+
+/// An ack without its own lease borrows the bundle's only required lease (wire.md §10.1).
+fn lend_leases(req: &mut TxnRequest) {
+    let distinct: HashSet<&str> = req
+        .required_leases
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if distinct.len() != 1 {
+        return;
+    }
+    let Some(only) = distinct.into_iter().next().map(str::to_string) else {
+        return;
+    };
+    for op in &mut req.ops {
+        if let TxnOp::Ack(a) = op {
+            if a.lease_id.is_empty() {
+                a.lease_id = only.clone();
+            }
+        }
+    }
+}
+
+/// Mints ids, applies the defaults and in-bundle dedup (a repeat of (queue, partition,
+/// transactionId) is a follower: no frame, the leader's id), and groups leaders by
+/// (queue, partition).
+fn plan_pushes(ops: &[TxnOp]) -> PushPlan {
+    let mut segments: Vec<PlannedSegment> = Vec::new();
+    let mut segment_of: HashMap<(String, String), usize> = HashMap::new();
+    let mut leaders: HashMap<(usize, String), Uuid> = HashMap::new();
+    let mut results = HashMap::new();
+    for (index, op) in ops.iter().enumerate() {
+        let TxnOp::Push(item) = op else { continue };
+        let minted = item.message_id.unwrap_or_else(queen_proto::new_v7);
+        let partition = item
+            .partition
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PARTITION.to_string());
+        let txn = item
+            .transaction_id
+            .clone()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| minted.to_string());
+        let seg = *segment_of
+            .entry((item.queue.clone(), partition.clone()))
+            .or_insert_with(|| {
+                segments.push(PlannedSegment {
+                    queue: item.queue.clone(),
+                    partition,
+                    frames: Vec::new(),
+                });
+                segments.len() - 1
+            });
+        let (message_id, duplicate) = match leaders.get(&(seg, txn.clone())) {
+            Some(&leader) => (leader, true),
+            None => {
+                leaders.insert((seg, txn.clone()), minted);
+                segments[seg]
+                    .frames
+                    .push((minted, txn.clone(), item.clone()));
+                (minted, false)
+            }
+        };
+        results.insert(
+            index,
+            OpResult::Push {
+                queue: item.queue.clone(),
+                transaction_id: txn,
+                message_id,
+                duplicate,
+            },
+        );
+    }
+    PushPlan { segments, results }
+}

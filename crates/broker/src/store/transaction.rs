@@ -1,0 +1,105 @@
+//! The typed call of `queen.log_transaction_wire_v1` (sql/005_transaction.sql): one bundle of
+//! pushes and acks in one PostgreSQL transaction, with its refusals told apart from faults.
+
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+use tokio_postgres::types::Json;
+
+use crate::error::{Error, Result};
+use crate::store::ack::HashAckVerdict;
+use crate::store::push::SegmentResult;
+
+/// One push of a bundle: a built segment for one (queue, partition).
+pub struct WirePush<'a> {
+    pub queue: &'a str,
+    pub partition: &'a str,
+    pub msg_count: i32,
+    pub hashes: &'a [u8],
+    pub blob: &'a [u8],
+}
+
+/// One ack group of a bundle, hash-resolved: `hashes[k]` acked with `statuses[k]`.
+pub struct WireAck<'a> {
+    pub partition_id: i64,
+    pub group: &'a str,
+    pub worker: &'a str,
+    pub hashes: Vec<[u8; 16]>,
+    pub statuses: Vec<&'static str>,
+}
+
+/// What a committed bundle did, in input order.
+#[derive(Debug, Deserialize)]
+pub struct WireCommitted {
+    pub pushes: Vec<SegmentResult>,
+    pub acks: Vec<HashAckVerdict>,
+}
+
+/// Why a bundle was rolled back. The texts end in "transaction rolled back".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireRefusal {
+    /// A push duplicates data already stored (SQL `QDUP`).
+    Duplicate(String),
+    /// An ack was refused or resolved nowhere (SQL `QTXN`).
+    RejectedAck(String),
+}
+
+/// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
+/// fault (the bundle rolled back too).
+pub async fn transaction_wire(
+    db: &impl GenericClient,
+    pushes: &[WirePush<'_>],
+    acks: &[WireAck<'_>],
+) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
+    let push_specs: Vec<serde_json::Value> = pushes
+        .iter()
+        .map(|p| serde_json::json!({ "queue": p.queue, "partition": p.partition, "count": p.msg_count }))
+        .collect();
+    let ack_specs: Vec<serde_json::Value> = acks
+        .iter()
+        .map(|a| {
+            let items: Vec<serde_json::Value> = a
+                .hashes
+                .iter()
+                .zip(&a.statuses)
+                .map(|(h, s)| serde_json::json!({ "h": queen_proto::hash::to_hex(h), "status": s }))
+                .collect();
+            serde_json::json!({
+                "partitionId": a.partition_id, "group": a.group, "worker": a.worker, "acks": items,
+            })
+        })
+        .collect();
+    let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs });
+    let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
+    let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
+
+    let stmt = db
+        .prepare_cached("SELECT queen.log_transaction_wire_v1($1, $2, $3)")
+        .await?;
+    let row = match db.query_one(&stmt, &[&spec, &hashes, &blobs]).await {
+        Ok(row) => row,
+        Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
+    };
+    let Json(committed): Json<WireCommitted> = row.try_get(0)?;
+    if committed.pushes.len() != pushes.len() || committed.acks.len() != acks.len() {
+        return Err(Error::internal(format!(
+            "log_transaction_wire_v1 answered {} pushes and {} acks for {} and {}",
+            committed.pushes.len(),
+            committed.acks.len(),
+            pushes.len(),
+            acks.len()
+        )));
+    }
+    Ok(Ok(committed))
+}
+
+/// The refusal a `QDUP`/`QTXN` exception carries, with its marker stripped.
+fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
+    let message = e.as_db_error()?.message();
+    if let Some(text) = message.strip_prefix("QDUP ") {
+        Some(WireRefusal::Duplicate(text.to_string()))
+    } else {
+        message
+            .strip_prefix("QTXN ")
+            .map(|text| WireRefusal::RejectedAck(text.to_string()))
+    }
+}

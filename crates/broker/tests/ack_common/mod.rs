@@ -1,0 +1,198 @@
+//! Helpers shared by the ack-path integration tests (ack, dlq, lease, transaction): push with
+//! chosen transactionIds, pop over real HTTP, ack, and read a cursor row straight from
+//! PostgreSQL. Use next to `mod common;`.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::TestBroker;
+
+/// Creates or reconfigures `queue` with `options` (wire names, e.g. `{"retryLimit": 0}`).
+pub async fn configure(b: &TestBroker, queue: &str, options: Value) {
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &json!({ "queue": queue, "options": options }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "configure {queue}: {body}");
+}
+
+/// Pushes one message per transactionId to (queue, partition), payload `{"txn": id}`.
+pub async fn push_txns(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
+    let items: Vec<Value> = txns
+        .iter()
+        .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "txn": t } }))
+        .collect();
+    let (status, body) = b.post("/api/v1/push", &json!({ "items": items })).await;
+    assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
+    for item in body.as_array().expect("push answer is an array") {
+        assert_eq!(item["status"], "queued", "push item not queued: {item}");
+    }
+}
+
+/// `prefix-0`, `prefix-1`, … as owned strings.
+pub fn txns(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// A non-empty pop answer.
+#[derive(Debug, Clone)]
+pub struct Popped {
+    pub lease_id: String,
+    pub messages: Vec<Value>,
+}
+
+impl Popped {
+    pub fn txns(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .map(|m| m["transactionId"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub fn partition_id(&self) -> i64 {
+        self.messages[0]["partitionId"]
+            .as_str()
+            .and_then(|p| p.parse().ok())
+            .expect("decimal partitionId")
+    }
+}
+
+/// A `wait=false` pop: the targeted route when `partition` is given, else the wildcard one.
+/// `extra` is appended to the query (e.g. `&leaseSeconds=5`). `None` on 204.
+pub async fn pop(
+    b: &TestBroker,
+    queue: &str,
+    partition: Option<&str>,
+    group: Option<&str>,
+    batch: usize,
+    extra: &str,
+) -> Option<Popped> {
+    let route = match partition {
+        Some(p) => format!("/api/v1/pop/queue/{queue}/partition/{p}"),
+        None => format!("/api/v1/pop/queue/{queue}"),
+    };
+    let group = group
+        .map(|g| format!("&consumerGroup={g}"))
+        .unwrap_or_default();
+    let (status, body) = b
+        .get(&format!("{route}?batch={batch}&wait=false{group}{extra}"))
+        .await;
+    match status {
+        StatusCode::NO_CONTENT => None,
+        StatusCode::OK => Some(Popped {
+            lease_id: body["leaseId"].as_str().unwrap_or_default().to_string(),
+            messages: body["messages"].as_array().cloned().unwrap_or_default(),
+        }),
+        other => panic!("pop answered {other}: {body}"),
+    }
+}
+
+/// One ack item for a popped message, carrying its lease.
+pub fn item(msg: &Value, status: &str) -> Value {
+    json!({
+        "transactionId": msg["transactionId"],
+        "partitionId": msg["partitionId"],
+        "leaseId": msg["leaseId"],
+        "status": status,
+    })
+}
+
+/// `POST /api/v1/ack/batch`; returns the per-item answer array (asserting HTTP 200).
+pub async fn ack_batch(b: &TestBroker, group: Option<&str>, items: Vec<Value>) -> Vec<Value> {
+    let (status, body) = b
+        .post(
+            "/api/v1/ack/batch",
+            &json!({ "acknowledgments": items, "consumerGroup": group }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "ack batch: {body}");
+    body.as_array().cloned().expect("ack answer is an array")
+}
+
+/// `POST /api/v1/ack` with one item; returns its answer element (asserting HTTP 200).
+pub async fn ack_one(b: &TestBroker, group: Option<&str>, mut item: Value) -> Value {
+    item["consumerGroup"] = json!(group);
+    let (status, body) = b.post("/api/v1/ack", &item).await;
+    assert_eq!(status, StatusCode::OK, "ack: {body}");
+    let arr = body.as_array().expect("ack answer is an array");
+    assert_eq!(arr.len(), 1, "single ack answers one element: {body}");
+    arr[0].clone()
+}
+
+/// A `queen.log_consumers` row.
+#[derive(Debug, Clone)]
+pub struct Cursor {
+    pub committed: i64,
+    pub batch_end: Option<i64>,
+    pub worker: Option<String>,
+    /// Seconds from now until the lease expires (negative: expired).
+    pub expires_in: Option<f64>,
+    pub retries: i32,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Cursor {
+    /// Everything but the time left, which changes while you look at it.
+    pub fn state(&self) -> (i64, Option<i64>, Option<String>, i32, Option<chrono::DateTime<chrono::Utc>>) {
+        (self.committed, self.batch_end, self.worker.clone(), self.retries, self.expires_at)
+    }
+}
+
+pub async fn cursor(db: &tokio_postgres::Client, pid: i64, group: &str) -> Cursor {
+    let row = db
+        .query_one(
+            "SELECT committed, batch_end, worker_id,
+                    EXTRACT(EPOCH FROM lease_expires_at - clock_timestamp())::float8,
+                    batch_retry_count, lease_expires_at
+             FROM queen.log_consumers WHERE partition_id = $1 AND consumer_group = $2",
+            &[&pid, &group],
+        )
+        .await
+        .expect("cursor row");
+    Cursor {
+        committed: row.get(0),
+        batch_end: row.get(1),
+        worker: row.get(2),
+        expires_in: row.get(3),
+        retries: row.get(4),
+        expires_at: row.get(5),
+    }
+}
+
+/// The id of (queue, partition).
+pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
+    db.query_one(
+        "SELECT lp.id FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+         WHERE q.name = $1 AND lp.name = $2",
+        &[&queue, &partition],
+    )
+    .await
+    .expect("partition exists")
+    .get(0)
+}
+
+/// `GET /api/v1/dlq?{query}`: the answer body.
+pub async fn dlq(b: &TestBroker, query: &str) -> Value {
+    let (status, body) = b.get(&format!("/api/v1/dlq?{query}")).await;
+    assert_eq!(status, StatusCode::OK, "dlq listing: {body}");
+    body
+}
+
+/// Asserts an answer element succeeded with no error text.
+pub fn assert_ok(r: &Value) {
+    assert_eq!(r["success"], true, "item refused: {r}");
+    assert!(
+        r["error"].is_null(),
+        "a successful item carries no error: {r}"
+    );
+}
+
+/// Asserts an answer element was refused with an error containing `needle`.
+pub fn assert_refused(r: &Value, needle: &str) {
+    assert_eq!(r["success"], false, "item accepted: {r}");
+    let error = r["error"].as_str().unwrap_or_default().to_lowercase();
+    assert!(error.contains(needle), "error {error:?} lacks {needle:?}");
+}
