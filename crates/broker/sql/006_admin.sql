@@ -3,8 +3,8 @@
 --
 -- Every count here is watermark arithmetic on partition and cursor rows (engine.md §10.4),
 -- never a segment scan: pending = GREATEST(last_offset − GREATEST(committed, log_start − 1), 0),
--- and a group without a cursor row on a partition reads committed = −1. Time lag costs two
--- primary-key probes per lagging partition. Timestamps render as ISO-8601 UTC with a Z.
+-- and a group without a cursor row on a partition reads committed = −1. Time lag costs at most
+-- two primary-key probes per lagging partition. Timestamps render as ISO-8601 UTC with a Z.
 
 -- The one pending formula; inlined by the planner.
 CREATE OR REPLACE FUNCTION queen.admin_pending(p_last bigint, p_committed bigint, p_log_start bigint)
@@ -16,21 +16,6 @@ $$;
 CREATE OR REPLACE FUNCTION queen.admin_iso(p timestamptz)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-$$;
-
--- created_at of the segment holding offset p_off, else of the first segment after it (a
--- retention gap): one backward primary-key step, then at most one forward step.
-CREATE OR REPLACE FUNCTION queen.admin_oldest_unconsumed_at(p_pid bigint, p_off bigint)
-RETURNS timestamptz LANGUAGE sql STABLE AS $$
-    SELECT COALESCE(
-        (SELECT h.created_at
-           FROM (SELECT s.end_offset, s.created_at FROM queen.log_segments s
-                  WHERE s.partition_id = p_pid AND s.base_offset <= p_off
-                  ORDER BY s.base_offset DESC LIMIT 1) h
-          WHERE h.end_offset >= p_off),
-        (SELECT s.created_at FROM queen.log_segments s
-          WHERE s.partition_id = p_pid AND s.base_offset > p_off
-          ORDER BY s.base_offset LIMIT 1))
 $$;
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
@@ -61,6 +46,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- One row per (member group, partition of its queue), missing cursor rows included as −1.
+-- oldest_unconsumed_at (pending partitions only) is the created_at of the segment holding
+-- the next wanted offset, else of the first segment after it (a retention gap): one backward
+-- primary-key step, then at most one forward step.
 CREATE OR REPLACE FUNCTION queen.admin_group_cursors_v1(p_group text DEFAULT NULL, p_queue_id bigint DEFAULT NULL)
 RETURNS TABLE(consumer_group text, queue_id bigint, queue_name text, partition_id bigint,
               partition_name text, committed bigint, worker_id text, lease_live bool,
@@ -73,14 +61,27 @@ LANGUAGE sql STABLE AS $$
            COALESCE(c.worker_id IS NOT NULL AND c.lease_expires_at > now(), false),
            COALESCE(c.total_consumed, 0),
            c.last_consumed_at,
-           queen.admin_pending(p.last_offset, c.committed, p.log_start),
-           CASE WHEN queen.admin_pending(p.last_offset, c.committed, p.log_start) > 0
-                THEN queen.admin_oldest_unconsumed_at(p.id, GREATEST(COALESCE(c.committed, -1) + 1, p.log_start))
-           END
+           x.pending,
+           COALESCE(head.created_at, after_gap.created_at)
       FROM queen.admin_memberships_v1(p_group, p_queue_id) g
       JOIN queen.queues q ON q.id = g.queue_id
       JOIN queen.log_partitions p ON p.queue_id = q.id
       LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+      CROSS JOIN LATERAL (
+          SELECT queen.admin_pending(p.last_offset, c.committed, p.log_start) AS pending,
+                 GREATEST(COALESCE(c.committed, -1) + 1, p.log_start) AS wanted
+      ) x
+      LEFT JOIN LATERAL (
+          SELECT s.end_offset, s.created_at FROM queen.log_segments s
+           WHERE x.pending > 0 AND s.partition_id = p.id AND s.base_offset <= x.wanted
+           ORDER BY s.base_offset DESC LIMIT 1
+      ) head ON head.end_offset >= x.wanted
+      LEFT JOIN LATERAL (
+          SELECT s.created_at FROM queen.log_segments s
+           WHERE x.pending > 0 AND head.created_at IS NULL
+             AND s.partition_id = p.id AND s.base_offset > x.wanted
+           ORDER BY s.base_offset LIMIT 1
+      ) after_gap ON true
 $$;
 
 -- Per-partition counts over every member group of the partition's queue: total = retained
@@ -140,85 +141,94 @@ $$;
 
 -- GET /api/v1/consumer-groups: one element per group, with its queues.
 CREATE OR REPLACE FUNCTION queen.admin_groups_v1()
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH cur AS (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL)),
-    per_queue AS (
-        SELECT c.consumer_group, c.queue_id, c.queue_name,
-               count(*) AS partitions,
-               sum(c.pending) AS pending,
-               count(*) FILTER (WHERE c.lease_live) AS leased,
-               COALESCE(EXTRACT(EPOCH FROM now() - min(c.oldest_unconsumed_at))::bigint, 0) AS time_lag
-          FROM cur c GROUP BY c.consumer_group, c.queue_id, c.queue_name
-    ), per_group AS (
-        SELECT pq.consumer_group,
-               jsonb_agg(jsonb_build_object(
-                   'queue', pq.queue_name, 'partitions', pq.partitions, 'pending', pq.pending,
-                   'activeLeases', pq.leased, 'timeLagSeconds', pq.time_lag,
-                   'subscriptionMode', m.subscription_mode,
-                   'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp))
-                   ORDER BY pq.queue_name) AS queues,
-               sum(pq.leased) AS members, sum(pq.pending) AS total_lag, max(pq.time_lag) AS max_lag
-          FROM per_queue pq
-          LEFT JOIN queen.consumer_groups_metadata m
-            ON m.consumer_group = pq.consumer_group AND m.queue_id = pq.queue_id AND m.partition_name = ''
-         GROUP BY pq.consumer_group
-    )
-    SELECT COALESCE(jsonb_agg(jsonb_build_object(
-               'name', g.consumer_group, 'queues', g.queues, 'members', g.members,
-               'totalLag', g.total_lag, 'maxTimeLag', g.max_lag,
-               'state', CASE WHEN g.total_lag = 0 THEN 'idle'
-                             WHEN g.members > 0 THEN 'active' ELSE 'lagging' END)
-               ORDER BY g.consumer_group), '[]'::jsonb)
-      FROM per_group g
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL)),
+        per_queue AS (
+            SELECT c.consumer_group, c.queue_id, c.queue_name,
+                   count(*) AS partitions,
+                   sum(c.pending) AS pending,
+                   count(*) FILTER (WHERE c.lease_live) AS leased,
+                   COALESCE(EXTRACT(EPOCH FROM now() - min(c.oldest_unconsumed_at))::bigint, 0) AS time_lag
+              FROM cur c GROUP BY c.consumer_group, c.queue_id, c.queue_name
+        ), per_group AS (
+            SELECT pq.consumer_group,
+                   jsonb_agg(jsonb_build_object(
+                       'queue', pq.queue_name, 'partitions', pq.partitions, 'pending', pq.pending,
+                       'activeLeases', pq.leased, 'timeLagSeconds', pq.time_lag,
+                       'subscriptionMode', m.subscription_mode,
+                       'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp))
+                       ORDER BY pq.queue_name) AS queues,
+                   sum(pq.leased) AS members, sum(pq.pending) AS total_lag, max(pq.time_lag) AS max_lag
+              FROM per_queue pq
+              LEFT JOIN queen.consumer_groups_metadata m
+                ON m.consumer_group = pq.consumer_group AND m.queue_id = pq.queue_id AND m.partition_name = ''
+             GROUP BY pq.consumer_group
+        )
+        SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'name', g.consumer_group, 'queues', g.queues, 'members', g.members,
+                   'totalLag', g.total_lag, 'maxTimeLag', g.max_lag,
+                   'state', CASE WHEN g.total_lag = 0 THEN 'idle'
+                                 WHEN g.members > 0 THEN 'active' ELSE 'lagging' END)
+                   ORDER BY g.consumer_group), '[]'::jsonb)
+          FROM per_group g);
+END
 $$;
 
 -- GET /api/v1/consumer-groups/:group: object keyed by queue name; NULL when the group is
 -- on no queue.
 CREATE OR REPLACE FUNCTION queen.admin_group_v1(p_group text)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH cur AS (SELECT * FROM queen.admin_group_cursors_v1(p_group, NULL)),
-    per_queue AS (
-        SELECT c.queue_id, c.queue_name,
-               jsonb_agg(jsonb_build_object(
-                   'partition', c.partition_name, 'partitionId', c.partition_id::text,
-                   'workerId', c.worker_id,
-                   'lastConsumedAt', queen.admin_iso(c.last_consumed_at),
-                   'totalConsumed', c.total_consumed, 'offsetLag', c.pending,
-                   'timeLagSeconds', COALESCE(EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint, 0),
-                   'leaseActive', c.lease_live)
-                   ORDER BY c.partition_name) AS partitions
-          FROM cur c GROUP BY c.queue_id, c.queue_name
-    )
-    SELECT jsonb_object_agg(pq.queue_name, jsonb_build_object(
-               'conflation', COALESCE(m.conflation, false),
-               'subscriptionMode', m.subscription_mode,
-               'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp),
-               'partitions', pq.partitions))
-      FROM per_queue pq
-      LEFT JOIN queen.consumer_groups_metadata m
-        ON m.consumer_group = p_group AND m.queue_id = pq.queue_id AND m.partition_name = ''
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(p_group, NULL)),
+        per_queue AS (
+            SELECT c.queue_id, c.queue_name,
+                   jsonb_agg(jsonb_build_object(
+                       'partition', c.partition_name, 'partitionId', c.partition_id::text,
+                       'workerId', c.worker_id,
+                       'lastConsumedAt', queen.admin_iso(c.last_consumed_at),
+                       'totalConsumed', c.total_consumed, 'offsetLag', c.pending,
+                       'timeLagSeconds', COALESCE(EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint, 0),
+                       'leaseActive', c.lease_live)
+                       ORDER BY c.partition_name) AS partitions
+              FROM cur c GROUP BY c.queue_id, c.queue_name
+        )
+        SELECT jsonb_object_agg(pq.queue_name, jsonb_build_object(
+                   'conflation', COALESCE(m.conflation, false),
+                   'subscriptionMode', m.subscription_mode,
+                   'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp),
+                   'partitions', pq.partitions))
+          FROM per_queue pq
+          LEFT JOIN queen.consumer_groups_metadata m
+            ON m.consumer_group = p_group AND m.queue_id = pq.queue_id AND m.partition_name = '');
+END
 $$;
 
 -- GET /api/v1/consumer-groups/lagging: partitions whose oldest unconsumed message is at least
 -- p_min_lag_seconds old, most lagging first.
 CREATE OR REPLACE FUNCTION queen.admin_lagging_v1(p_min_lag_seconds bigint)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH lag AS (
-        SELECT c.*, EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint AS time_lag
-          FROM queen.admin_group_cursors_v1(NULL, NULL) c
-         WHERE c.pending > 0 AND c.oldest_unconsumed_at IS NOT NULL
-    )
-    SELECT COALESCE(jsonb_agg(jsonb_build_object(
-               'consumer_group', l.consumer_group, 'queue_name', l.queue_name,
-               'partition_name', l.partition_name, 'partition_id', l.partition_id::text,
-               'worker_id', l.worker_id, 'offset_lag', l.pending,
-               'time_lag_seconds', l.time_lag,
-               'lag_hours', round(l.time_lag / 3600.0, 2),
-               'oldest_unconsumed_at', queen.admin_iso(l.oldest_unconsumed_at),
-               'last_consumed_at', queen.admin_iso(l.last_consumed_at))
-               ORDER BY l.time_lag DESC, l.consumer_group, l.partition_id), '[]'::jsonb)
-      FROM lag l
-     WHERE l.time_lag >= p_min_lag_seconds
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH lag AS MATERIALIZED (
+            SELECT c.*, EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint AS time_lag
+              FROM queen.admin_group_cursors_v1(NULL, NULL) c
+             WHERE c.pending > 0 AND c.oldest_unconsumed_at IS NOT NULL
+        )
+        SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'consumer_group', l.consumer_group, 'queue_name', l.queue_name,
+                   'partition_name', l.partition_name, 'partition_id', l.partition_id::text,
+                   'worker_id', l.worker_id, 'offset_lag', l.pending,
+                   'time_lag_seconds', l.time_lag,
+                   'lag_hours', round(l.time_lag / 3600.0, 2),
+                   'oldest_unconsumed_at', queen.admin_iso(l.oldest_unconsumed_at),
+                   'last_consumed_at', queen.admin_iso(l.last_consumed_at))
+                   ORDER BY l.time_lag DESC, l.consumer_group, l.partition_id), '[]'::jsonb)
+          FROM lag l
+         WHERE l.time_lag >= p_min_lag_seconds);
+END
 $$;
 
 -- Seek a group on a queue (one partition, or all when p_partition is NULL) to the end
@@ -328,98 +338,128 @@ $$;
 -- Resources (wire.md §14)
 -- ---------------------------------------------------------------------------------------
 
--- The list element of one queue; p_detail adds config, partitions and groups.
-CREATE OR REPLACE FUNCTION queen.admin_queue_json(q queen.queues, p_detail bool)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH parts AS (SELECT * FROM queen.admin_partition_stats_v1(q.id)),
-    base AS (
-        SELECT jsonb_build_object(
-            'id', q.id::text, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
-            'priority', q.priority, 'partitions', (SELECT count(*) FROM parts),
-            'createdAt', queen.admin_iso(q.created_at),
-            'messages', jsonb_build_object(
-                'total', (SELECT COALESCE(sum(total), 0) FROM parts),
-                'pending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-                'processing', (SELECT COALESCE(sum(processing), 0) FROM parts),
-                'deadLetter', (SELECT COALESCE(sum(dead_letter), 0) FROM parts))) AS j
-    )
-    SELECT CASE WHEN NOT p_detail THEN b.j ELSE b.j || jsonb_build_object(
-        'config', queen.admin_queue_config(q),
-        'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                'id', p.partition_id::text, 'name', p.partition_name,
-                'createdAt', queen.admin_iso(p.created_at),
-                'lastActivity', queen.admin_iso(p.last_write_at),
-                'lastOffset', p.last_offset, 'logStart', p.log_start,
-                'messages', jsonb_build_object('total', p.total, 'pending', p.pending,
-                    'processing', p.processing, 'deadLetter', p.dead_letter))
-                ORDER BY p.partition_name), '[]'::jsonb) FROM parts p),
-        'partitionCount', (SELECT count(*) FROM parts),
-        'consumerGroups', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                'name', g.consumer_group, 'pending', g.pending, 'activeLeases', g.leased)
-                ORDER BY g.consumer_group), '[]'::jsonb)
-            FROM (SELECT c.consumer_group, sum(c.pending) AS pending,
-                         count(*) FILTER (WHERE c.lease_live) AS leased
-                    FROM queen.admin_group_cursors_v1(NULL, q.id) c
-                   GROUP BY c.consumer_group) g))
-    END
-      FROM base b
+-- Message counts in the wire's shape.
+CREATE OR REPLACE FUNCTION queen.admin_counts_json(p_total numeric, p_pending numeric, p_processing numeric, p_dead numeric)
+RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT jsonb_build_object('total', COALESCE(p_total, 0), 'pending', COALESCE(p_pending, 0),
+                              'processing', COALESCE(p_processing, 0), 'deadLetter', COALESCE(p_dead, 0))
 $$;
 
--- GET /api/v1/resources/queues
+-- The list element of one queue, given its partition count and message counts.
+CREATE OR REPLACE FUNCTION queen.admin_queue_summary(q queen.queues, p_partitions bigint, p_counts jsonb)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', q.id::text, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
+        'priority', q.priority, 'partitions', COALESCE(p_partitions, 0),
+        'createdAt', queen.admin_iso(q.created_at),
+        'messages', COALESCE(p_counts, queen.admin_counts_json(0, 0, 0, 0)))
+$$;
+
+-- Entry points are plpgsql so their (large, inlined) plans are cached per connection instead
+-- of being planned again on every call.
+
+-- GET /api/v1/resources/queues: one set-based pass over every partition.
 CREATE OR REPLACE FUNCTION queen.admin_queues_v1()
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('queues',
-        COALESCE(jsonb_agg(queen.admin_queue_json(q, false) ORDER BY q.name), '[]'::jsonb))
-      FROM queen.queues q
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH per_queue AS (
+            SELECT s.queue_id, count(*) AS n,
+                   queen.admin_counts_json(sum(s.total), sum(s.pending), sum(s.processing), sum(s.dead_letter)) AS counts
+              FROM queen.admin_partition_stats_v1(NULL) s
+             GROUP BY s.queue_id
+        )
+        SELECT jsonb_build_object('queues', COALESCE(jsonb_agg(
+                   queen.admin_queue_summary(q, pq.n, pq.counts) ORDER BY q.name), '[]'::jsonb))
+          FROM queen.queues q
+          LEFT JOIN per_queue pq ON pq.queue_id = q.id);
+END
 $$;
 
--- GET /api/v1/resources/queues/:queue; NULL for an unknown queue.
+-- GET /api/v1/resources/queues/:queue: the list element plus config, partitions and the
+-- member groups' pending counts; NULL for an unknown queue.
 CREATE OR REPLACE FUNCTION queen.admin_queue_v1(p_queue text)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT queen.admin_queue_json(q, true) FROM queen.queues q WHERE q.name = p_queue
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_q queen.queues;
+BEGIN
+    SELECT * INTO v_q FROM queen.queues WHERE name = p_queue;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN (
+        WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(v_q.id))
+        SELECT queen.admin_queue_summary(v_q, (SELECT count(*) FROM parts),
+                   (SELECT queen.admin_counts_json(sum(total), sum(pending), sum(processing), sum(dead_letter))
+                      FROM parts))
+            || jsonb_build_object(
+                'config', queen.admin_queue_config(v_q),
+                'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                        'id', p.partition_id::text, 'name', p.partition_name,
+                        'createdAt', queen.admin_iso(p.created_at),
+                        'lastActivity', queen.admin_iso(p.last_write_at),
+                        'lastOffset', p.last_offset, 'logStart', p.log_start,
+                        'messages', queen.admin_counts_json(p.total, p.pending, p.processing, p.dead_letter))
+                        ORDER BY p.partition_name), '[]'::jsonb) FROM parts p),
+                'consumerGroups', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                        'name', g.consumer_group, 'pending', g.pending, 'activeLeases', g.leased)
+                        ORDER BY g.consumer_group), '[]'::jsonb)
+                    FROM (SELECT c.consumer_group, sum(c.pending) AS pending,
+                                 count(*) FILTER (WHERE c.lease_live) AS leased
+                            FROM queen.admin_group_cursors_v1(NULL, v_q.id) c
+                           GROUP BY c.consumer_group) g)));
+END
 $$;
 
 -- GET /api/v1/resources/queues/:queue/depth?group=: pending of one group; NULL for an
 -- unknown queue.
 CREATE OR REPLACE FUNCTION queen.admin_queue_depth_v1(p_queue text, p_group text)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH q AS (SELECT id, name FROM queen.queues WHERE name = p_queue),
-    parts AS (
-        SELECT p.name, queen.admin_pending(p.last_offset, c.committed, p.log_start) AS pending
-          FROM q JOIN queen.log_partitions p ON p.queue_id = q.id
-          LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
-    )
-    SELECT jsonb_build_object(
-        'queue', q.name, 'group', p_group,
-        'pending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-        'partitionsPending', (SELECT count(*) FROM parts WHERE pending > 0),
-        'conflation', COALESCE((SELECT m.conflation FROM queen.consumer_groups_metadata m
-                                 WHERE m.consumer_group = p_group AND m.queue_id = q.id
-                                   AND m.partition_name = ''), false),
-        'effectivePending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-        'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object('partition', name, 'pending', pending)
-                                                 ORDER BY name), '[]'::jsonb)
-                         FROM parts WHERE pending > 0))
-      FROM q
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_qid bigint;
+BEGIN
+    SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN (
+        WITH parts AS MATERIALIZED (
+            SELECT p.name, queen.admin_pending(p.last_offset, c.committed, p.log_start) AS pending
+              FROM queen.log_partitions p
+              LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+             WHERE p.queue_id = v_qid
+        )
+        SELECT jsonb_build_object(
+            'queue', p_queue, 'group', p_group,
+            'pending', (SELECT COALESCE(sum(pending), 0) FROM parts),
+            'partitionsPending', (SELECT count(*) FROM parts WHERE pending > 0),
+            'conflation', COALESCE((SELECT m.conflation FROM queen.consumer_groups_metadata m
+                                     WHERE m.consumer_group = p_group AND m.queue_id = v_qid
+                                       AND m.partition_name = ''), false),
+            'effectivePending', (SELECT COALESCE(sum(pending), 0) FROM parts),
+            'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object('partition', name, 'pending', pending)
+                                                     ORDER BY name), '[]'::jsonb)
+                             FROM parts WHERE pending > 0)));
+END
 $$;
 
 -- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh.
 CREATE OR REPLACE FUNCTION queen.admin_overview_v1()
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH parts AS (SELECT * FROM queen.admin_partition_stats_v1(NULL))
-    SELECT jsonb_build_object(
-        'queues', (SELECT count(*) FROM queen.queues),
-        'partitions', (SELECT count(*) FROM parts),
-        'namespaces', (SELECT count(DISTINCT namespace) FROM queen.queues WHERE namespace <> ''),
-        'tasks', (SELECT count(DISTINCT task) FROM queen.queues WHERE task <> ''),
-        'consumerGroups', (SELECT count(DISTINCT consumer_group) FROM queen.admin_memberships_v1(NULL, NULL)),
-        'messages', jsonb_build_object(
-            'total', (SELECT COALESCE(sum(total), 0) FROM parts),
-            'pending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-            'processing', (SELECT COALESCE(sum(processing), 0) FROM parts),
-            'completed', (SELECT COALESCE(sum(total - pending), 0) FROM parts),
-            'deadLetter', (SELECT count(*) FROM queen.log_dlq)),
-        'timestamp', queen.admin_iso(now()))
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(NULL))
+        SELECT jsonb_build_object(
+            'queues', (SELECT count(*) FROM queen.queues),
+            'partitions', (SELECT count(*) FROM parts),
+            'namespaces', (SELECT count(DISTINCT namespace) FROM queen.queues WHERE namespace <> ''),
+            'tasks', (SELECT count(DISTINCT task) FROM queen.queues WHERE task <> ''),
+            'consumerGroups', (SELECT count(DISTINCT consumer_group) FROM queen.admin_memberships_v1(NULL, NULL)),
+            'messages', (SELECT queen.admin_counts_json(sum(total), sum(pending), sum(processing), sum(dead_letter))
+                                || jsonb_build_object('completed', COALESCE(sum(total - pending), 0))
+                           FROM parts),
+            'timestamp', queen.admin_iso(now())));
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------
