@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::engine::longpoll::{Armed, Backoff, Woke};
 use crate::engine::render::{self, RenderContext, Rendered};
+use crate::engine::render_framed;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::migrations::db_message;
@@ -61,6 +62,8 @@ pub struct PopRequest {
     pub subscription: Subscription,
     /// Per-request lease length; `None` = the queue's.
     pub lease_seconds: Option<i32>,
+    /// `frames=true`: answer `QPF1` (wire.md §7.7) instead of JSON.
+    pub frames: bool,
 }
 
 pub enum PopOutcome {
@@ -155,7 +158,11 @@ async fn attempt(
         per_message_queue: discovery,
         max_segment_bytes: MAX_SEGMENT_BYTES,
     };
-    let rendered = render::render(&answer, &ctx);
+    let rendered = if req.frames {
+        render_framed::render(&answer, &ctx)
+    } else {
+        render::render(&answer, &ctx)
+    };
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);

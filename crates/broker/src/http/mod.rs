@@ -5,6 +5,7 @@ pub mod extract;
 mod health;
 mod queues;
 mod push;
+mod push_binary;
 mod pop;
 mod ack;
 mod transaction;

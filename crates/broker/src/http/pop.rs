@@ -9,6 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use queen_proto::pop_framed;
 use serde_json::json;
 
 use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
@@ -17,6 +18,8 @@ use crate::error::{Error, Result};
 use crate::http::extract::Query;
 use crate::state::AppState;
 
+/// Content-Type of the framed pop answer (wire.md §7.7).
+const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
 /// Largest `batch` honoured; larger requests are clamped.
 const MAX_BATCH: i64 = 10_000;
 /// Largest `partitions` honoured (the SQL candidate cap); larger requests are clamped.
@@ -80,7 +83,12 @@ async fn serve(st: &AppState, shape: PopShape, params: &[(String, String)]) -> R
     Ok(match pop::pop(st, &req).await? {
         PopOutcome::Empty => StatusCode::NO_CONTENT.into_response(),
         PopOutcome::Delivered(r) => {
-            ([(header::CONTENT_TYPE, "application/json")], r.body).into_response()
+            let content_type = if pop_framed::is_framed(&r.body) {
+                FRAMED_CONTENT_TYPE
+            } else {
+                "application/json"
+            };
+            ([(header::CONTENT_TYPE, content_type)], r.body).into_response()
         }
     })
 }
@@ -94,8 +102,8 @@ fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Builds the request with the spec's defaults. Unknown parameters (`autopilot`, `frames`, …)
-/// are ignored; `namespace`/`task` matter only to discovery.
+/// Builds the request with the spec's defaults. Unknown parameters (`autopilot`, …) are
+/// ignored; `namespace`/`task` matter only to discovery.
 fn parse_request(
     shape: PopShape,
     params: &[(String, String)],
@@ -147,6 +155,8 @@ fn parse_request(
         auto_ack: flag(params, "autoAck")?.unwrap_or(false),
         subscription: subscription(params)?,
         lease_seconds,
+        // Lenient: any other value simply keeps the JSON answer.
+        frames: param(params, "frames").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
     })
 }
 

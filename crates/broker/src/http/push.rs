@@ -1,10 +1,12 @@
 //! `POST /api/v1/push` with the JSON body (wire.md §5): parse without re-serialising
 //! payloads (each payload is a slice of the request body), push, answer 201 with one result
-//! per item in input order.
+//! per item in input order. A binary body (`application/x-queen-push`) goes to
+//! [`push_binary`](crate::http::push_binary).
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -13,6 +15,7 @@ use serde_json::value::RawValue;
 use crate::engine::push::{self, PushItem, PushResult};
 use crate::error::{Error, Result};
 use crate::http::extract::RawBody;
+use crate::http::push_binary;
 use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -21,16 +24,20 @@ pub fn routes() -> Router<AppState> {
 
 async fn push_json(
     State(st): State<AppState>,
+    headers: HeaderMap,
     RawBody(body): RawBody,
-) -> Result<(StatusCode, Json<Vec<ItemOut>>)> {
+) -> Result<Response> {
+    if push_binary::is_binary(&headers) {
+        return push_binary::push(&st, body).await;
+    }
     let items = parse_items(&body)?;
     let results = push::push(&st, items).await?;
-    let out = results
+    let out: Vec<ItemOut> = results
         .iter()
         .enumerate()
         .map(|(index, r)| ItemOut::new(index, r))
         .collect();
-    Ok((StatusCode::CREATED, Json(out)))
+    Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -133,7 +140,7 @@ fn share(body: &Bytes, part: &[u8]) -> Bytes {
 
 /// One element of the 201 answer (wire.md §5.2).
 #[derive(Serialize)]
-struct ItemOut {
+pub(crate) struct ItemOut {
     index: usize,
     message_id: String,
     transaction_id: String,
@@ -147,7 +154,7 @@ struct ItemOut {
 }
 
 impl ItemOut {
-    fn new(index: usize, r: &PushResult) -> Self {
+    pub(crate) fn new(index: usize, r: &PushResult) -> Self {
         ItemOut {
             index,
             message_id: r.message_id().to_string(),

@@ -1,0 +1,288 @@
+//! Binary push (`QPB1`, wire.md §6) after parsing: the envelope's groups become pushes.
+//!
+//! Plain groups (no flag 8) are ordinary push items from here on: the JSON path's dedup,
+//! fusion and answers. Pre-compressed groups (flag 8) are **stored as sent** — the client's
+//! zstd frame becomes the segment blob byte for byte, with no decompress/recompress — when
+//! wire.md §6.3 allows it:
+//!
+//! - no payload transformation is needed: this broker has no at-rest encryption and no
+//!   authentication, so no frame is ever encrypted or stamped with a `producerSub`;
+//! - no frame of the group repeats a transactionId of the request (the group is the only one
+//!   for its (queue, partition) in the request, and its transactionIds are distinct);
+//! - the group becomes its own segment: it is written straight through
+//!   `queen.log_push_multi_v1` (all such groups of a request in one transaction) instead of
+//!   joining push fusion, which would merge it with other frames;
+//! - no frame duplicates stored data: the SQL probe says so under the partition lock, and a
+//!   segment it reports as `duplicate` wrote nothing.
+//!
+//! Every other group, and a group the probe found a stored duplicate in, takes the ordinary
+//! path with the frames' own message ids: duplicates are dropped and the survivors are
+//! re-framed and recompressed by push fusion.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use queen_proto::frame::decode_exact;
+use queen_proto::hash::txn_hash;
+use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
+
+use crate::accel::push_fusion::FrameOutcome;
+use crate::engine::push::{self, check_item, PushItem, PushResult, DEFAULT_PARTITION};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::migrations::db_message;
+use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
+
+/// One group of a binary body, decoded into push items.
+pub struct DecodedGroup {
+    pub queue: String,
+    /// The partition name, `Default` when the body left it empty.
+    pub partition: String,
+    /// One per message, in wire order; pre-compressed frames keep their message ids.
+    pub items: Vec<PushItem>,
+    /// For a pre-compressed group: what storing it as sent needs.
+    pub sent: Option<SentSegment>,
+}
+
+/// A pre-compressed group as a ready segment: the client's bytes and the hash sidecar.
+pub struct SentSegment {
+    /// The client's zstd frame, unchanged.
+    pub blob: Bytes,
+    /// `16 × n` bytes: `xxh3_128(transactionId)` in frame order.
+    pub hashes: Vec<u8>,
+    /// No transactionId occurs twice in the group.
+    pub distinct: bool,
+}
+
+/// Decodes one parsed group. The parser has validated every frame already; decoding again
+/// here only borrows the payloads out of the decompressed frames.
+pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
+    let partition = if group.partition.is_empty() {
+        DEFAULT_PARTITION.to_string()
+    } else {
+        group.partition
+    };
+    let item = |transaction_id, payload, message_id| PushItem {
+        queue: group.queue.clone(),
+        partition: Some(partition.clone()),
+        transaction_id,
+        trace_id: None,
+        payload,
+        message_id,
+    };
+    let (items, sent) = match group.body {
+        GroupBody::Items(plain) => {
+            let items = plain
+                .into_iter()
+                .map(|p| item(p.transaction_id, p.payload, None))
+                .collect();
+            (items, None)
+        }
+        GroupBody::Precompressed { n, z, frames_raw } => {
+            let raw = Bytes::from(frames_raw);
+            let frames = decode_exact(&raw, n as usize)
+                .map_err(|e| Error::bad(format!("bad binary push body: {e}")))?;
+            let mut hashes = Vec::with_capacity(frames.len() * 16);
+            let mut seen = HashSet::with_capacity(frames.len());
+            let mut distinct = true;
+            let mut items = Vec::with_capacity(frames.len());
+            for f in &frames {
+                let hash = txn_hash(f.transaction_id);
+                distinct &= seen.insert(hash);
+                hashes.extend_from_slice(&hash);
+                items.push(item(
+                    Some(f.transaction_id.to_string()),
+                    raw.slice_ref(f.payload),
+                    Some(f.message_uuid()),
+                ));
+            }
+            let sent = SentSegment {
+                blob: z,
+                hashes,
+                distinct,
+            };
+            (items, Some(sent))
+        }
+    };
+    Ok(DecodedGroup {
+        queue: group.queue,
+        partition,
+        items,
+        sent,
+    })
+}
+
+/// Pushes a parsed `QPB1` envelope; results come back in wire order. A bad item refuses the
+/// whole request (400) before anything is written.
+pub async fn push_envelope(state: &AppState, env: PushEnvelope) -> Result<Vec<PushResult>> {
+    let groups = env
+        .groups
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .map(decode_group)
+        .collect::<Result<Vec<_>>>()?;
+    let mut index = 0;
+    for g in &groups {
+        for item in &g.items {
+            check_item(index, item)?;
+            index += 1;
+        }
+    }
+    let total = index;
+
+    let mut groups_of_key: HashMap<(&str, &str), usize> = HashMap::new();
+    for g in &groups {
+        *groups_of_key.entry((&g.queue, &g.partition)).or_default() += 1;
+    }
+    let as_sent: Vec<bool> = groups
+        .iter()
+        .map(|g| {
+            g.sent.as_ref().is_some_and(|s| s.distinct)
+                && groups_of_key[&(g.queue.as_str(), g.partition.as_str())] == 1
+        })
+        .collect();
+
+    // First the groups stored as sent, in one transaction; then everything else (and any
+    // group whose segment the SQL probe refused) through the ordinary path.
+    let mut results: Vec<Option<PushResult>> = vec![None; total];
+    let mut starts = Vec::with_capacity(groups.len());
+    let mut at = 0;
+    for g in &groups {
+        starts.push(at);
+        at += g.items.len();
+    }
+    let direct: Vec<usize> = (0..groups.len()).filter(|&g| as_sent[g]).collect();
+    let refused = store_as_sent(state, &groups, &direct, &starts, &mut results).await?;
+
+    let mut rest_index = Vec::new();
+    let mut rest_items = Vec::new();
+    for (g, group) in groups.into_iter().enumerate() {
+        if as_sent[g] && !refused.contains(&g) {
+            continue;
+        }
+        rest_index.extend(starts[g]..starts[g] + group.items.len());
+        rest_items.extend(group.items);
+    }
+    if !rest_items.is_empty() {
+        let pushed = push::push(state, rest_items).await?;
+        for (i, r) in rest_index.into_iter().zip(pushed) {
+            results[i] = Some(r);
+        }
+    }
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.ok_or_else(|| Error::internal(format!("binary push item {i} has no result")))
+        })
+        .collect()
+}
+
+/// Writes the `direct` groups' client blobs as their own segments in one
+/// `log_push_multi_v1` call and fills their results. Returns the groups whose segment the
+/// SQL probe reported as duplicate (nothing of them was written). A database failure fails
+/// the groups' items, as it does on the fusion path.
+async fn store_as_sent(
+    state: &AppState,
+    groups: &[DecodedGroup],
+    direct: &[usize],
+    starts: &[usize],
+    results: &mut [Option<PushResult>],
+) -> Result<Vec<usize>> {
+    if direct.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut writes = Vec::with_capacity(direct.len());
+    for &g in direct {
+        let group = &groups[g];
+        let Some(sent) = &group.sent else {
+            return Err(Error::internal(
+                "a plain group was chosen to be stored as sent",
+            ));
+        };
+        writes.push(SegmentWrite {
+            queue: &group.queue,
+            partition: &group.partition,
+            msg_count: i32::try_from(group.items.len())
+                .map_err(|_| Error::bad("a group holds more than 2^31 messages"))?,
+            hashes: &sent.hashes,
+            verified: -1,
+            blob: &sent.blob,
+        });
+    }
+    let written = async {
+        let conn = state.store.conn().await?;
+        push_multi(&conn, &writes).await
+    }
+    .await;
+    let written = match written {
+        Ok(written) => written,
+        Err(e) => {
+            let text = match &e {
+                Error::Db(db) => format!("database error: {}", db_message(db)),
+                other => other.to_string(),
+            };
+            tracing::error!(error = %text, groups = direct.len(), "binary push write failed");
+            for &g in direct {
+                settle(groups, g, starts[g], results, |_| {
+                    FrameOutcome::Failed(text.clone())
+                });
+            }
+            return Ok(Vec::new());
+        }
+    };
+
+    let mut refused = Vec::new();
+    let mut queued = 0u64;
+    let mut woken: HashSet<&str> = HashSet::new();
+    for (&g, result) in direct.iter().zip(written) {
+        match result {
+            SegmentResult::Queued { base_offset, .. } => {
+                settle(groups, g, starts[g], results, |k| FrameOutcome::Queued {
+                    message_id: groups[g].items[k].message_id.unwrap_or_default(),
+                    offset: base_offset + k as i64,
+                });
+                queued += groups[g].items.len() as u64;
+                if woken.insert(&groups[g].queue) {
+                    state.wake.wake_queue(&groups[g].queue);
+                }
+            }
+            SegmentResult::Duplicate { .. } => refused.push(g),
+        }
+    }
+    state.counters.messages_pushed.fetch_add(queued, Relaxed);
+    Ok(refused)
+}
+
+/// Fills the results of group `g`'s items (which start at `start`) with `outcome(k)`.
+fn settle(
+    groups: &[DecodedGroup],
+    g: usize,
+    start: usize,
+    results: &mut [Option<PushResult>],
+    outcome: impl Fn(usize) -> FrameOutcome,
+) {
+    let group = &groups[g];
+    for (k, item) in group.items.iter().enumerate() {
+        let message_id = item.message_id.unwrap_or_default();
+        results[start + k] = Some(PushResult {
+            queue: group.queue.clone(),
+            partition: group.partition.clone(),
+            transaction_id: item.transaction_id.clone().unwrap_or_default(),
+            minted_id: message_id,
+            outcome: outcome(k),
+        });
+    }
+}
+
+/// `{"count","queued","duplicate","error"}` of the counts-only answer (flag 2).
+pub fn counts(results: &[PushResult]) -> serde_json::Value {
+    let of = |status: &str| results.iter().filter(|r| r.status() == status).count();
+    serde_json::json!({
+        "count": results.len(),
+        "queued": of("queued"),
+        "duplicate": of("duplicate"),
+        "error": of("failed"),
+    })
+}

@@ -1,0 +1,292 @@
+//! The framed pop answer (`QPF1`, wire.md §7.7), asked for with `frames=true`: the stored
+//! segment blobs PostgreSQL returned go out as records unchanged — no decompression, no
+//! per-message rendering — and the client trims each claim to its `start..=end`.
+//!
+//! A blob ships as is when it is raw frames (codec 0) or exactly one zstd frame (codec 1; the
+//! official decoder reads only the first zstd frame of a record). Every writer of this broker
+//! stores one zstd frame per segment, so the other case exists only for foreign or damaged
+//! data: such a blob is decompressed and its claimed frames ship raw, and one that cannot be
+//! decompressed is logged and left out, as the JSON renderer does.
+//!
+//! Encrypted frames would make the client raise; this broker has no at-rest encryption, so
+//! no stored frame carries that flag and every answer can be framed.
+
+use std::io::Read;
+
+use bytes::Bytes;
+use queen_proto::frame::{decode_exact, Frame};
+use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
+use zstd::zstd_safe;
+
+use crate::engine::render::{self, LeasedSpan, RenderContext, Rendered};
+use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+
+/// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
+/// (a name over 65 535 bytes, which validation upstream rules out), it is rendered as JSON:
+/// the client accepts either.
+pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+    let mut blobs = answer.blobs.iter();
+    let mut claims = Vec::with_capacity(answer.partitions.len());
+    let mut leases = Vec::new();
+    let mut messages = 0;
+    for part in &answer.partitions {
+        let segments: Vec<(&ClaimedSegment, &Vec<u8>)> =
+            part.segments.iter().zip(blobs.by_ref()).collect();
+        let claim = claim(part, &segments, ctx.max_segment_bytes);
+        if !ctx.lease_id.is_empty() {
+            // The client decodes the frames, not us: no hashes to vouch for a fast-path ack,
+            // so acks of this lease resolve in SQL.
+            leases.push(LeasedSpan {
+                partition_id: part.partition_id,
+                first_offset: claim.as_ref().map_or(-1, |(c, _)| c.start as i64),
+                batch_end: claim.as_ref().map_or(-1, |(c, _)| c.end as i64),
+                hashes: Vec::new(),
+                complete: false,
+            });
+        }
+        if let Some((claim, count)) = claim {
+            messages += count;
+            claims.push(claim);
+        }
+    }
+    let partitions_claimed = claims.len();
+    let framed = FramedPop {
+        queue: ctx.queue.to_string(),
+        lease_id: ctx.lease_id.to_string(),
+        group: ctx.group.to_string(),
+        extra: None,
+        claims,
+    };
+    match framed.encode() {
+        Ok(body) => Rendered {
+            body,
+            messages,
+            partitions_claimed,
+            leases,
+        },
+        Err(e) => {
+            tracing::error!(error = %e, "framed pop answer cannot be encoded; answering JSON");
+            render::render(answer, ctx)
+        }
+    }
+}
+
+/// One partition's claim: `start..=end` spans the claimed frames of its segments (which
+/// are contiguous), one record per segment; with the number of messages it delivers. `None`
+/// when nothing of it can be shipped.
+fn claim(
+    part: &ClaimedPartition,
+    segments: &[(&ClaimedSegment, &Vec<u8>)],
+    max_segment_bytes: usize,
+) -> Option<(Claim, usize)> {
+    let records: Vec<(Record, &ClaimedSegment)> = segments
+        .iter()
+        .filter(|(seg, _)| seg.take > 0)
+        .filter_map(|&(seg, blob)| Some((record(part, seg, blob, max_segment_bytes)?, seg)))
+        .collect();
+    let (first, last) = (records.first()?.1, records.last()?.1);
+    let start = u64::try_from(first.base + i64::from(first.start_idx)).ok()?;
+    let end =
+        u64::try_from(last.base + i64::from(last.start_idx) + i64::from(last.take) - 1).ok()?;
+    let count = records
+        .iter()
+        .map(|(_, seg)| usize::try_from(seg.take).unwrap_or(0))
+        .sum();
+    let claim = Claim {
+        partition_id: u64::try_from(part.partition_id).ok()?,
+        partition: part.partition.clone(),
+        start,
+        end,
+        delivery_attempt: u32::try_from(part.delivery_attempt).unwrap_or(0),
+        records: records.into_iter().map(|(r, _)| r).collect(),
+    };
+    Some((claim, count))
+}
+
+/// The record of one claimed segment: the stored blob when it can ship as is, else its
+/// claimed frames decompressed.
+fn record(
+    part: &ClaimedPartition,
+    seg: &ClaimedSegment,
+    blob: &[u8],
+    max_segment_bytes: usize,
+) -> Option<Record> {
+    let whole = |codec, bytes: Bytes| Record {
+        base: u64::try_from(seg.base).unwrap_or(0),
+        created_us: seg.created_at,
+        frame_count: u32::try_from(seg.msg_count).unwrap_or(0),
+        codec,
+        bytes,
+    };
+    let codec = Codec::of(blob);
+    if codec == Codec::Raw || zstd_safe::find_frame_compressed_size(blob) == Ok(blob.len()) {
+        return Some(whole(codec, Bytes::copy_from_slice(blob)));
+    }
+    match claimed_frames(seg, blob, max_segment_bytes) {
+        Ok(raw) => Some(Record {
+            base: u64::try_from(seg.base + i64::from(seg.start_idx)).unwrap_or(0),
+            created_us: seg.created_at,
+            frame_count: u32::try_from(seg.take).unwrap_or(0),
+            codec: Codec::Raw,
+            bytes: Bytes::from(raw),
+        }),
+        Err(e) => {
+            tracing::error!(
+                queue = %part.queue, partition = %part.partition, partition_id = part.partition_id,
+                base_offset = seg.base, error = %e,
+                "stored segment cannot be framed; its frames are left out"
+            );
+            None
+        }
+    }
+}
+
+/// Frames `[start_idx, start_idx + take)` of a blob made of several zstd frames (or damaged),
+/// re-encoded back to back.
+fn claimed_frames(
+    seg: &ClaimedSegment,
+    blob: &[u8],
+    max_segment_bytes: usize,
+) -> Result<Vec<u8>, String> {
+    let mut raw = Vec::new();
+    zstd::stream::read::Decoder::with_buffer(blob)
+        .map_err(|e| e.to_string())?
+        .take(max_segment_bytes as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| e.to_string())?;
+    if raw.len() > max_segment_bytes {
+        return Err(format!(
+            "decompresses to more than {max_segment_bytes} bytes"
+        ));
+    }
+    let count = usize::try_from(seg.msg_count).map_err(|e| e.to_string())?;
+    let frames = decode_exact(&raw, count).map_err(|e| e.to_string())?;
+    let start = usize::try_from(seg.start_idx).map_err(|e| e.to_string())?;
+    let take = usize::try_from(seg.take).map_err(|e| e.to_string())?;
+    let claimed: &[Frame<'_>] = start
+        .checked_add(take)
+        .and_then(|end| frames.get(start..end))
+        .ok_or("claimed frames lie outside the segment")?;
+    let mut out = Vec::with_capacity(raw.len());
+    for f in claimed {
+        f.encode_into(&mut out).map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use queen_proto::pop_framed::decode;
+    use queen_proto::segment;
+
+    fn frames(txns: &[&str]) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for (i, txn) in txns.iter().enumerate() {
+            let payload = format!("{{\"n\":{i}}}");
+            Frame {
+                flags: 0,
+                message_id: *uuid::Uuid::now_v7().as_bytes(),
+                trace_id: None,
+                transaction_id: txn,
+                producer_sub: None,
+                payload: payload.as_bytes(),
+            }
+            .encode_into(&mut raw)
+            .expect("encode");
+        }
+        raw
+    }
+
+    fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
+        RenderContext {
+            queue: "q",
+            group: "g",
+            lease_id,
+            per_message_queue: false,
+            max_segment_bytes: 1 << 20,
+        }
+    }
+
+    fn seg(base: i64, start_idx: i32, take: i32, msg_count: i32) -> ClaimedSegment {
+        ClaimedSegment {
+            base,
+            start_idx,
+            take,
+            msg_count,
+            created_at: 1_785_402_764_881_123,
+        }
+    }
+
+    fn answer(segments: Vec<ClaimedSegment>, blobs: Vec<Vec<u8>>) -> PopAnswer {
+        PopAnswer {
+            partitions: vec![ClaimedPartition {
+                partition: "p".into(),
+                partition_id: 17,
+                queue: "q".into(),
+                delivery_attempt: 2,
+                segments,
+            }],
+            min_pop_wait_ms: None,
+            blobs,
+        }
+    }
+
+    fn txns(body: &[u8]) -> Vec<String> {
+        decode(body)
+            .expect("a framed answer")
+            .messages
+            .into_iter()
+            .map(|m| m.transaction_id)
+            .collect()
+    }
+
+    #[test]
+    fn ships_blobs_unchanged_and_trims_by_the_claim() {
+        let zstd_blob = segment::compress(&frames(&["a", "b", "c"]), 3);
+        let raw_blob = frames(&["d", "e", "f"]);
+        let a = answer(
+            vec![seg(40, 1, 2, 3), seg(43, 0, 2, 3)],
+            vec![zstd_blob.clone(), raw_blob.clone()],
+        );
+        let r = render(&a, &ctx("L"));
+        assert_eq!((r.messages, r.partitions_claimed), (4, 1));
+        assert!(
+            r.body.windows(zstd_blob.len()).any(|w| w == zstd_blob),
+            "the zstd blob is shipped byte for byte"
+        );
+        assert!(r.body.windows(raw_blob.len()).any(|w| w == raw_blob));
+        assert_eq!(txns(&r.body), ["b", "c", "d", "e"]);
+        let d = decode(&r.body).expect("decoded");
+        assert_eq!(d.messages[0].offset, 41);
+        assert_eq!(d.messages[3].offset, 44);
+        assert_eq!(d.messages[0].delivery_attempt, 2);
+        assert_eq!(d.partition_id, "17");
+        assert_eq!(d.lease_id, "L");
+        assert_eq!(d.messages[0].created_at, "2026-07-30T09:12:44.881Z");
+        assert_eq!((r.leases[0].first_offset, r.leases[0].batch_end), (41, 44));
+        assert!(!r.leases[0].complete, "acks of a framed pop resolve in SQL");
+    }
+
+    #[test]
+    fn a_blob_of_two_zstd_frames_ships_its_claimed_frames_raw() {
+        let mut two = segment::compress(&frames(&["a", "b"]), 1);
+        two.extend_from_slice(&segment::compress(&frames(&["c"]), 1));
+        let r = render(&answer(vec![seg(0, 1, 2, 3)], vec![two]), &ctx(""));
+        assert_eq!(txns(&r.body), ["b", "c"]);
+        assert!(r.leases.is_empty(), "autoAck takes no lease");
+    }
+
+    #[test]
+    fn an_undecodable_blob_is_left_out() {
+        let good = segment::compress(&frames(&["a"]), 1);
+        let mut bad = segment::compress(&frames(&["x", "y"]), 1);
+        bad.extend_from_slice(&[0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3]);
+        let r = render(
+            &answer(vec![seg(0, 0, 1, 1), seg(1, 0, 2, 2)], vec![good, bad]),
+            &ctx("L"),
+        );
+        assert_eq!(txns(&r.body), ["a"]);
+        assert_eq!(r.messages, 1);
+    }
+}
