@@ -9,6 +9,7 @@ mod push_binary;
 mod pop;
 mod ack;
 mod transaction;
+mod transaction_binary;
 mod groups;
 mod messages;
 mod resources;

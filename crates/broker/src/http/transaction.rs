@@ -1,11 +1,11 @@
 //! `POST /api/v1/transaction` with the JSON body (wire.md §10): parse the operations into a
 //! `TxnRequest`, run it, and render HTTP 200 for both outcomes (a rollback is a business
 //! outcome, never a 5xx the clients would replay). A malformed bundle is 400 with the same
-//! failure shape.
+//! failure shape. The binary `QTB1` body parses in [`transaction_binary`].
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -18,19 +18,32 @@ use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack};
 use crate::http::extract::RawBody;
 use crate::http::push::parse_item;
+use crate::http::{push_binary, transaction_binary};
 use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/api/v1/transaction", post(transaction_json))
 }
 
-async fn transaction_json(State(st): State<AppState>, RawBody(body): RawBody) -> Response {
+async fn transaction_json(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Response {
     let bundle_id = queen_proto::new_v7().to_string();
-    let outcome = match parse_bundle(&body) {
-        Ok(req) => transaction::run(&st, req).await,
-        Err(e) => Err(e),
+    let parsed = if push_binary::is_binary(&headers) {
+        transaction_binary::parse(&st, body).await
+    } else {
+        parse_bundle(&body).map(|req| (req, false))
+    };
+    let (outcome, counts_only) = match parsed {
+        Ok((req, counts_only)) => (transaction::run(&st, req).await, counts_only),
+        Err(e) => (Err(e), false),
     };
     match outcome {
+        Ok(TxnOutcome::Committed(results)) if counts_only => {
+            Json(transaction_binary::counted(&bundle_id, &results)).into_response()
+        }
         Ok(TxnOutcome::Committed(results)) => {
             let results: Vec<Value> = results
                 .iter()
@@ -107,7 +120,7 @@ struct OpHead<'a> {
 }
 
 /// Parses the JSON bundle; payloads stay slices of `body`.
-fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
+pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let bundle: Bundle<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
     for (name, rider) in [("kv", &bundle.kv), ("timers", &bundle.timers)] {

@@ -1,0 +1,57 @@
+//! The binary transaction body `QTB1` (wire.md §10.4) of `POST /api/v1/transaction`: a
+//! JSON head (the bundle without its pushes) followed by pre-compressed push groups. It
+//! parses into the same `TxnRequest` as the JSON body — the head's operations first, then
+//! the pushed messages in wire order, which is the order the answer lists them in — and
+//! runs through the same transaction engine.
+//!
+//! A bundle's pushes are written by the transaction engine inside its one PostgreSQL
+//! transaction, so the client's frames are re-packed there (with their own message ids)
+//! rather than stored as sent.
+
+use axum::body::Bytes;
+use queen_proto::push_bin::parse_txn;
+use serde_json::{json, Value};
+
+use crate::engine::push_binary::decode_group;
+use crate::engine::transaction::{OpResult, TxnOp, TxnRequest};
+use crate::error::Result;
+use crate::http::push_binary::parse_binary;
+use crate::http::transaction::parse_bundle;
+use crate::state::AppState;
+
+/// Parses a `QTB1` body; the flag says whether the answer counts instead of listing.
+pub async fn parse(st: &AppState, body: Bytes) -> Result<(TxnRequest, bool)> {
+    let env = parse_binary(st, body, "transaction", parse_txn).await?;
+    let counts_only = env.counts_only();
+    let mut req = if env.head.iter().all(u8::is_ascii_whitespace) {
+        TxnRequest::default()
+    } else {
+        parse_bundle(&env.head)?
+    };
+    for group in env.groups {
+        req.ops
+            .extend(decode_group(group)?.items.into_iter().map(TxnOp::Push));
+    }
+    Ok((req, counts_only))
+}
+
+/// The committed answer with flag 2: the pushes and acks counted instead of listed
+/// (`pushed` = messages written, `duplicate` = repeats inside the bundle, `acked` = acks
+/// that took effect). There are no rider results to keep.
+pub fn counted(bundle_id: &str, results: &[OpResult]) -> Value {
+    let (mut pushed, mut duplicate, mut acked) = (0, 0, 0);
+    for r in results {
+        match r {
+            OpResult::Push {
+                duplicate: true, ..
+            } => duplicate += 1,
+            OpResult::Push { .. } => pushed += 1,
+            OpResult::Ack { outcome, .. } if outcome.success => acked += 1,
+            OpResult::Ack { .. } => {}
+        }
+    }
+    json!({
+        "transactionId": bundle_id, "success": true, "results": [],
+        "pushed": pushed, "duplicate": duplicate, "acked": acked,
+    })
+}
