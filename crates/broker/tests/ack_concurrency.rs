@@ -1,8 +1,10 @@
 //! Sixteen concurrent consumers of one group on a sixteen-partition queue, acking every batch
 //! in one call with random nacks, retries, dead letters and replays of already committed
-//! acks. A sampler records every cursor value it sees. Proves: no message is lost (each one
-//! was either finished by a consumer or dead-lettered after an explicit signal), no cursor
-//! ever moves backwards, and replayed acks below the cursor are harmless no-ops.
+//! acks. Every cursor value anyone sees is recorded: a sampler polls all cursors on its own
+//! connection, and each consumer reads its partition's cursor on its own connection right
+//! after each ack. Proves: no message is lost (each one was either finished by a consumer or
+//! dead-lettered after an explicit signal), no observer ever sees a cursor move backwards, an
+//! answered ack is already visible, and replayed acks below the cursor are harmless no-ops.
 
 mod ack_common;
 mod common;
@@ -17,7 +19,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 const PARTITIONS: usize = 16;
-const PER_PARTITION: usize = 120;
+const PER_PARTITION: usize = 200;
 const WORKERS: usize = 16;
 const GROUP: &str = "racers";
 
@@ -33,6 +35,17 @@ struct Ledger {
     reported_dlq: Vec<String>,
     ack_calls: usize,
     replays: usize,
+}
+
+/// Cursor values in the order one observer (one connection) saw them, per partition.
+type Observed = HashMap<i64, Vec<i64>>;
+
+/// Appends `committed` unless it repeats the last value seen.
+fn observe(seen: &mut Observed, pid: i64, committed: i64) {
+    let values = seen.entry(pid).or_default();
+    if values.last() != Some(&committed) {
+        values.push(committed);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -57,28 +70,22 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
     assert_ok(&r[0]);
 
     let done = Arc::new(AtomicBool::new(false));
-    let history: Arc<Mutex<HashMap<i64, Vec<i64>>>> = Arc::default();
     let sampler = {
-        let (done, history, pg) = (done.clone(), history.clone(), b.pg.clone());
+        let (done, pg) = (done.clone(), b.pg.clone());
         tokio::spawn(async move {
             let db = common::connect(&pg).await;
-            let mut samples = 0u64;
+            let stmt = db
+                .prepare("SELECT partition_id, committed FROM queen.log_consumers WHERE consumer_group = $1")
+                .await
+                .expect("prepare");
+            let (mut seen, mut samples) = (Observed::new(), 0u64);
             while !done.load(Ordering::Relaxed) {
-                let rows = db
-                    .query("SELECT partition_id, committed FROM queen.log_consumers WHERE consumer_group = $1", &[&GROUP])
-                    .await
-                    .expect("sample cursors");
-                let mut h = history.lock().expect("history");
-                for row in rows {
-                    let seen = h.entry(row.get(0)).or_default();
-                    let committed: i64 = row.get(1);
-                    if seen.last() != Some(&committed) {
-                        seen.push(committed);
-                    }
+                for row in db.query(&stmt, &[&GROUP]).await.expect("sample cursors") {
+                    observe(&mut seen, row.get(0), row.get(1));
                 }
                 samples += 1;
             }
-            samples
+            (seen, samples)
         })
     };
 
@@ -118,10 +125,11 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     done.store(true, Ordering::Relaxed);
+    let mut observers = Vec::new();
     for w in workers {
-        w.await.expect("worker");
+        observers.push(w.await.expect("worker"));
     }
-    let samples = sampler.await.expect("sampler");
+    let (sampled, samples) = sampler.await.expect("sampler");
     let elapsed = started.elapsed();
 
     let ledger = ledger.lock().expect("ledger");
@@ -162,19 +170,23 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
         &lost[..lost.len().min(5)]
     );
 
-    let history = history.lock().expect("history");
-    assert_eq!(history.len(), PARTITIONS);
-    for (pid, seen) in history.iter() {
-        assert!(
-            seen.windows(2).all(|w| w[0] <= w[1]),
-            "cursor of partition {pid} moved backwards: {seen:?}"
-        );
+    assert_eq!(sampled.len(), PARTITIONS);
+    for seen in sampled.values() {
         assert_eq!(seen.last(), Some(&last));
     }
-    let moves: usize = history.values().map(Vec::len).sum();
+    let mut readings = 0;
+    for (observer, seen) in std::iter::once(&sampled).chain(&observers).enumerate() {
+        for (pid, values) in seen {
+            readings += values.len();
+            assert!(
+                values.windows(2).all(|w| w[0] <= w[1]),
+                "observer {observer} saw the cursor of partition {pid} move backwards: {values:?}"
+            );
+        }
+    }
     println!(
         "{} messages over {PARTITIONS} partitions by {WORKERS} consumers in {:.2?} ({:.0} msg/s); \
-         {} ack calls, {} replays, {} dead letters; {samples} cursor samples, {moves} distinct cursor values",
+         {} ack calls, {} replays, {} dead letters; {samples} sampler sweeps, {readings} cursor readings",
         all.len(),
         elapsed,
         all.len() as f64 / elapsed.as_secs_f64(),
@@ -186,7 +198,18 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
 
 /// One consumer: wildcard pops of up to 8 messages, one ack call per batch with random
 /// statuses (sometimes lease-less), and now and then a replay of an old, committed ack.
-async fn consume(w: usize, b: &common::TestBroker, ledger: &Mutex<Ledger>, done: &AtomicBool) {
+async fn consume(
+    w: usize,
+    b: &common::TestBroker,
+    ledger: &Mutex<Ledger>,
+    done: &AtomicBool,
+) -> Observed {
+    let db = b.sql().await;
+    let read = db
+        .prepare("SELECT committed FROM queen.log_consumers WHERE partition_id = $1 AND consumer_group = $2")
+        .await
+        .expect("prepare");
+    let mut seen = Observed::new();
     let mut committed_before: Vec<Value> = Vec::new();
     while !done.load(Ordering::Relaxed) {
         let batch = rand::thread_rng().gen_range(1..=8);
@@ -239,6 +262,28 @@ async fn consume(w: usize, b: &common::TestBroker, ledger: &Mutex<Ledger>, done:
 
         let answer = ack_batch(b, Some(GROUP), items.clone()).await;
         let signal_at = statuses.iter().position(|s| *s != "completed");
+
+        // The answer means the cursor is durable: it already covers the finished prefix (and
+        // a dead letter filed by this call).
+        let pid = popped.partition_id();
+        let committed: i64 = db
+            .query_one(&read, &[&pid, &GROUP])
+            .await
+            .expect("read cursor")
+            .get(0);
+        observe(&mut seen, pid, committed);
+        let covered = match signal_at {
+            Some(k) if answer[k]["dlq"] == true => Some(k),
+            Some(k) => k.checked_sub(1),
+            None => Some(popped.messages.len() - 1),
+        };
+        if let Some(k) = covered {
+            let offset = popped.messages[k]["offset"].as_i64().expect("offset");
+            assert!(
+                committed >= offset,
+                "answered ack not visible: cursor {committed} < {offset}"
+            );
+        }
         let mut l = ledger.lock().expect("ledger");
         l.ack_calls += 1;
         for (k, (r, msg)) in answer.iter().zip(&popped.messages).enumerate() {
@@ -274,4 +319,5 @@ async fn consume(w: usize, b: &common::TestBroker, ledger: &Mutex<Ledger>, done:
             })
             .collect();
     }
+    seen
 }
