@@ -23,21 +23,28 @@ fn queen_bin() -> PathBuf {
 #[test]
 fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
     let out = std::env::temp_dir().join(format!("queen-bench-smoke-{}.json", std::process::id()));
-    let status = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
+    let run = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
         .args(["--profile", "tiny", "--queen-bin"])
         .arg(queen_bin())
         .arg("--out")
         .arg(&out)
-        .status()
+        .output()
         .expect("run queen-bench");
-    let text = std::fs::read_to_string(&out).expect("results file written");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text =
+        std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("no results file ({e}):\n{log}"));
     let _ = std::fs::remove_file(&out);
     let doc: Value = serde_json::from_str(&text).expect("results are JSON");
     assert!(
-        status.success(),
-        "queen-bench failed ({status}); problems: {}",
-        doc["meta"]["problems"]
+        run.status.success(),
+        "queen-bench failed ({}):\n{log}",
+        run.status
     );
+    println!("{log}");
     let rows = doc["rows"].as_array().expect("rows");
     for scenario in [
         "ceiling",
