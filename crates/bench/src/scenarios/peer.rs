@@ -347,15 +347,7 @@ fn pgmq_sql(explicit: Option<PathBuf>) -> Result<String> {
         return Ok(sql);
     }
     std::fs::create_dir_all(&cache)?;
-    let status = Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
-        .arg(&cache)
-        .arg(PGMQ_WHEEL)
-        .status()
-        .context("running python3 -m pip download (needs Python with pip)")?;
-    if !status.success() {
-        bail!("pip download {PGMQ_WHEEL} failed ({status})");
-    }
+    pip_download(&cache)?;
     let wheel = std::fs::read_dir(&cache)?
         .flatten()
         .map(|e| e.path())
@@ -374,4 +366,29 @@ fn pgmq_sql(explicit: Option<PathBuf>) -> Result<String> {
     }
     std::fs::write(&sql_path, &out.stdout)?;
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// `pip download` of the wheel into `dir`: with the system pip, else with a private venv
+/// (Debian's python3 has no pip module, but `python3 -m venv` bootstraps one).
+fn pip_download(dir: &std::path::Path) -> Result<()> {
+    let download = |python: &std::path::Path| {
+        Command::new(python)
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
+            .arg(dir)
+            .arg(PGMQ_WHEEL)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if download(std::path::Path::new("python3")) {
+        return Ok(());
+    }
+    let venv = dir.join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status();
+    if made.is_ok_and(|s| s.success()) && download(&venv.join("bin").join("python3")) {
+        return Ok(());
+    }
+    bail!("could not `pip download {PGMQ_WHEEL}` (needs python3 with pip or venv, and PyPI); or pass --pgmq-sql")
 }
