@@ -27,12 +27,13 @@ fn stat_fields(pid: u32) -> Option<Vec<u64>> {
     )
 }
 
-/// Field numbers (1-based, as in proc(5)) mapped into `stat_fields`' vector (starts at field 4).
-const PPID: usize = 4 - 4;
-const UTIME: usize = 14 - 4;
-const STIME: usize = 15 - 4;
-const CUTIME: usize = 16 - 4;
-const CSTIME: usize = 17 - 4;
+/// Indexes into `stat_fields`' vector, which starts at proc(5) field 4 (ppid): field N is at
+/// index N - 4.
+const PPID: usize = 0;
+const UTIME: usize = 10;
+const STIME: usize = 11;
+const CUTIME: usize = 12;
+const CSTIME: usize = 13;
 
 /// User + system CPU seconds of `pid` itself (not its children).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {

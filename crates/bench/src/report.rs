@@ -77,7 +77,7 @@ impl Row {
 
     /// False when delivery verification ran and failed.
     pub fn verified(&self) -> bool {
-        self.verification.as_ref().map_or(true, |v| v.ok)
+        self.verification.as_ref().is_none_or(|v| v.ok)
     }
 
     pub fn failed(&self) -> bool {
@@ -199,9 +199,7 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 fn short(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e12 {
-        format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
+    if v.fract() == 0.0 || v.abs() >= 100.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")

@@ -173,7 +173,7 @@ fn locate_pgbench(explicit: Option<PathBuf>) -> Result<PathBuf> {
             ))
         })
         .collect();
-    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.0));
     candidates.extend(versions.into_iter().map(|(_, p)| p));
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join("pgbench")));
