@@ -182,3 +182,68 @@ pub struct AckResult {
     #[serde(default)]
     pub noop: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pop_answer_of_wire_md_parses() {
+        let body = json!({"success":true,"queue":"orders","partition":"cust-42","partitionId":"17",
+            "leaseId":"L","consumerGroup":"billing",
+            "messages":[{"id":"M","transactionId":"T","traceId":null,"data":{"orderId":91},
+                "producerSub":null,"createdAt":"2026-07-30T09:12:44.881Z","partitionId":"17",
+                "partition":"cust-42","leaseId":"L","consumerGroup":"billing","deliveryAttempt":1,"offset":41}],
+            "partitionsClaimed":1});
+        let pop: PopResponse = serde_json::from_value(body).unwrap();
+        let m = &pop.messages[0];
+        assert_eq!(
+            (m.partition_id.as_str(), m.offset, m.delivery_attempt),
+            ("17", Some(41), Some(1))
+        );
+        assert_eq!(m.data.get(), r#"{"orderId":91}"#);
+    }
+
+    #[test]
+    fn acks_carry_the_lease_only_when_there_is_one() {
+        let mut msg: Message = serde_json::from_value(json!({
+            "id":"M","transactionId":"T","partitionId":"17","data":null,"leaseId":"L"}))
+        .unwrap();
+        let with = serde_json::to_value(AckItem::completed(&msg)).unwrap();
+        assert_eq!(
+            with,
+            json!({"transactionId":"T","partitionId":"17","status":"completed","error":null,"leaseId":"L"})
+        );
+        msg.lease_id.clear();
+        let item = AckItem::with_status(&msg, AckStatus::Failed, Some("boom".into()));
+        let body = serde_json::to_value(AckBatchBody {
+            acknowledgments: &[item],
+            consumer_group: None,
+        })
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({"acknowledgments":[{"transactionId":"T","partitionId":"17","status":"failed","error":"boom"}],
+                   "consumerGroup":null})
+        );
+    }
+
+    #[test]
+    fn push_items_are_sent_verbatim() {
+        let item = PushItem::raw(r#"{"a": 1}"#.into(), Some("t1".into())).unwrap();
+        let body = PushBody {
+            items: vec![PushWireItem {
+                queue: "q",
+                partition: "p",
+                payload: &item.payload,
+                transaction_id: None,
+            }],
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"items":[{"queue":"q","partition":"p","payload":{"a": 1}}]}"#
+        );
+        assert!(PushItem::raw("not json".into(), None).is_err());
+    }
+}
