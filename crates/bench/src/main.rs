@@ -188,12 +188,16 @@ async fn run(cli: Cli) -> Result<bool> {
     println!("{}", report::table(&rows));
     println!(
         "profile {:?}, {:.0}s; payload 1 KiB random (base64 JSON), dedup on, leased pops of 100 + /ack/batch, \
-         synchronous_commit=on, load generator co-located; %ceil = msg/s ÷ the seg100k pgbench ceiling",
+         synchronous_commit=on, load generator co-located; %ceil = msg/s ÷ the pgbench ceiling named in notes (default seg100k)",
         ctx.profile.name, total
     );
     let mut meta = meta;
     meta["seconds"] = serde_json::json!(total);
     meta["problems"] = serde_json::json!(problems);
+    meta["load_average_end"] = serde_json::json!(procstat::load_average());
+    if let Some(load) = meta["load_average_start"].as_f64().filter(|l| *l > 1.0) {
+        println!("note: 1-minute load average was {load:.1} before the run (other work on the machine skews results)");
+    }
     report::write_json(&cli.out, &meta, &rows)?;
     println!("results: {}", cli.out.display());
 
@@ -265,5 +269,6 @@ async fn run_meta(
         "pg_stat_statements": meter.has_statements(),
         "payload": "1024 random bytes, base64 in JSON with seq and scheduled time",
         "inflight_cap": profile.inflight,
+        "load_average_start": procstat::load_average(),
     })
 }

@@ -78,6 +78,16 @@ pub fn reset_peak_rss(pid: u32) -> bool {
     fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// The 1-minute load average: the bench shares the machine, so results record how busy it was.
+pub fn load_average() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Raises the open-file soft limit to the hard limit: 1 000 parked long-polls need as many
 /// sockets, and a spawned broker inherits the limit.
 pub fn raise_nofile_limit() {
@@ -105,5 +115,6 @@ mod tests {
         assert!(peak_rss_bytes(me).unwrap() > 0);
         assert!(cluster_cpu_seconds(me).is_some());
         assert!(cpu_seconds(u32::MAX).is_none());
+        assert!(load_average().is_some());
     }
 }
