@@ -51,6 +51,12 @@ DECLARE
     v_dlq_enabled bool;
     v_lo bigint;
     v_hi bigint;
+    v_lo_base bigint;
+    v_hi_bound bigint;
+    v_h bytea[];
+    v_kind text[];
+    v_eff bigint[];
+    v_below bytea[];
     v_sig bigint;
     v_sig_kind text;
     v_max_ok bigint;
@@ -93,34 +99,67 @@ BEGIN
     v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
     v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
 
-    -- One resolution join, materialised once; every decision below is a scalar aggregate
-    -- of it. Under a lease only sidecar rows based at or below batch_end are exploded: a row
-    -- above the batch can resolve neither in span nor below the cursor.
-    WITH input AS MATERIALIZED (
-        SELECT t.pos, t.h,
-               CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
-                        THEN 'ok'
-                    WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
-               END AS kind
-        FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
-    ),
-    occ AS (
-        SELECT x.base_offset + u.idx AS off, u.h
-        FROM queen.log_txns x
-        CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
-        WHERE x.partition_id = p_partition_id
-          AND (v_hi IS NULL OR x.base_offset <= v_hi)
-    ),
-    resolved AS MATERIALIZED (
-        -- MIN prefers the in-span occurrence, so a re-push below the cursor never shadows
-        -- the copy the client is actually acking.
-        SELECT i.pos, i.h, i.kind,
-               min(o.off) FILTER (WHERE o.off >= v_lo AND (v_hi IS NULL OR o.off <= v_hi)) AS eff,
-               COALESCE(bool_or(o.off <= v_committed), false) AS below
-        FROM input i
-        LEFT JOIN occ o ON o.h = i.h
+    -- Ranges are disjoint and ascending, so the sidecar rows overlapping the span are the
+    -- one covering lo and those based above it: a primary-key range scan. Under a lease the
+    -- range ends at batch_end, which is the whole optimisation: an ack at the head of a deep
+    -- partition explodes only the batch's hash blobs.
+    v_hi_bound := COALESCE(v_hi, 9223372036854775807);
+    SELECT x.base_offset INTO v_lo_base
+    FROM queen.log_txns x
+    WHERE x.partition_id = p_partition_id AND x.base_offset <= v_lo
+    ORDER BY x.base_offset DESC
+    LIMIT 1;
+    v_lo_base := COALESCE(v_lo_base, v_lo);
+
+    -- The resolution, materialised once (as aligned arrays, in input order): per input hash
+    -- its normalised status and eff, the lowest matching offset inside the span. MIN prefers
+    -- the in-span occurrence, so a re-push below the cursor never shadows the copy the
+    -- client is actually acking.
+    SELECT array_agg(r.h ORDER BY r.pos), array_agg(r.kind ORDER BY r.pos),
+           array_agg(r.eff ORDER BY r.pos)
+    INTO v_h, v_kind, v_eff
+    FROM (
+        SELECT i.pos, i.h, i.kind, min(o.off) AS eff
+        FROM (
+            SELECT t.pos, t.h,
+                   CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
+                            THEN 'ok'
+                        WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
+                   END AS kind
+            FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
+        ) i
+        LEFT JOIN (
+            SELECT x.base_offset + u.idx AS off, u.h
+            FROM queen.log_txns x
+            CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
+            WHERE x.partition_id = p_partition_id
+              AND x.base_offset BETWEEN v_lo_base AND v_hi_bound
+              AND x.base_offset + u.idx BETWEEN v_lo AND v_hi_bound
+        ) o ON o.h = i.h
         WHERE i.kind IS NOT NULL
         GROUP BY i.pos, i.h, i.kind
+    ) r;
+
+    -- `below` (an occurrence at or below the cursor) only tells a noop or stale item from an
+    -- unresolvable one, so it is needed only for hashes the span did not resolve; the
+    -- consumed history is exploded only when such a hash exists.
+    IF array_position(v_eff, NULL) IS NOT NULL THEN
+        SELECT COALESCE(array_agg(DISTINCT u.h), '{}')
+        INTO v_below
+        FROM queen.log_txns x
+        CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
+        JOIN (SELECT DISTINCT m.h FROM unnest(v_h, v_eff) AS m(h, eff) WHERE m.eff IS NULL) miss
+          ON miss.h = u.h
+        WHERE x.partition_id = p_partition_id
+          AND x.base_offset <= v_committed
+          AND x.base_offset + u.idx <= v_committed;
+    END IF;
+
+    -- Every decision below is a scalar aggregate of the resolution. sig: the lowest eff among
+    -- the signals, ties dlq > failed > retry.
+    WITH resolved AS (
+        SELECT m.pos, m.h, m.kind, m.eff, COALESCE(m.h = ANY (v_below), false) AS below
+        FROM unnest(v_h, v_kind, v_eff) WITH ORDINALITY AS m(h, kind, eff, pos)
     ),
     sig AS (
         SELECT r.eff, r.kind

@@ -359,3 +359,68 @@ async fn status_aliases_and_queue_mode_normalise() {
         assert_eq!(cursor(&db, pid, common_group()).await.committed, i as i64);
     }
 }
+
+#[tokio::test]
+async fn a_re_pushed_transaction_id_resolves_to_the_copy_being_acked() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    // Without dedup the same transactionId can be stored twice; the sidecar is still written.
+    configure(&b, "again", json!({ "dedupWindowSeconds": 0 })).await;
+    let same = vec!["same".to_string()];
+    push_txns(&b, "again", "p", &same).await;
+    let first = pop(&b, "again", Some("p"), G, 1, "")
+        .await
+        .expect("first copy");
+    assert_ok(&ack_batch(&b, G, vec![item(&first.messages[0], "completed")]).await[0]);
+
+    push_txns(&b, "again", "p", &same).await;
+    let second = pop(&b, "again", Some("p"), G, 1, "")
+        .await
+        .expect("second copy");
+    assert_eq!(second.messages[0]["offset"], 1);
+    // The copy below the cursor must not shadow the in-span one: not a noop, the cursor moves.
+    let r = ack_batch(&b, G, vec![item(&second.messages[0], "completed")]).await;
+    assert_ok(&r[0]);
+    assert_eq!(
+        (r[0]["noop"].clone(), r[0]["leaseReleased"].clone()),
+        (json!(false), json!(true))
+    );
+    assert_eq!(cursor(&db, second.partition_id(), "g").await.committed, 1);
+}
+
+#[tokio::test]
+async fn an_ack_whose_hash_row_was_purged_is_unresolvable_and_the_frame_stays() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    push_txns(&b, "purged", "p", &txns("purged", 2)).await;
+    let popped = pop(&b, "purged", Some("p"), G, 2, "")
+        .await
+        .expect("two messages");
+    let pid = popped.partition_id();
+    // What the sidecar purge does: the rows go and txns_start moves past them.
+    db.execute(
+        "DELETE FROM queen.log_txns WHERE partition_id = $1",
+        &[&pid],
+    )
+    .await
+    .expect("purge");
+    db.execute(
+        "UPDATE queen.log_partitions SET txns_start = 2 WHERE id = $1",
+        &[&pid],
+    )
+    .await
+    .expect("watermark");
+    let items = popped
+        .messages
+        .iter()
+        .map(|m| item(m, "completed"))
+        .collect();
+    let answer = ack_batch(&b, G, items).await;
+    answer.iter().for_each(|r| assert_refused(r, "unresolv"));
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!(
+        (c.committed, c.worker),
+        (-1, Some(popped.lease_id.clone())),
+        "redelivery over loss"
+    );
+}
