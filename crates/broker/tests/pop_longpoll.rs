@@ -236,3 +236,36 @@ async fn two_hundred_parked_pops_hold_no_pooled_connection() {
     }
     assert_eq!(delivered, 4, "one delivery per consumer group");
 }
+
+#[tokio::test]
+async fn peer_wake_survives_a_lost_listener_connection() {
+    let first = common::broker_with(|cfg| {
+        wake_only(cfg);
+        cfg.peer_wake = true;
+    })
+    .await;
+    let second = first
+        .sibling(|cfg| {
+            wake_only(cfg);
+            cfg.peer_wake = true;
+        })
+        .await;
+    wake_latencies(&first, &second, "lost-warmup", 1).await;
+    let db = first.sql().await;
+    let killed: i64 = db
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+             FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'queen-rs-wake'",
+            &[],
+        )
+        .await
+        .expect("terminate the listeners")
+        .get(0);
+    assert_eq!(killed, 2, "one listener connection per broker");
+    // The listeners reconnect with backoff; wakes flow again afterwards.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    report(
+        "after reconnecting",
+        &wake_latencies(&first, &second, "lost", 3).await,
+    );
+}

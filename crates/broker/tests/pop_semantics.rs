@@ -327,3 +327,63 @@ async fn a_pop_of_a_missing_queue_or_partition_is_empty() {
     r.assert_empty();
     assert_eq!(r.status, StatusCode::NO_CONTENT);
 }
+
+#[tokio::test]
+async fn the_empty_scan_floor_keeps_lease_held_backlog_and_advances_only_when_empty() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    push_txns(&b, "floor", "p0", &txns("a", 1)).await;
+    let floor = || async {
+        db.query_opt(
+            "SELECT w.last_empty_scan_at = '-infinity', w.last_empty_scan_at > now() - interval '1 minute',
+                    w.updated_at
+             FROM queen.consumer_watermarks w WHERE w.consumer_group = 'g'",
+            &[],
+        )
+        .await
+        .expect("watermark")
+        .map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1), r.get::<_, chrono::DateTime<chrono::Utc>>(2)))
+    };
+
+    // One consumer holds the only pending partition; another finds nothing claimable. The
+    // floor must not advance past the lease-held backlog: it records the check only.
+    let held = pop(&b, "floor", "batch=1&consumerGroup=g").await;
+    held.assert_delivered();
+    pop(&b, "floor", "batch=1&consumerGroup=g")
+        .await
+        .assert_empty();
+    let (at_epoch, _, checked) = floor().await.expect("the empty scan recorded its check");
+    assert!(at_epoch, "floor kept while a leased backlog is pending");
+
+    // Throttled: a second empty scan within 30 s does not re-check.
+    pop(&b, "floor", "batch=1&consumerGroup=g")
+        .await
+        .assert_empty();
+    assert_eq!(floor().await.expect("row").2, checked);
+
+    // Once the queue is genuinely empty, the next due check advances the floor to now.
+    ack_all(&b, "g", &held).await;
+    db.batch_execute(
+        "UPDATE queen.consumer_watermarks SET updated_at = now() - interval '1 minute'",
+    )
+    .await
+    .expect("make the check due");
+    let row = db
+        .query_one(
+            "SELECT meta FROM queen.log_pop_wildcard_bin_v1('floor', 'g', 1, 30, 'w', false, 1)",
+            &[],
+        )
+        .await
+        .expect("wildcard");
+    let meta: serde_json::Value = row.get(0);
+    assert_eq!(meta["partitions"], serde_json::json!([]));
+    let (at_epoch, recent, _) = floor().await.expect("row");
+    assert!(!at_epoch && recent, "floor advanced to the check time");
+
+    // Partitions written after the floor are still candidates.
+    push_txns(&b, "floor", "p1", &txns("b", 1)).await;
+    assert_eq!(
+        pop(&b, "floor", "batch=1&consumerGroup=g").await.txns(),
+        vec!["b-0"]
+    );
+}
