@@ -6,9 +6,12 @@
 //!
 //! - Sharding: a partition always maps to the same shard task (FNV-1a of its key), which owns
 //!   that partition's state alone, so no locks are needed.
-//! - Fire-on-idle: an arrival is dispatched at once when the shard has a free in-flight slot
-//!   and the partition is not already being flushed; otherwise it waits for the flush ahead of
-//!   it, and joins everything that arrived meanwhile.
+//! - Fire-on-idle: an arrival is dispatched at once when the shard has a free in-flight slot,
+//!   an admission permit is free right now, and the partition is not already being flushed;
+//!   otherwise it waits and joins everything that arrives meanwhile. The admission permits
+//!   (shared by all shards) bound the concurrent write transactions of the whole broker: with
+//!   PostgreSQL's commits as the bottleneck, waiting for a permit is what turns many small
+//!   flushes into few large ones.
 //! - At most one flush in flight per partition: a partition's next segment is dispatched only
 //!   after the previous one settled, so flushes never contend on the allocator row and offset
 //!   order equals commit order.
@@ -18,16 +21,15 @@
 //!   `Duplicate`.
 //!
 //! Writing is delegated to a [`BundleWriter`] (the engine builds segments and calls SQL), so
-//! this module is only the scheduler. Without an admission controller, the only reason an
-//! arrival waits is its shard's own in-flight flushes, whose completion re-runs dispatch;
-//! hence no backstop timer.
+//! this module is only the scheduler. A shard blocked on admission waits on the semaphore
+//! itself (FIFO among shards), so a permit freed by another shard wakes it without a timer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 /// One message waiting to be written.
@@ -69,20 +71,27 @@ pub trait BundleWriter: Send + Sync + 'static {
 }
 
 /// Sizing of the fusion (engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
-/// `QUEEN_V2_BUNDLE_MAX`).
+/// `QUEEN_V2_BUNDLE_MAX`, and the push share of admission).
 #[derive(Debug, Clone, Copy)]
 pub struct FusionConfig {
     pub shards: usize,
+    /// Bundles in flight per shard.
     pub max_inflight: usize,
+    /// Partitions per bundle.
     pub bundle_max: usize,
+    /// Bundles in flight across all shards (write transactions of the broker).
+    pub admission: usize,
 }
 
-impl Default for FusionConfig {
-    fn default() -> Self {
+impl FusionConfig {
+    /// Upstream's defaults, with admission at a quarter of the connection pool (the push
+    /// share of upstream's admission budget), at least 2.
+    pub fn for_pool(pool_size: usize) -> Self {
         FusionConfig {
             shards: 8,
             max_inflight: 8,
             bundle_max: 16,
+            admission: (pool_size / 4).max(2),
         }
     }
 }
@@ -104,10 +113,11 @@ struct Arrival {
 impl PushFusion {
     /// Spawns the shard tasks on the current tokio runtime.
     pub fn start(cfg: FusionConfig, writer: Arc<dyn BundleWriter>) -> Self {
+        let admission = Arc::new(Semaphore::new(cfg.admission.max(1)));
         let shards = (0..cfg.shards.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let shard = Shard::new(cfg, writer.clone());
+                let shard = Shard::new(cfg, writer.clone(), admission.clone());
                 tokio::spawn(shard.run(rx));
                 tx
             })
@@ -162,9 +172,14 @@ struct Lane {
     in_flight: bool,
 }
 
+type PermitWait = BoxFuture<'static, Result<OwnedSemaphorePermit, AcquireError>>;
+
 struct Shard {
     cfg: FusionConfig,
     writer: Arc<dyn BundleWriter>,
+    admission: Arc<Semaphore>,
+    /// Set while ready lanes wait for an admission permit.
+    permit_wait: Option<PermitWait>,
     lanes: HashMap<LaneKey, Lane>,
     /// Lanes with waiting arrivals and no flush in flight, oldest first.
     ready: VecDeque<LaneKey>,
@@ -174,11 +189,13 @@ struct Shard {
 }
 
 impl Shard {
-    fn new(cfg: FusionConfig, writer: Arc<dyn BundleWriter>) -> Self {
+    fn new(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Arc<Semaphore>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Shard {
             cfg,
             writer,
+            admission,
+            permit_wait: None,
             lanes: HashMap::new(),
             ready: VecDeque::new(),
             bundles_in_flight: 0,
@@ -202,9 +219,21 @@ impl Shard {
                     None => open = false,
                 },
                 Some(keys) = self.done_rx.recv() => self.settled(keys),
+                permit = wait_for(&mut self.permit_wait), if self.permit_wait.is_some() => {
+                    self.permit_wait = None;
+                    match permit {
+                        Ok(permit) if self.can_launch() => self.launch(permit),
+                        _ => {} // not needed any more: dropping it frees it for others
+                    }
+                }
             }
             self.dispatch();
         }
+    }
+
+    /// Whether a bundle could go out now, permit aside.
+    fn can_launch(&self) -> bool {
+        self.bundles_in_flight < self.cfg.max_inflight && !self.ready.is_empty()
     }
 
     fn accept(&mut self, arrival: Arrival) {
@@ -231,38 +260,62 @@ impl Shard {
         }
     }
 
+    /// Launches bundles while permits are free right now; otherwise waits for one.
     fn dispatch(&mut self) {
-        while self.bundles_in_flight < self.cfg.max_inflight && !self.ready.is_empty() {
-            let take = self.ready.len().min(self.cfg.bundle_max.max(1));
-            let mut keys = Vec::with_capacity(take);
-            let mut batches = Vec::with_capacity(take);
-            for key in self.ready.drain(..take) {
-                let Some(lane) = self.lanes.get_mut(&key) else {
-                    continue;
-                };
-                lane.in_flight = true;
-                batches.push(LaneBatch::new(
-                    key.clone(),
-                    std::mem::take(&mut lane.waiting),
-                ));
-                keys.push(key);
-            }
-            self.bundles_in_flight += 1;
-            let writer = self.writer.clone();
-            let done = DoneGuard {
-                keys: Some(keys),
-                tx: self.done_tx.clone(),
-            };
-            tokio::spawn(async move {
-                let lanes = batches.iter_mut().map(LaneBatch::take_flush).collect();
-                let outcomes = writer.write(lanes).await;
-                let mut outcomes = outcomes.into_iter();
-                for batch in batches {
-                    batch.reply(outcomes.next().unwrap_or_default());
+        while self.can_launch() {
+            match self.admission.clone().try_acquire_owned() {
+                Ok(permit) => self.launch(permit),
+                Err(_) => {
+                    if self.permit_wait.is_none() {
+                        self.permit_wait = Some(Box::pin(self.admission.clone().acquire_owned()));
+                    }
+                    return;
                 }
-                drop(done);
-            });
+            }
         }
+        self.permit_wait = None;
+    }
+
+    /// Sends the oldest ready lanes (up to `bundle_max`) out as one bundle holding `permit`.
+    fn launch(&mut self, permit: OwnedSemaphorePermit) {
+        let take = self.ready.len().min(self.cfg.bundle_max.max(1));
+        let mut keys = Vec::with_capacity(take);
+        let mut batches = Vec::with_capacity(take);
+        for key in self.ready.drain(..take) {
+            let Some(lane) = self.lanes.get_mut(&key) else {
+                continue;
+            };
+            lane.in_flight = true;
+            batches.push(LaneBatch::new(
+                key.clone(),
+                std::mem::take(&mut lane.waiting),
+            ));
+            keys.push(key);
+        }
+        self.bundles_in_flight += 1;
+        let writer = self.writer.clone();
+        let done = DoneGuard {
+            keys: Some(keys),
+            tx: self.done_tx.clone(),
+        };
+        tokio::spawn(async move {
+            let lanes = batches.iter_mut().map(LaneBatch::take_flush).collect();
+            let outcomes = writer.write(lanes).await;
+            let mut outcomes = outcomes.into_iter();
+            for batch in batches {
+                batch.reply(outcomes.next().unwrap_or_default());
+            }
+            drop(done);
+            drop(permit);
+        });
+    }
+}
+
+/// Awaits the pending permit wait (only polled while one is set).
+async fn wait_for(wait: &mut Option<PermitWait>) -> Result<OwnedSemaphorePermit, AcquireError> {
+    match wait {
+        Some(w) => w.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -373,14 +426,15 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
-    use std::time::Duration;
+    use tokio::sync::watch;
 
-    /// Records bundles, holds each write briefly, and queues every frame at a running offset.
-    #[derive(Default)]
+    /// Records each bundle's shape when its write starts, holds every write until the test
+    /// opens the gate, then queues every frame at a running offset.
     struct Recorder {
         bundles: Mutex<Vec<Vec<(String, usize)>>>,
         writing: AtomicUsize,
         overlap: AtomicUsize,
+        gate: watch::Receiver<bool>,
     }
 
     impl BundleWriter for Arc<Recorder> {
@@ -395,7 +449,7 @@ mod tests {
                     .map(|l| (l.partition.to_string(), l.frames.len()))
                     .collect();
                 me.bundles.lock().unwrap().push(shape);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = me.gate.clone().wait_for(|open| *open).await;
                 me.writing.fetch_sub(1, Ordering::SeqCst);
                 lanes
                     .iter()
@@ -414,6 +468,17 @@ mod tests {
         }
     }
 
+    fn recorder() -> (Arc<Recorder>, watch::Sender<bool>) {
+        let (open, gate) = watch::channel(false);
+        let rec = Recorder {
+            bundles: Mutex::default(),
+            writing: AtomicUsize::new(0),
+            overlap: AtomicUsize::new(0),
+            gate,
+        };
+        (Arc::new(rec), open)
+    }
+
     fn frame(txn: &str) -> FusionFrame {
         FusionFrame {
             message_id: Uuid::now_v7(),
@@ -424,76 +489,108 @@ mod tests {
         }
     }
 
+    /// Lets every spawned task run until it blocks (the test runtime is single-threaded).
+    async fn settle_tasks() {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn first_bundle_started(rec: &Recorder) {
+        while rec.bundles.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
-    async fn one_partition_coalesces_behind_its_flush_and_dedups_by_hash() {
-        let rec = Arc::new(Recorder::default());
-        let fusion = PushFusion::start(
-            FusionConfig {
-                shards: 1,
-                ..Default::default()
-            },
-            Arc::new(rec.clone()),
-        );
+    async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
+        let (rec, open) = recorder();
+        let cfg = FusionConfig {
+            shards: 1,
+            ..FusionConfig::for_pool(32)
+        };
+        let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+        let f = fusion.clone();
+        let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
+        first_bundle_started(&rec).await;
         let mut tasks = Vec::new();
-        for i in 0..20 {
+        for i in 0..10 {
             let f = fusion.clone();
+            // Each request carries its own txn plus one they all share.
             tasks.push(tokio::spawn(async move {
-                // Every request carries its own txn plus a shared one.
                 f.submit("q", "p", vec![frame(&format!("t{i}")), frame("shared")])
                     .await
             }));
         }
-        let mut shared_ids = Vec::new();
+        settle_tasks().await;
+        open.send_replace(true);
+        assert!(matches!(
+            first.await.expect("first")[0],
+            FrameOutcome::Queued { .. }
+        ));
+        let mut shared = Vec::new();
         for t in tasks {
             let out = t.await.expect("task");
             assert!(matches!(out[0], FrameOutcome::Queued { .. }), "{out:?}");
-            match &out[1] {
-                FrameOutcome::Queued { message_id, .. }
-                | FrameOutcome::Duplicate { message_id, .. } => shared_ids.push(*message_id),
-                FrameOutcome::Failed(e) => panic!("failed: {e}"),
-            }
+            shared.push(out[1].clone());
         }
         let bundles = rec.bundles.lock().unwrap().clone();
-        println!("bundles for 20 requests on one partition: {bundles:?}");
+        assert_eq!(
+            bundles,
+            [vec![("p".to_string(), 1)], vec![("p".to_string(), 11)]]
+        );
         assert_eq!(
             rec.overlap.load(Ordering::SeqCst),
             0,
             "two flushes of one partition overlapped"
         );
-        let frames: usize = bundles.iter().flatten().map(|(_, n)| n).sum();
-        // 20 own frames, plus "shared" once per flush that carried it.
-        assert!(
-            frames >= 21 && frames <= 20 + bundles.len(),
-            "frames written: {frames}"
-        );
-        assert!(
-            bundles.len() < 20,
-            "nothing coalesced: {} flushes",
-            bundles.len()
-        );
-        // Within one flush every copy of "shared" got the same id.
-        let distinct: std::collections::HashSet<_> = shared_ids.iter().collect();
-        assert!(distinct.len() <= bundles.len());
+        let leader = shared
+            .iter()
+            .filter(|o| matches!(o, FrameOutcome::Queued { .. }))
+            .count();
+        assert_eq!(leader, 1, "{shared:?}");
+        let ids: std::collections::HashSet<_> = shared
+            .iter()
+            .map(|o| match o {
+                FrameOutcome::Queued { message_id, .. }
+                | FrameOutcome::Duplicate { message_id, .. } => *message_id,
+                FrameOutcome::Failed(e) => panic!("failed: {e}"),
+            })
+            .collect();
+        assert_eq!(ids.len(), 1, "every copy reports the leader's id");
     }
 
     #[tokio::test]
-    async fn partitions_bundle_together() {
-        let rec = Arc::new(Recorder::default());
-        let fusion = PushFusion::start(
-            FusionConfig {
-                shards: 1,
-                max_inflight: 1,
-                bundle_max: 16,
-            },
-            Arc::new(rec.clone()),
-        );
+    async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
+        let (rec, open) = recorder();
+        let cfg = FusionConfig {
+            shards: 4,
+            max_inflight: 8,
+            bundle_max: 16,
+            admission: 1,
+        };
+        let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+        let f = fusion.clone();
+        let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
+        first_bundle_started(&rec).await;
         let mut tasks = Vec::new();
-        for i in 0..10 {
+        for i in 0..40 {
             let f = fusion.clone();
             tasks.push(tokio::spawn(async move {
                 f.submit("q", &format!("p{i}"), vec![frame("x")]).await
             }));
         }
+        settle_tasks().await;
+        assert_eq!(
+            rec.bundles.lock().unwrap().len(),
+            1,
+            "nothing may start while the only permit is held"
+        );
+        open.send_replace(true);
+        assert!(matches!(
+            first.await.expect("first")[0],
+            FrameOutcome::Queued { .. }
+        ));
         for t in tasks {
             assert!(matches!(
                 t.await.expect("task")[0],
@@ -501,11 +598,22 @@ mod tests {
             ));
         }
         let bundles = rec.bundles.lock().unwrap().clone();
-        println!("bundles for 10 partitions: {bundles:?}");
-        assert!(
-            bundles.iter().any(|b| b.len() > 1),
-            "no bundle carried two partitions"
+        println!(
+            "bundle sizes after the first: {:?}",
+            bundles[1..].iter().map(Vec::len).collect::<Vec<_>>()
         );
-        assert_eq!(bundles.iter().map(Vec::len).sum::<usize>(), 10);
+        assert_eq!(
+            rec.overlap.load(Ordering::SeqCst),
+            0,
+            "admission 1 allows one write at a time"
+        );
+        assert_eq!(bundles.iter().map(Vec::len).sum::<usize>(), 41);
+        // Four shards, at most 16 partitions per bundle: 40 partitions need at least 4 bundles
+        // and, bundled, far fewer than 40.
+        assert!(
+            bundles.len() - 1 <= 4 + 40 / 16,
+            "{} bundles",
+            bundles.len() - 1
+        );
     }
 }
