@@ -61,6 +61,9 @@ struct Cli {
     /// The `queen` binary to start (default: next to this executable).
     #[arg(long)]
     queen_bin: Option<PathBuf>,
+    /// Environment for the started broker, e.g. `--broker-env DB_POOL_SIZE=64` (repeatable).
+    #[arg(long, value_parser = parse_key_value)]
+    broker_env: Vec<(String, String)>,
     /// Keep the started broker's data directory.
     #[arg(long)]
     keep_data: bool,
@@ -85,6 +88,13 @@ struct Cli {
     /// pgbench binary.
     #[arg(long)]
     pgbench: Option<PathBuf>,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
 }
 
 #[tokio::main]
@@ -120,12 +130,12 @@ async fn run(cli: Cli) -> Result<bool> {
                 "starting {} on a fresh embedded PostgreSQL ...",
                 bin.display()
             );
-            Target::spawn(&bin, cli.keep_data, &[]).await?
+            Target::spawn(&bin, cli.keep_data, &cli.broker_env).await?
         }
     };
     let meter = Meter::new(&target).await?;
     let admin = target.connect(None).await?;
-    let meta = run_meta(&admin, &profile, &meter, &target).await;
+    let meta = run_meta(&admin, &profile, &meter, &target, &cli.broker_env).await;
     let run_id = format!(
         "{:x}",
         SystemTime::now()
@@ -236,6 +246,7 @@ async fn run_meta(
     profile: &Profile,
     meter: &Meter,
     target: &Target,
+    broker_env: &[(String, String)],
 ) -> serde_json::Value {
     let now_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -269,6 +280,7 @@ async fn run_meta(
         "pg_stat_statements": meter.has_statements(),
         "payload": "1024 random bytes, base64 in JSON with seq and scheduled time",
         "inflight_cap": profile.inflight,
+        "broker_env": broker_env,
         "load_average_start": procstat::load_average(),
     })
 }

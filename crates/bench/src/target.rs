@@ -4,6 +4,7 @@
 //! broker pid when it is local, and the postmaster pid for CPU accounting.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,6 +72,14 @@ impl Target {
             .stderr(log);
         for (k, v) in extra_env {
             cmd.env(k, v);
+        }
+        // If the bench dies, the broker (and through it its PostgreSQL) shuts down too.
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
         }
         let child = cmd
             .spawn()
