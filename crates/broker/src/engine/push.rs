@@ -98,6 +98,9 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks one item of a request (`index` is its position, named in the 400): its names, and
+/// a transactionId of at most 65 535 bytes. Every push body runs this on all items before
+/// anything is written.
 pub(crate) fn check_item(index: usize, item: &PushItem) -> Result<()> {
     let at = |e: Error| Error::bad(format!("item {index}: {e}"));
     check_name("queue", &item.queue).map_err(at)?;

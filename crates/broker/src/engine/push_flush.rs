@@ -8,7 +8,9 @@
 //! fusion until this returns, so no other flush of them interleaves.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use queen_proto::frame::{decode_exact, Frame};
@@ -30,16 +32,67 @@ const INLINE_COMPRESS_BYTES: usize = 256 * 1024;
 /// sane body limit writes, yet finite so a corrupt header cannot demand unbounded memory.
 const MAX_SEGMENT_BYTES: usize = 1 << 31;
 
+/// How often the coalescing summary is logged (when there was traffic).
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
 /// Writes fusion bundles to PostgreSQL.
 #[derive(Clone)]
 pub struct SegmentWriter {
     store: Store,
     zstd_level: i32,
+    summary: Arc<Summary>,
+}
+
+/// Commits, and segments and messages sent, since the last summary: how well fusion coalesces
+/// (messages per segment, segments per commit) is the push path's main throughput lever.
+struct Summary {
+    commits: AtomicU64,
+    segments: AtomicU64,
+    messages: AtomicU64,
+    since: Mutex<Instant>,
+}
+
+impl Summary {
+    fn record(&self, segments: &[BuiltSegment]) {
+        self.commits.fetch_add(1, Relaxed);
+        self.segments.fetch_add(segments.len() as u64, Relaxed);
+        let messages: i64 = segments.iter().map(|s| i64::from(s.msg_count)).sum();
+        self.messages.fetch_add(messages.unsigned_abs(), Relaxed);
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = since.elapsed();
+        if elapsed < SUMMARY_EVERY {
+            return;
+        }
+        *since = Instant::now();
+        drop(since);
+        let commits = self.commits.swap(0, Relaxed);
+        let segments = self.segments.swap(0, Relaxed);
+        let messages = self.messages.swap(0, Relaxed);
+        tracing::info!(
+            commits,
+            segments,
+            messages,
+            segments_per_commit = format!("{:.2}", segments as f64 / commits.max(1) as f64),
+            messages_per_segment = format!("{:.2}", messages as f64 / segments.max(1) as f64),
+            seconds = elapsed.as_secs(),
+            "push fusion coalescing"
+        );
+    }
 }
 
 impl SegmentWriter {
     pub fn new(store: Store, zstd_level: i32) -> Self {
-        SegmentWriter { store, zstd_level }
+        let summary = Summary {
+            commits: AtomicU64::new(0),
+            segments: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
+            since: Mutex::new(Instant::now()),
+        };
+        SegmentWriter {
+            store,
+            zstd_level,
+            summary: Arc::new(summary),
+        }
     }
 
     async fn write_bundle(self, lanes: Vec<LaneFlush>) -> Vec<Vec<FrameOutcome>> {
@@ -100,6 +153,7 @@ impl SegmentWriter {
                 })
                 .collect();
             let results = push_multi(&conn, &writes).await?;
+            self.summary.record(&built);
             for (&l, result) in round.iter().zip(results) {
                 let frames = &lanes[l].frames;
                 match result {
