@@ -424,3 +424,26 @@ async fn an_ack_whose_hash_row_was_purged_is_unresolvable_and_the_frame_stays() 
         "redelivery over loss"
     );
 }
+
+#[tokio::test]
+async fn a_nack_wakes_a_parked_consumer_of_the_group() {
+    let b = broker_without_backoff_rechecks().await;
+    push_txns(&b, "nudge", "p", &txns("nudge", 1)).await;
+    let popped = pop(&b, "nudge", None, G, 1, "&leaseSeconds=60")
+        .await
+        .expect("one message");
+    // A second consumer of the group finds the only partition leased and parks.
+    let waiter = parked_pop(&b, "/api/v1/pop/queue/nudge?batch=1&consumerGroup=g");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = ack_batch(&b, G, vec![item(&popped.messages[0], "retry")]).await;
+    assert_eq!(r[0]["leaseReleased"], true);
+    let (status, body, waited) = waiter.await.expect("waiter");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the released batch did not wake the group: {body}"
+    );
+    assert_eq!(body["messages"][0]["transactionId"], "nudge-0");
+    assert_ne!(body["leaseId"], popped.lease_id.as_str());
+    println!("parked consumer got the redelivery {waited:.2?} after it started");
+}

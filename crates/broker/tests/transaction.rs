@@ -325,3 +325,25 @@ async fn a_nack_in_a_bundle_is_not_skipped_by_a_later_ack_of_the_same_batch() {
         .expect("redelivery");
     assert_eq!(again.txns(), vec!["tc-1", "tc-2", "tc-3"]);
 }
+
+#[tokio::test]
+async fn a_push_inside_a_transaction_wakes_a_parked_pop() {
+    let b = broker_without_backoff_rechecks().await;
+    let waiter = parked_pop(&b, "/api/v1/pop/queue/woken?batch=5");
+    // Give the pop time to find nothing and park (if it has not, it simply finds the push).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, answer) = transaction(
+        &b,
+        json!({ "operations": [push_op("woken", "p", &["w-0"])] }),
+    )
+    .await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let (status, body, waited) = waiter.await.expect("waiter");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the parked pop was never woken: {body}"
+    );
+    assert_eq!(body["messages"][0]["transactionId"], "w-0");
+    println!("parked pop answered {waited:.2?} after it started (300 ms of it before the push)");
+}

@@ -136,8 +136,22 @@ pub struct Cursor {
 
 impl Cursor {
     /// Everything but the time left, which changes while you look at it.
-    pub fn state(&self) -> (i64, Option<i64>, Option<String>, i32, Option<chrono::DateTime<chrono::Utc>>) {
-        (self.committed, self.batch_end, self.worker.clone(), self.retries, self.expires_at)
+    pub fn state(
+        &self,
+    ) -> (
+        i64,
+        Option<i64>,
+        Option<String>,
+        i32,
+        Option<chrono::DateTime<chrono::Utc>>,
+    ) {
+        (
+            self.committed,
+            self.batch_end,
+            self.worker.clone(),
+            self.retries,
+            self.expires_at,
+        )
     }
 }
 
@@ -195,4 +209,31 @@ pub fn assert_refused(r: &Value, needle: &str) {
     assert_eq!(r["success"], false, "item accepted: {r}");
     let error = r["error"].as_str().unwrap_or_default().to_lowercase();
     assert!(error.contains(needle), "error {error:?} lacks {needle:?}");
+}
+
+/// A broker whose parked pops never re-check on their own within a test's lifetime: only a
+/// wake-up brings them back, so a parked pop that answers 200 proves it was woken.
+pub async fn broker_without_backoff_rechecks() -> TestBroker {
+    crate::common::broker_with(|cfg| {
+        cfg.pop_wait_initial_ms = 600_000;
+        cfg.pop_wait_max_ms = 600_000;
+    })
+    .await
+}
+
+/// Starts a `wait=true` pop that parks up to 20 s; resolves to (status, body, elapsed).
+pub fn parked_pop(
+    b: &TestBroker,
+    path_and_query: &str,
+) -> tokio::task::JoinHandle<(StatusCode, Value, std::time::Duration)> {
+    let url = b.at(&format!("{path_and_query}&wait=true&timeout=20000"));
+    let http = b.http.clone();
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let r = http.get(url).send().await.expect("parked pop");
+        let status = r.status();
+        let text = r.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        (status, body, started.elapsed())
+    })
 }
