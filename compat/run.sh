@@ -10,8 +10,8 @@
 #   official-json    the official core tests (wire.md §17) with our conftest (official/conftest.py)
 #   official-binary  the official core tests again with the binary/framed client
 #
-# Usage: compat/run.sh [PASS...]            (default: all four, in that order)
-#   COMPAT_PYTEST_ARGS="-k dlq -x"  extra pytest arguments for every pass
+# Usage: compat/run.sh [PASS...] [-- PYTEST_ARGS...]   (default: all four passes, in that order)
+#   e.g. compat/run.sh ours-json -- -k "dlq or lease" -x
 #   COMPAT_KEEP_LOGS=1              keep broker logs of passing passes too (compat/.cache/logs)
 #   COMPAT_SKIP_BUILD=1             use the broker binary already built (no cargo build)
 # Exit status: 0 only if every selected pass passed and every broker stopped cleanly.
@@ -177,6 +177,7 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------- passes
 
 declare -A PASS_STATUS=()
+PYTEST_EXTRA=()
 
 # run_pass NAME: fresh broker, pytest, clean stop. Records ok/FAILED in PASS_STATUS.
 run_pass() {
@@ -200,11 +201,10 @@ run_pass() {
   log "$name: running pytest (mode $mode) in $dir"
   # The pytest entry script, not `python -m pytest`: the sdist directory holds the client's
   # sources too, and the tests must import the installed, pinned package.
-  # shellcheck disable=SC2086
   (cd "$dir" && env -u JWT_SECRET QUEEN_SERVER_URL="$BROKER_URL" QUEEN_COMPAT_MODE="$mode" \
     timeout --signal=TERM --kill-after=30 "$PASS_TIMEOUT_SECONDS" \
     "$VENV/bin/pytest" -v -p no:cacheprovider --timeout="$TEST_TIMEOUT_SECONDS" \
-    --junitxml="$junit" ${COMPAT_PYTEST_ARGS:-} "${targets[@]}") || rc=$?
+    --junitxml="$junit" "${PYTEST_EXTRA[@]}" "${targets[@]}") || rc=$?
   local stopped=ok
   stop_broker "$name" || stopped=unclean
   if (( rc == 0 )) && [[ "$stopped" == ok ]]; then
@@ -257,7 +257,16 @@ EOF
 }
 
 main() {
-  local -a passes=("$@")
+  local -a passes=()
+  while (( $# )); do
+    if [[ "$1" == -- ]]; then
+      shift
+      PYTEST_EXTRA=("$@")
+      break
+    fi
+    passes+=("$1")
+    shift
+  done
   (( ${#passes[@]} )) || passes=("${ALL_PASSES[@]}")
   build_broker
   prepare_venv

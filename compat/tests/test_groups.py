@@ -139,3 +139,21 @@ async def test_group_retry_budgets_are_independent(client):
     await client.queue(q).group(g1).batch(100).wait(False).limit(30).consume(flaky)
     assert attempts == 3
     assert len(await _consume_all(client, q, g2)) == 10
+
+
+async def test_queue_mode_never_skips_the_backlog(client):
+    q = unique("sub-queue-mode")
+    await push_payloads(client, q, [{"old": i} for i in range(3)])
+    # subscriptionMode only applies to named groups; queue mode always starts at the beginning.
+    msgs = await pop_now(client.queue(q).subscription_mode("new").batch(10))
+    assert [m["data"]["old"] for m in msgs] == [0, 1, 2]
+
+
+async def test_targeted_pop_with_mode_new_skips_that_partitions_backlog(client):
+    q = unique("sub-targeted")
+    g = unique("g")
+    await push_payloads(client, q, [{"old": 1}], partition="lane")
+    assert await pop_now(client.queue(q).partition("lane").group(g).subscription_mode("new").batch(10)) == []
+    await push_payloads(client, q, [{"new": 1}], partition="lane")
+    msgs = await pop_now(client.queue(q).partition("lane").group(g).batch(10))
+    assert [m["data"] for m in msgs] == [{"new": 1}]

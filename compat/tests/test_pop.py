@@ -145,6 +145,27 @@ async def test_expired_lease_redelivers_with_a_new_lease(client):
     assert await pop_now(client.queue(q).batch(1)) == []
 
 
+async def test_delayed_processing_hides_messages_until_they_are_old_enough(client):
+    q = unique("pop-delayed")
+    await client.queue(q).config({"delayed_processing": 2}).create()
+    await push_payloads(client, q, [{"n": 1}])
+    assert await pop_now(client.queue(q).batch(1)) == []
+    await asyncio.sleep(2.3)
+    assert [m["data"] for m in await pop_now(client.queue(q).batch(1))] == [{"n": 1}]
+
+
+async def test_window_buffer_holds_a_partition_until_it_is_quiet(client):
+    q = unique("pop-window")
+    await client.queue(q).config({"window_buffer": 2}).create()
+    await push_payloads(client, q, [{"n": 1}])
+    await asyncio.sleep(1.0)
+    await push_payloads(client, q, [{"n": 2}])
+    # The newest segment is younger than 2 s: nothing of the partition is served yet.
+    assert await pop_now(client.queue(q).batch(10)) == []
+    await asyncio.sleep(2.3)
+    assert [m["data"]["n"] for m in await pop_now(client.queue(q).batch(10))] == [1, 2]
+
+
 async def test_targeted_pop_reads_only_its_partition(client):
     q = unique("pop-targeted")
     await push_payloads(client, q, [{"p": "a"}], partition="lane-a")
