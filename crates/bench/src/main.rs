@@ -252,8 +252,14 @@ async fn run_meta(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0);
+    // The commit of the checkout this binary was built in (target/ lives inside it).
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.to_path_buf()));
     let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
+        .arg("-C")
+        .arg(exe_dir.unwrap_or_else(|| PathBuf::from(".")))
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
         .output()
         .ok()
         .filter(|o| o.status.success())
