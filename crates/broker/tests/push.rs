@@ -458,7 +458,7 @@ async fn eight_concurrent_pushers_of_the_same_ids_on_two_brokers_store_each_once
     let mut ids: HashMap<String, HashSet<String>> = HashMap::new();
     let mut queued: HashMap<String, usize> = HashMap::new();
     for round in 0..ROUNDS {
-        let partition = |i: usize| if i % 2 == 0 { "even" } else { "odd" };
+        let partition = |i: usize| ["even", "odd"][i % 2];
         let shared: Vec<Value> = (0..SHARED)
             .map(|i| item("race", partition(i), &format!("r{round}-t{i}"), json!(i)))
             .collect();

@@ -250,10 +250,30 @@ fn build_fusion_segment(frames: &[FusionFrame], level: i32) -> Result<BuiltSegme
 }
 
 /// Original message ids of duplicates, decoded from their covering segments (each segment
-/// read and decompressed once per flush).
+/// read and decompressed once per flush), keyed by (partition id, base offset).
 #[derive(Default)]
 struct OriginalIds {
-    segments: HashMap<(i64, i64), Arc<(i64, Vec<Uuid>)>>,
+    segments: HashMap<(i64, i64), DecodedSegment>,
+}
+
+/// The message ids of the segment covering `[base, end]`, in offset order.
+struct DecodedSegment {
+    base: i64,
+    end: i64,
+    ids: Vec<Uuid>,
+}
+
+impl DecodedSegment {
+    fn covers(&self, off: i64) -> bool {
+        self.base <= off && off <= self.end
+    }
+
+    fn id_at(&self, off: i64) -> Uuid {
+        usize::try_from(off - self.base)
+            .ok()
+            .and_then(|i| self.ids.get(i).copied())
+            .unwrap_or(ZERO_UUID)
+    }
 }
 
 impl OriginalIds {
@@ -267,24 +287,21 @@ impl OriginalIds {
         let cached = self
             .segments
             .iter()
-            .find(|((p, base), seg)| *p == pid && *base <= off && off <= seg.0)
-            .map(|(&(_, base), seg)| (base, seg.clone()));
-        let (base, seg) = match cached {
-            Some(hit) => hit,
-            None => {
-                let Some(stored) = segment_at(db, pid, off).await? else {
-                    return Ok(ZERO_UUID);
-                };
-                let ids = message_ids(&stored.blob, stored.base, stored.end)?;
-                let seg = Arc::new((stored.end, ids));
-                self.segments.insert((pid, stored.base), seg.clone());
-                (stored.base, seg)
-            }
+            .find(|((p, _), seg)| *p == pid && seg.covers(off));
+        if let Some((_, seg)) = cached {
+            return Ok(seg.id_at(off));
+        }
+        let Some(stored) = segment_at(db, pid, off).await? else {
+            return Ok(ZERO_UUID);
         };
-        Ok(usize::try_from(off - base)
-            .ok()
-            .and_then(|i| seg.1.get(i).copied())
-            .unwrap_or(ZERO_UUID))
+        let seg = DecodedSegment {
+            base: stored.base,
+            end: stored.end,
+            ids: message_ids(&stored.blob, stored.base, stored.end)?,
+        };
+        let id = seg.id_at(off);
+        self.segments.insert((pid, stored.base), seg);
+        Ok(id)
     }
 }
 
