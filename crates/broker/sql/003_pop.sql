@@ -622,6 +622,9 @@ END $$;
 -- The cheap probes a pop runs before taking the connection-heavy path. False means
 -- definitively nothing to deliver; true may be stale (leased, deferred), a deliberate
 -- superset. Partitions below the empty-scan floor cannot be pending (see log_empty_scan_v1).
+-- A named group that has not registered yet always gets true: its first contact must reach
+-- the wildcard procedure and store the subscription now, even on an empty (or missing)
+-- queue, or a `new` subscription taken later would skip what is pushed in between.
 CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_queue text, p_group text)
 RETURNS bool LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -630,7 +633,13 @@ DECLARE
 BEGIN
     SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN p_group <> '__QUEUE_MODE__';
+    END IF;
+    IF p_group <> '__QUEUE_MODE__' AND NOT EXISTS (
+        SELECT 1 FROM queen.consumer_groups_metadata m
+        WHERE m.consumer_group = p_group AND m.queue_id = v_qid
+          AND m.partition_name = '' AND m.namespace = '' AND m.task = '') THEN
+        RETURN true;
     END IF;
     SELECT w.last_empty_scan_at INTO v_floor
     FROM queen.consumer_watermarks w WHERE w.queue_id = v_qid AND w.consumer_group = p_group;
@@ -655,9 +664,14 @@ RETURNS bool LANGUAGE sql STABLE AS $$
         WHERE q.name = p_queue), true)
 $$;
 
+-- Discovery variant; a named group without its label-wide record is not registered yet.
 CREATE OR REPLACE FUNCTION queen.log_discover_has_pending_v1(p_namespace text, p_task text, p_group text)
 RETURNS bool LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (
+    SELECT (p_group <> '__QUEUE_MODE__' AND NOT EXISTS (
+               SELECT 1 FROM queen.consumer_groups_metadata m
+               WHERE m.consumer_group = p_group AND m.queue_id IS NULL AND m.partition_name = ''
+                 AND m.namespace = p_namespace AND m.task = p_task))
+        OR EXISTS (
         SELECT 1
         FROM queen.queues q
         JOIN queen.log_partitions p ON p.queue_id = q.id

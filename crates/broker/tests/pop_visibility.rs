@@ -246,3 +246,67 @@ async fn min_pop_wait_holds_an_underfull_claim_in_the_broker() {
         "the window ends the hold"
     );
 }
+
+#[tokio::test]
+async fn a_first_contact_on_an_empty_or_missing_queue_still_subscribes_at_that_moment() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    // Existing but drained queue: the `new` subscription is stored by the empty pop itself…
+    push_txns(&b, "drained", "Default", &txns("old", 1)).await;
+    pop(&b, "drained", "batch=1&autoAck=true")
+        .await
+        .assert_delivered();
+    pop(
+        &b,
+        "drained",
+        "batch=5&consumerGroup=late&subscriptionMode=new",
+    )
+    .await
+    .assert_empty();
+    assert_eq!(metadata_modes(&db, "late").await, vec!["new"]);
+    // …so a message pushed before its next pop is not skipped.
+    push_txns(&b, "drained", "Default", &txns("next", 1)).await;
+    assert_eq!(
+        pop(
+            &b,
+            "drained",
+            "batch=5&consumerGroup=late&subscriptionMode=new"
+        )
+        .await
+        .txns(),
+        vec!["next-0"]
+    );
+
+    // Missing queue, long-polling: the pop creates the queue to hold its subscription and the
+    // push that creates the first partition wakes it with that message.
+    let h = Handle::of(&b);
+    let parked = tokio::spawn(async move {
+        h.get("/api/v1/pop/queue/notyet?batch=5&consumerGroup=early&subscriptionMode=new&wait=true&timeout=10000").await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        metadata_modes(&db, "early").await,
+        vec!["new"],
+        "subscribed before the first push"
+    );
+    push_txns(&b, "notyet", "p1", &txns("first", 1)).await;
+    assert_eq!(parked.await.expect("pop task").txns(), vec!["first-0"]);
+
+    // Discovery registers a label-wide subscription on first contact too.
+    get(
+        &b,
+        "/api/v1/pop?namespace=labels&consumerGroup=disc&subscriptionMode=new",
+    )
+    .await
+    .assert_empty();
+    push_txns(&b, "labels.q", "Default", &txns("l", 1)).await;
+    assert_eq!(
+        get(
+            &b,
+            "/api/v1/pop?namespace=labels&consumerGroup=disc&subscriptionMode=new"
+        )
+        .await
+        .txns(),
+        vec!["l-0"]
+    );
+}

@@ -2,7 +2,6 @@
 //! waits on a wake gate, holding no connection, until a wake, its backoff interval, its
 //! deadline or the broker's shutdown, whichever comes first.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,11 +95,9 @@ impl<'a> Armed<'a> {
 }
 
 /// Resolves once the broker starts shutting down (never, if the sender is gone).
-fn closed(closing: &mut watch::Receiver<bool>) -> impl Future<Output = ()> + '_ {
-    async move {
-        if closing.wait_for(|c| *c).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

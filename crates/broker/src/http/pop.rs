@@ -304,9 +304,7 @@ mod tests {
             assert!(e.to_string().contains(name), "{e}");
             assert_eq!(e.status(), StatusCode::BAD_REQUEST);
         }
-        let e = parse(&[("conflation", "true")])
-            .err()
-            .expect("conflation refused");
+        let e = parse(&[("conflation", "true")]).expect_err("conflation refused");
         assert!(e.to_string().contains("conflation"));
         assert!(parse(&[("conflation", "false")]).is_ok());
     }
