@@ -310,11 +310,16 @@ enum PeerWake<'a> {
     All,
 }
 
-/// Notification payloads for `queues`: the sender id, then one queue name per line (names
-/// never contain control characters), split below PostgreSQL's payload limit. A name too long
-/// for any payload becomes an empty line, which means "wake everything".
+/// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
+/// share the channel later; a receiver that does not know a kind wakes everything, which is
+/// never wrong, only wasteful.
+const KIND_WAKE: &str = "wake";
+
+/// Notification payloads for `queues`: the sender id, the kind, then one queue name per line
+/// (names never contain control characters), split below PostgreSQL's payload limit. A name
+/// too long for any payload becomes an empty line, which means "wake everything".
 fn payloads(sender: Uuid, queues: &[String]) -> Vec<String> {
-    let head = sender.to_string();
+    let head = format!("{sender}\n{KIND_WAKE}");
     let mut out = Vec::new();
     let mut current = head.clone();
     for q in queues {
@@ -338,8 +343,9 @@ fn payloads(sender: Uuid, queues: &[String]) -> Vec<String> {
 fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
     let mut lines = payload.split('\n');
     let sender = lines.next()?.parse().ok()?;
+    let kind = lines.next();
     let queues: Vec<&str> = lines.collect();
-    if queues.is_empty() || queues.iter().any(|q| q.is_empty()) {
+    if kind != Some(KIND_WAKE) || queues.is_empty() || queues.iter().any(|q| q.is_empty()) {
         return Some((sender, PeerWake::All));
     }
     Some((sender, PeerWake::Queues(queues)))
@@ -376,6 +382,10 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(parse_payload(&sent[0]), Some((me, PeerWake::All)));
         assert_eq!(parse_payload("garbage"), None);
+        assert_eq!(
+            parse_payload(&format!("{me}\nrepair\nq")),
+            Some((me, PeerWake::All))
+        );
     }
 
     #[tokio::test]
