@@ -192,6 +192,7 @@ async fn run(cli: Cli) -> Result<bool> {
         }
     }
     let total = started.elapsed().as_secs_f64();
+    let tables = table_stats(&ctx.admin).await;
     ctx.target.shutdown();
 
     println!();
@@ -204,6 +205,14 @@ async fn run(cli: Cli) -> Result<bool> {
     let mut meta = meta;
     meta["seconds"] = serde_json::json!(total);
     meta["problems"] = serde_json::json!(problems);
+    meta["tables_after"] = serde_json::json!(tables);
+    if !tables.is_empty() {
+        let summary: Vec<String> = tables
+            .iter()
+            .map(|t| format!("{} {:.1} MB, {} dead", t.0, t.1 as f64 / 1048576.0, t.2))
+            .collect();
+        println!("tables after the run: {}", summary.join("; "));
+    }
     meta["load_average_end"] = serde_json::json!(procstat::load_average());
     if let Some(load) = meta["load_average_start"].as_f64().filter(|l| *l > 1.0) {
         println!("note: 1-minute load average was {load:.1} before the run (other work on the machine skews results)");
@@ -221,14 +230,15 @@ async fn run(cli: Cli) -> Result<bool> {
         for r in &failed {
             if let Some(v) = &r.verification {
                 eprintln!(
-                    "!!!   {} {} ({}): expected {} per group, unique {:?}, lost {}, duplicates {}",
+                    "!!!   {} {} ({}): expected {} per group, unique {:?}, lost {}, duplicates {}, out of order {}",
                     r.scenario,
                     r.cell,
                     r.system,
                     v.expected,
                     v.delivered_unique,
                     v.lost,
-                    v.duplicates
+                    v.duplicates,
+                    v.order_violations
                 );
             }
         }
@@ -238,6 +248,21 @@ async fn run(cli: Cli) -> Result<bool> {
         eprintln!("scenario failed: {p}");
     }
     Ok(failed.is_empty() && problems.is_empty())
+}
+
+/// (table, total bytes, dead tuples) of the broker's tables after the run (performance.md §4.2).
+async fn table_stats(admin: &tokio_postgres::Client) -> Vec<(String, i64, i64)> {
+    let rows = admin
+        .query(
+            "SELECT relname::text, pg_total_relation_size(relid), n_dead_tup FROM pg_stat_user_tables \
+             WHERE schemaname = 'queen' ORDER BY pg_total_relation_size(relid) DESC",
+            &[],
+        )
+        .await
+        .unwrap_or_default();
+    rows.iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
 }
 
 /// Date, commit, command, machine and PostgreSQL settings for the results file.

@@ -95,7 +95,10 @@ fn verdict(r: &Row) -> String {
         None => "-".into(),
         Some(v) if v.ok && v.redelivered == 0 => "ok".into(),
         Some(v) if v.ok => format!("ok ({} redeliv.)", v.redelivered),
-        Some(v) => format!("FAIL lost={} dup={}", v.lost, v.duplicates),
+        Some(v) => format!(
+            "FAIL lost={} dup={} order={}",
+            v.lost, v.duplicates, v.order_violations
+        ),
     }
 }
 
@@ -227,11 +230,12 @@ mod tests {
             lost: 1,
             duplicates: 0,
             redelivered: 0,
+            order_violations: 0,
             ok: false,
         });
         assert!(r.failed());
         let t = table(&[r]);
-        assert!(t.contains("FAIL lost=1 dup=0"), "{t}");
+        assert!(t.contains("FAIL lost=1 dup=0 order=0"), "{t}");
         assert_eq!(t.lines().count(), 3);
     }
 }

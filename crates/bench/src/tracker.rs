@@ -1,7 +1,10 @@
 //! Delivery bookkeeping for one cell: per consumer group, which sequence numbers arrived, how
 //! many arrived again (a redelivery when the broker says `deliveryAttempt > 1`, a duplicate
-//! otherwise), and the end-to-end latency of deliveries scheduled inside the measured window.
+//! otherwise), whether each partition's offsets arrived in order without gaps (strict
+//! per-partition FIFO), and the end-to-end latency of deliveries scheduled inside the measured
+//! window.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
@@ -16,6 +19,9 @@ struct GroupState {
     unique: u64,
     duplicates: u64,
     redelivered: u64,
+    /// Partition id → last offset delivered for the first time.
+    last_offset: HashMap<String, i64>,
+    order_violations: u64,
 }
 
 impl GroupState {
@@ -46,6 +52,8 @@ pub struct Verification {
     pub lost: u64,
     pub duplicates: u64,
     pub redelivered: u64,
+    /// First deliveries whose offset was not the partition's previous one + 1.
+    pub order_violations: u64,
     pub ok: bool,
 }
 
@@ -65,13 +73,31 @@ impl Tracker {
         self.window_start_us.store(from_us, Ordering::Relaxed);
     }
 
-    /// Records one delivery to `group` of message `seq` scheduled at `sched_us`.
-    pub fn record(&self, group: usize, seq: u64, attempt: u32, sched_us: i64, now_us: i64) {
+    /// Records one delivery to `group` of message `seq` scheduled at `sched_us`; `lane` is the
+    /// (partitionId, offset) the broker reported, when it reports one.
+    pub fn record(
+        &self,
+        group: usize,
+        seq: u64,
+        attempt: u32,
+        sched_us: i64,
+        now_us: i64,
+        lane: Option<(&str, i64)>,
+    ) {
         let fresh = {
             let mut g = self.groups[group].lock().unwrap_or_else(|p| p.into_inner());
             let fresh = g.mark(seq);
             if fresh {
                 g.unique += 1;
+                if let Some((partition, offset)) = lane {
+                    let last = g
+                        .last_offset
+                        .insert(partition.to_string(), offset)
+                        .unwrap_or(-1);
+                    if offset != last + 1 {
+                        g.order_violations += 1;
+                    }
+                }
             } else if attempt > 1 {
                 g.redelivered += 1;
             } else {
@@ -110,6 +136,7 @@ impl Tracker {
             lost: 0,
             duplicates: 0,
             redelivered: 0,
+            order_violations: 0,
             ok: true,
         };
         for g in &self.groups {
@@ -118,7 +145,8 @@ impl Tracker {
             v.lost += expected.saturating_sub(g.unique);
             v.duplicates += g.duplicates;
             v.redelivered += g.redelivered;
-            if g.unique != expected || g.duplicates > 0 {
+            v.order_violations += g.order_violations;
+            if g.unique != expected || g.duplicates > 0 || g.order_violations > 0 {
                 v.ok = false;
             }
         }
@@ -135,21 +163,40 @@ mod tests {
         let t = Tracker::new(2);
         t.open_window(0);
         for seq in 0..100 {
-            t.record(0, seq, 1, 10, 20);
+            t.record(0, seq, 1, 10, 20, None);
         }
-        t.record(0, 5, 2, 10, 20);
+        t.record(0, 5, 2, 10, 20, None);
         assert!(t.verify(100).delivered_unique == vec![100, 0]);
         assert!(!t.verify(100).ok, "group 1 lost everything");
         for seq in 0..100 {
-            t.record(1, seq, 1, 10, 20);
+            t.record(1, seq, 1, 10, 20, None);
         }
         let v = t.verify(100);
         assert!(v.ok && v.redelivered == 1 && v.duplicates == 0, "{v:?}");
-        t.record(1, 7, 1, 10, 20);
+        t.record(1, 7, 1, 10, 20, None);
         assert!(
             !t.verify(100).ok,
             "an unlabelled second delivery is a duplicate"
         );
         assert_eq!(t.latency().len(), 200);
+    }
+
+    #[test]
+    fn partition_offsets_must_arrive_in_order_without_gaps() {
+        let t = Tracker::new(1);
+        // Two partitions interleaved, each in order: fine.
+        for (seq, (p, off)) in [("1", 0), ("2", 0), ("1", 1), ("2", 1)]
+            .into_iter()
+            .enumerate()
+        {
+            t.record(0, seq as u64, 1, 0, 1, Some((p, off)));
+        }
+        assert!(t.verify(4).ok);
+        // Offset 3 before 2 on partition 1.
+        t.record(0, 4, 1, 0, 1, Some(("1", 3)));
+        t.record(0, 5, 1, 0, 1, Some(("1", 2)));
+        let v = t.verify(6);
+        assert_eq!(v.order_violations, 2, "{v:?}");
+        assert!(!v.ok);
     }
 }

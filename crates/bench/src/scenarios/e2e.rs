@@ -295,7 +295,15 @@ async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: ConsumerA
         let now = clock.now_us();
         for m in &popped.messages {
             if let Some(s) = Stamp::parse(m.data.get()) {
-                tracker.record(g as usize, s.i, m.delivery_attempt.unwrap_or(1), s.t, now);
+                let lane = m.offset.map(|o| (m.partition_id.as_str(), o));
+                tracker.record(
+                    g as usize,
+                    s.i,
+                    m.delivery_attempt.unwrap_or(1),
+                    s.t,
+                    now,
+                    lane,
+                );
             }
         }
         let acks: Vec<AckItem> = popped.messages.iter().map(AckItem::completed).collect();

@@ -197,6 +197,7 @@ async fn push_cell(
         lost: expected.saturating_sub(stored as u64),
         duplicates: (stored as u64).saturating_sub(expected),
         redelivered: 0,
+        order_violations: 0,
         ok: stored as u64 == expected,
     });
     // pgmq writes a row per message: its matching ceiling is the row-shaped one.
@@ -251,7 +252,7 @@ async fn e2e_cell(
                 for r in &rows {
                     ids.push(r.get(0));
                     if let Some(s) = Stamp::parse(r.get::<_, &str>(2)) {
-                        tracker.record(0, s.i, r.get::<_, i32>(1).max(1) as u32, s.t, now);
+                        tracker.record(0, s.i, r.get::<_, i32>(1).max(1) as u32, s.t, now, None);
                     }
                 }
                 if conn

@@ -170,6 +170,7 @@ async fn verify(ctx: &Ctx, queue: &str, outcome: &Outcome, mut row: Row) -> Row 
                 lost: queued.saturating_sub(stored),
                 duplicates: stored.saturating_sub(queued) + duplicate,
                 redelivered: 0,
+                order_violations: 0,
                 ok: stored == queued && duplicate == 0 && failed == 0,
             });
         }
