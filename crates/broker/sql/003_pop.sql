@@ -1,8 +1,12 @@
 -- 003_pop: the pop path (spec "Life of a pop" and "Consuming", engine.md §5). PostgreSQL
--- decides every claim under the consumer row's lock; no function here ever waits on another
--- pop: claims use FOR UPDATE SKIP LOCKED, row creation and the watermark use try-advisory
--- locks. The only waits are a first contact's queue/registration inserts, taken before the
--- transaction holds any claim, so they cannot close a cycle.
+-- decides every claim under the consumer row's lock, and a pop never waits on a claim:
+-- claims use FOR UPDATE SKIP LOCKED, cursor-row creation and the watermark use try-advisory
+-- locks. The remaining waits are on first-contact inserts: a registration insert waits for a
+-- concurrent seeder's commit before its transaction holds anything, and a lazily created
+-- cursor row may wait for a seeder's bulk insert of that row; a seeder never waits on a
+-- lazily created row, because lazy creation for a (queue, group) starts only after its
+-- registration committed (targeted pops create one row and then never wait), so no wait
+-- closes a cycle.
 --
 -- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
 -- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
