@@ -3,10 +3,10 @@
 -- claims use FOR UPDATE SKIP LOCKED, cursor-row creation and the watermark use try-advisory
 -- locks. The remaining waits are on first-contact inserts: a registration insert waits for a
 -- concurrent seeder's commit before its transaction holds anything, and a lazily created
--- cursor row may wait for a seeder's bulk insert of that row; a seeder never waits on a
--- lazily created row, because lazy creation for a (queue, group) starts only after its
--- registration committed (targeted pops create one row and then never wait), so no wait
--- closes a cycle.
+-- cursor row may wait for a seeder's bulk insert of that row. A seeder in turn can only wait
+-- on a targeted pop's one new row (wildcard and discovery pops create rows lazily only after
+-- the registration committed), and a targeted pop waits on nothing after creating it, so no
+-- wait closes a cycle.
 --
 -- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
 -- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
