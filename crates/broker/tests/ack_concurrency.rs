@@ -132,7 +132,7 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
     let (sampled, samples) = sampler.await.expect("sampler");
     let elapsed = started.elapsed();
 
-    let ledger = ledger.lock().expect("ledger");
+    let ledger = std::mem::take(&mut *ledger.lock().expect("ledger"));
     let dead: Vec<String> = db
         .query(
             "SELECT transaction_id FROM queen.log_dlq WHERE consumer_group = $1",

@@ -204,7 +204,7 @@ async fn the_dlq_listing_filters_pages_and_counts() {
         ("la", "p1", "g1"),
     ] {
         let txn = format!("{queue}-{partition}-{group}-{}", filed.len());
-        push_txns(&b, queue, partition, &[txn.clone()]).await;
+        push_txns(&b, queue, partition, std::slice::from_ref(&txn)).await;
         let popped = pop(&b, queue, Some(partition), Some(group), 1, "")
             .await
             .expect("one message");

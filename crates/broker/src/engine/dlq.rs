@@ -105,6 +105,7 @@ async fn file(
     let verdict = store::dlq_head(db, &letter).await?;
     if !verdict.ok {
         // Someone else settled it first (a second call, or the lease moved on).
+        tracing::debug!(partition_id, off, error = ?verdict.error, "DLQ hand-off not needed");
         return Ok(None);
     }
     Ok(Some(Filed {

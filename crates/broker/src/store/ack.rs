@@ -17,14 +17,11 @@ pub struct HashAckVerdict {
     pub ok: bool,
     /// Why the whole group was refused (`ok: false`).
     pub error: Option<String>,
-    pub acked: i64,
-    /// The new cursor, or the poison offset on `dlq` / `dropped`.
+    /// The new cursor, or the poison offset of a `dlq` verdict.
     pub off: Option<i64>,
     pub lease_released: bool,
     /// The broker must file the DLQ row for `off` under `worker` (the lease is still held).
     pub dlq: bool,
-    /// Exhausted with the DLQ disabled: the poison message was skipped.
-    pub dropped: bool,
     /// The lease holder the DLQ hand-off must present.
     pub worker: Option<String>,
     /// Hex hashes of acknowledgements that landed at or below the cursor.
