@@ -593,3 +593,68 @@ async fn the_json_body_still_works_beside_the_binary_one() {
         .unwrap_or_default()
         .starts_with("bad body"));
 }
+
+#[tokio::test]
+async fn the_three_body_forms_cost_is_printed() {
+    let b = common::broker().await;
+    let payloads: Vec<String> = (0..500)
+        .map(|i| {
+            json!({"order": i, "customer": format!("c-{}", i % 37), "note": "x".repeat(64)})
+                .to_string()
+        })
+        .collect();
+    let rounds = 10;
+    let mut report = Vec::new();
+    for form in ["json", "QPB1 plain", "QPB1 pre-compressed"] {
+        // Bodies are built before the clock starts: only the broker's work is timed.
+        let queue = format!("bin.cost.{}", form.len());
+        let bodies: Vec<(&str, Vec<u8>)> = (0..rounds)
+            .map(|round| {
+                let txns: Vec<String> = (0..payloads.len()).map(|i| format!("{round}-{i}")).collect();
+                let items = payloads
+                    .iter()
+                    .zip(&txns)
+                    .map(|(p, t)| item(Some(t), p.as_bytes()))
+                    .collect();
+                let batches = [batch(&queue, "p", items)];
+                match form {
+                    "json" => {
+                        let items: Vec<String> = payloads
+                            .iter()
+                            .zip(&txns)
+                            .map(|(p, t)| format!(
+                                r#"{{"queue":"{queue}","partition":"p","transactionId":"{t}","payload":{p}}}"#
+                            ))
+                            .collect();
+                        let body = format!(r#"{{"items":[{}]}}"#, items.join(","));
+                        ("application/json", body.into_bytes())
+                    }
+                    "QPB1 plain" => (
+                        binary_common::PUSH_CONTENT_TYPE,
+                        encode_push_plain(&batches, false, true).expect("encodes"),
+                    ),
+                    _ => (
+                        binary_common::PUSH_CONTENT_TYPE,
+                        encode_push_precompressed(&batches, true).expect("encodes"),
+                    ),
+                }
+            })
+            .collect();
+        let bytes: usize = bodies.iter().map(|(_, body)| body.len()).sum();
+        let started = std::time::Instant::now();
+        for (content_type, body) in bodies {
+            let (status, answer) = b.post_raw("/api/v1/push", content_type, body).await;
+            assert_eq!(status, StatusCode::CREATED, "{form}: {answer}");
+        }
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let msgs = rounds * payloads.len();
+        report.push(format!(
+            "{form}: {msgs} messages in {ms:.0} ms ({:.0} msg/s), {bytes} request bytes",
+            msgs as f64 / (ms / 1000.0)
+        ));
+    }
+    println!(
+        "sequential pushes of 500 messages (debug build):\n  {}",
+        report.join("\n  ")
+    );
+}
