@@ -82,7 +82,7 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
         GroupBody::Precompressed { n, z, frames_raw } => {
             let raw = Bytes::from(frames_raw);
             let frames = decode_exact(&raw, n as usize)
-                .map_err(|e| Error::bad(format!("bad binary push body: {e}")))?;
+                .map_err(|e| Error::bad(format!("bad binary body: {e}")))?;
             let mut hashes = Vec::with_capacity(frames.len() * 16);
             let mut seen = HashSet::with_capacity(frames.len());
             let mut distinct = true;

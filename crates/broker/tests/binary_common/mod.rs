@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use bytes::Bytes;
-use queen_proto::push_bin::{parse_push, parse_txn, GroupBody, PushGroup};
+use queen_proto::push_bin::{parse_push, parse_txn, Batch, BatchItem, GroupBody, PushGroup};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -28,6 +28,23 @@ pub const PY_FRAMES: &str =
 pub const PY_TXN: &str =
     "5154423100110000007b226f7065726174696f6e73223a5b5d7d010000000100710100700100\
     00002700000028b52ffd201ef100001a0000000001a2275bd61470dbbad9eec2b9afb5fa020074785b312c325d";
+
+/// One message for queen_proto's encoders.
+pub fn item<'a>(txn: Option<&'a str>, payload: &'a [u8]) -> BatchItem<'a> {
+    BatchItem {
+        transaction_id: txn,
+        payload,
+    }
+}
+
+/// One (queue, partition) group for queen_proto's encoders.
+pub fn batch<'a>(queue: &'a str, partition: &'a str, items: Vec<BatchItem<'a>>) -> Batch<'a> {
+    Batch {
+        queue,
+        partition,
+        items,
+    }
+}
 
 pub fn hex(text: &str) -> Vec<u8> {
     (0..text.len())
