@@ -251,3 +251,24 @@ async fn batch_is_a_global_cap_across_claimed_partitions() {
     assert_eq!(single.body["partitionsClaimed"], 1);
     assert_eq!(single.messages().len(), 4);
 }
+
+#[tokio::test]
+async fn without_the_pending_gate_every_pop_goes_straight_to_the_claim() {
+    let b = common::broker_with(|cfg| cfg.pop_pending_gate = false).await;
+    pop(&b, "ungated", "batch=1").await.assert_empty();
+    get(&b, "/api/v1/pop?namespace=ungated&batch=1")
+        .await
+        .assert_empty();
+    push_txns(&b, "ungated", "Default", &txns("u", 2)).await;
+    assert_eq!(pop(&b, "ungated", "batch=1").await.txns(), vec!["u-0"]);
+    assert_eq!(
+        get(
+            &b,
+            "/api/v1/pop/queue/ungated/partition/Default?batch=5&consumerGroup=g"
+        )
+        .await
+        .txns(),
+        vec!["u-0", "u-1"]
+    );
+    pop(&b, "ungated", "batch=1").await.assert_empty();
+}
