@@ -12,7 +12,7 @@
 #
 # Usage: compat/run.sh [PASS...] [-- PYTEST_ARGS...]   (default: all four passes, in that order)
 #   e.g. compat/run.sh ours-json -- -k "dlq or lease" -x
-#   COMPAT_KEEP_LOGS=1              keep broker logs of passing passes too (compat/.cache/logs)
+#   COMPAT_KEEP_LOGS=1              keep the logs of a passing run too (compat/.cache/logs/<run>)
 #   COMPAT_SKIP_BUILD=1             use the broker binary already built (no cargo build)
 # Exit status: 0 only if every selected pass passed and every broker stopped cleanly.
 set -euo pipefail
@@ -21,7 +21,8 @@ COMPAT_DIR="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(dirname "$COMPAT_DIR")"
 VENV="$COMPAT_DIR/.venv"
 CACHE="$COMPAT_DIR/.cache"
-LOGS="$CACHE/logs"
+# One log directory per run: several runs may share this tree (scripts/test.sh of two people).
+LOGS="$CACHE/logs/$(date +%Y%m%d-%H%M%S)-$$"
 CLIENT_VERSION="2.6.0"
 SDIST_DIR="$CACHE/queen_mq-$CLIENT_VERSION"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -209,7 +210,6 @@ run_pass() {
   stop_broker "$name" || stopped=unclean
   if (( rc == 0 )) && [[ "$stopped" == ok ]]; then
     PASS_STATUS[$name]="ok"
-    [[ -n "${COMPAT_KEEP_LOGS:-}" ]] || rm -f "$BROKER_LOG"
   elif (( rc == 0 )); then
     PASS_STATUS[$name]="FAILED (broker did not stop cleanly; log $BROKER_LOG)"
   else
@@ -269,15 +269,28 @@ main() {
   done
   (( ${#passes[@]} )) || passes=("${ALL_PASSES[@]}")
   build_broker
+  mkdir -p "$CACHE"
+  # Concurrent runs share the virtualenv and the unpacked sdist: prepare them one at a time.
+  exec 9>"$CACHE/.prepare.lock"
+  flock 9
   prepare_venv
   prepare_sdist
+  exec 9>&-
   mkdir -p "$LOGS"
-  local started=$SECONDS name
+  local started=$SECONDS name failed=0
   for name in "${passes[@]}"; do
     run_pass "$name"
+    [[ "${PASS_STATUS[$name]}" == ok ]] || failed=1
   done
   log "all passes took $((SECONDS - started))s"
-  summary "${passes[@]}"
+  (( failed == 0 )) || log "logs (broker logs, JUnit reports): $LOGS"
+  # Last, so that its closing count line is the last line of the output.
+  local rc=0
+  summary "${passes[@]}" || rc=$?
+  if (( rc == 0 )) && [[ -z "${COMPAT_KEEP_LOGS:-}" ]]; then
+    rm -rf "$LOGS"
+  fi
+  return "$rc"
 }
 
 main "$@"
