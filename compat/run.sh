@@ -173,7 +173,10 @@ stop_broker() {
 
 cleanup() { [[ -z "$BROKER_PID$BROKER_DATA" ]] || stop_broker interrupted || true; }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
+# Output piped into `head` must not kill us before the broker is stopped: a failed write then
+# ends the script through set -e, and the EXIT trap still runs.
+trap '' PIPE
 
 # ---------------------------------------------------------------- passes
 
