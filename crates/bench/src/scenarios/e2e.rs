@@ -232,6 +232,17 @@ async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
         "pushed_per_s".into(),
         pushed as f64 / usage.seconds.max(1e-3),
     );
+    // Batching efficiency over the whole cell (warm-up and drain included).
+    let pops = cstats.pops.load(Ordering::Relaxed);
+    if pops > 0 {
+        let all: u64 = tracker.unique().iter().sum();
+        row.extra
+            .insert("msgs_per_pop".into(), all as f64 / pops as f64);
+    }
+    row.extra.insert(
+        "empty_pops".into(),
+        cstats.empty_pops.load(Ordering::Relaxed) as f64,
+    );
     let acks_failed = cstats.ack_failures.load(Ordering::Relaxed);
     if acks_failed > 0 {
         row.extra.insert("ack_failures".into(), acks_failed as f64);
