@@ -14,6 +14,7 @@ mod reader;
 pub mod segment;
 pub mod time;
 pub mod wire;
+mod writer;
 
 pub use frame::{Frame, FrameError};
 pub use hash::{from_hex, to_hex, txn_hash};

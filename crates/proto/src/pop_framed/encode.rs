@@ -1,6 +1,7 @@
 //! Encoding a [`FramedPop`] into `QPF1` bytes.
 
 use super::{Claim, EncodeError, FramedPop, Record, MAGIC};
+use crate::writer::{put_text16, put_u32, Oversize};
 
 impl FramedPop {
     /// The `QPF1` bytes of this answer.
@@ -72,18 +73,11 @@ fn encode_record(out: &mut Vec<u8>, record: &Record) -> Result<(), EncodeError> 
     Ok(())
 }
 
-fn put_u32(out: &mut Vec<u8>, value: usize, what: &'static str) -> Result<(), EncodeError> {
-    let value = u32::try_from(value).map_err(|_| EncodeError::TooMany { what, len: value })?;
-    out.extend_from_slice(&value.to_le_bytes());
-    Ok(())
-}
-
-fn put_text16(out: &mut Vec<u8>, text: &str, what: &'static str) -> Result<(), EncodeError> {
-    let len = u16::try_from(text.len()).map_err(|_| EncodeError::TooLong {
-        what,
-        len: text.len(),
-    })?;
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(text.as_bytes());
-    Ok(())
+impl From<Oversize> for EncodeError {
+    fn from(e: Oversize) -> Self {
+        match e {
+            Oversize::Text16 { what, len } => EncodeError::TooLong { what, len },
+            Oversize::Count32 { what, len } => EncodeError::TooMany { what, len },
+        }
+    }
 }

@@ -8,6 +8,7 @@ use super::{FLAG_COUNTS, FLAG_FRAMES, FLAG_TXN, FLAG_ZSTD, PUSH_MAGIC, TXN_MAGIC
 use crate::frame::{Frame, FrameError};
 use crate::ids::new_v7;
 use crate::segment;
+use crate::writer::{put_text16, put_u32, Oversize};
 
 /// The zstd level the official clients compress with.
 const CLIENT_LEVEL: i32 = 1;
@@ -40,6 +41,15 @@ pub enum EncodeError {
     Compression,
     #[error(transparent)]
     Frame(#[from] FrameError),
+}
+
+impl From<Oversize> for EncodeError {
+    fn from(e: Oversize) -> Self {
+        match e {
+            Oversize::Text16 { what, len } => EncodeError::TooLong { what, len },
+            Oversize::Count32 { what, len } => EncodeError::TooMany { what, len },
+        }
+    }
 }
 
 /// A plain `QPB1` body (flag 4 when any item has a transactionId; `compress` sets flag 1 and
@@ -158,20 +168,4 @@ fn compressed(raw: &[u8]) -> Result<Vec<u8>, EncodeError> {
     } else {
         Err(EncodeError::Compression)
     }
-}
-
-fn put_u32(out: &mut Vec<u8>, value: usize, what: &'static str) -> Result<(), EncodeError> {
-    let value = u32::try_from(value).map_err(|_| EncodeError::TooMany { what, len: value })?;
-    out.extend_from_slice(&value.to_le_bytes());
-    Ok(())
-}
-
-fn put_text16(out: &mut Vec<u8>, text: &str, what: &'static str) -> Result<(), EncodeError> {
-    let len = u16::try_from(text.len()).map_err(|_| EncodeError::TooLong {
-        what,
-        len: text.len(),
-    })?;
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(text.as_bytes());
-    Ok(())
 }
