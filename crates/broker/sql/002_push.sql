@@ -2,11 +2,32 @@
 -- with the authoritative dedup probe, the bundled multi-partition push, and the segment
 -- lookup that turns an offset back into its covering blob. Idempotent; applied at every boot.
 
+-- Renders a timestamp the way push results and lease expiries travel on the wire: ISO-8601
+-- UTC with microseconds.
+CREATE OR REPLACE FUNCTION queen.log_iso_micros(p timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+-- Creates the missing queues among p_queues with defaults: the one place implicit queue
+-- creation happens. Implicit labels come from the dotted name: namespace = first part (the
+-- whole name without a dot), task = second part ('' without a dot). Inserts run in name
+-- order so concurrent creators take their speculative-insert locks in one order instead of
+-- convoying.
+CREATE OR REPLACE FUNCTION queen.log_create_queues_v1(p_queues text[])
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen.queues (name, namespace, task)
+    SELECT q, split_part(q, '.', 1), split_part(q, '.', 2)
+    FROM (SELECT DISTINCT q FROM unnest(p_queues) AS w(q)) d
+    ORDER BY q
+    ON CONFLICT (name) DO NOTHING
+$$;
+
 -- Creates whatever is missing among the given (queue, partition) pairs, with defaults.
--- Implicit labels come from the dotted name: namespace = first part (the whole name without
--- a dot), task = second part ('' without a dot). Inserts run in unique-key order so
--- concurrent provisioners take their speculative-insert locks in one order instead of
--- convoying. Cheap when nothing is missing: one existence count, no insert.
+-- Partition inserts run in unique-key order, like the queue inserts. Cheap when nothing is
+-- missing: one existence count, no insert.
 CREATE OR REPLACE FUNCTION queen.log_provision_v1(p_queues text[], p_partitions text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -29,13 +50,7 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO queen.queues (name, namespace, task)
-    SELECT q,
-           split_part(q, '.', 1),
-           CASE WHEN strpos(q, '.') > 0 THEN split_part(q, '.', 2) ELSE '' END
-    FROM (SELECT DISTINCT q FROM unnest(p_queues) AS w(q)) d
-    ORDER BY q
-    ON CONFLICT (name) DO NOTHING;
+    PERFORM queen.log_create_queues_v1(p_queues);
 
     INSERT INTO queen.log_partitions (queue_id, name)
     SELECT qu.id, d.p
@@ -155,7 +170,26 @@ BEGIN
 
     RETURN jsonb_build_object(
         'status', 'queued', 'partitionId', v_pid, 'baseOffset', v_last - p_msg_count + 1,
-        'createdAt', to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+        'createdAt', queen.log_iso_micros(v_now));
+END
+$$;
+
+-- Provisions the given (queue, partition) pairs and locks every one of their partition rows
+-- in ascending id, the global partition lock order: what a multi-partition writer does
+-- before its first append. One set-based statement; the row-lock node sits above the sort,
+-- so rows lock in id order.
+CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_queues text[], p_partitions text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM queen.log_provision_v1(p_queues, p_partitions);
+    PERFORM lp.id
+    FROM queen.log_partitions lp
+    JOIN queen.queues q ON q.id = lp.queue_id
+    JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
+      ON d.qn = q.name AND d.pn = lp.name
+    ORDER BY lp.id
+    FOR UPDATE OF lp;
 END
 $$;
 
@@ -185,17 +219,7 @@ BEGIN
         RETURN '[]'::jsonb;
     END IF;
 
-    PERFORM queen.log_provision_v1(p_queues, p_partitions);
-
-    -- One set-based pre-lock; the row-lock node sits above the sort, so rows lock in
-    -- ascending id, the global partition lock order.
-    PERFORM lp.id
-    FROM queen.log_partitions lp
-    JOIN queen.queues q ON q.id = lp.queue_id
-    JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
-      ON d.qn = q.name AND d.pn = lp.name
-    ORDER BY lp.id
-    FOR UPDATE OF lp;
+    PERFORM queen.log_lock_partitions_v1(p_queues, p_partitions);
 
     v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
     FOR v_seg IN

@@ -447,9 +447,7 @@ BEGIN
             RETURN NEXT;
             RETURN;
         END IF;
-        INSERT INTO queen.queues (name, namespace, task)
-        VALUES (p_queue, split_part(p_queue, '.', 1), split_part(p_queue, '.', 2))
-        ON CONFLICT (name) DO NOTHING;
+        PERFORM queen.log_create_queues_v1(ARRAY[p_queue]);
         SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
     END IF;
 

@@ -6,13 +6,6 @@
 -- (partition_id, consumer_group) order), never a partition row, so acks cannot form a lock
 -- cycle with the push serializer. Partition and queue rows are read without locks.
 
--- Renders a timestamp the way lease expiries travel on the wire: ISO-8601 UTC, microseconds.
-CREATE OR REPLACE FUNCTION queen.log_iso_micros(p timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-$$;
-
 -- The whole ack contract for one (partition, group, lease) group of acks.
 --
 -- p_hashes[k] is xxh3_128 of the k-th acked transactionId (16 bytes, computed by the broker;

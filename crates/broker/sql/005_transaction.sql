@@ -52,15 +52,7 @@ BEGIN
         SELECT array_agg(e->>'queue' ORDER BY o), array_agg(e->>'partition' ORDER BY o)
         INTO v_queues, v_partitions
         FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o);
-        PERFORM queen.log_provision_v1(v_queues, v_partitions);
-
-        PERFORM lp.id
-        FROM queen.log_partitions lp
-        JOIN queen.queues q ON q.id = lp.queue_id
-        JOIN (SELECT DISTINCT qn, pn FROM unnest(v_queues, v_partitions) AS w(qn, pn)) d
-          ON d.qn = q.name AND d.pn = lp.name
-        ORDER BY lp.id
-        FOR UPDATE OF lp;
+        PERFORM queen.log_lock_partitions_v1(v_queues, v_partitions);
 
         FOR v_row IN
             SELECT t.o, t.e, lp.id AS pid, q.dedup_window_seconds AS win
