@@ -134,12 +134,7 @@ impl Walk {
             Ok(decoded) => decoded,
             Err(e) => return undecodable(part, seg, span, &e),
         };
-        let start = usize::try_from(seg.start_idx).unwrap_or(usize::MAX);
-        let take = usize::try_from(seg.take).unwrap_or(0);
-        let Some(slice) = start
-            .checked_add(take)
-            .and_then(|end| decoded.get(start..end))
-        else {
+        let Some(slice) = seg.claimed_range().and_then(|range| decoded.get(range)) else {
             return undecodable(part, seg, span, &"claimed frames lie outside the segment");
         };
         let created_at = time::iso_millis(seg.created_at);

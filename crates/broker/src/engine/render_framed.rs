@@ -161,11 +161,9 @@ fn claimed_frames(
     }
     let count = usize::try_from(seg.msg_count).map_err(|e| e.to_string())?;
     let frames = decode_exact(&raw, count).map_err(|e| e.to_string())?;
-    let start = usize::try_from(seg.start_idx).map_err(|e| e.to_string())?;
-    let take = usize::try_from(seg.take).map_err(|e| e.to_string())?;
-    let claimed: &[Frame<'_>] = start
-        .checked_add(take)
-        .and_then(|end| frames.get(start..end))
+    let claimed: &[Frame<'_>] = seg
+        .claimed_range()
+        .and_then(|range| frames.get(range))
         .ok_or("claimed frames lie outside the segment")?;
     let mut out = Vec::with_capacity(raw.len());
     for f in claimed {

@@ -32,12 +32,17 @@ async fn push_json(
     }
     let items = parse_items(&body)?;
     let results = push::push(&st, items).await?;
+    Ok(created(&results))
+}
+
+/// The 201 answer of a push: one element per message, in input order.
+pub(crate) fn created(results: &[PushResult]) -> Response {
     let out: Vec<ItemOut> = results
         .iter()
         .enumerate()
         .map(|(index, r)| ItemOut::new(index, r))
         .collect();
-    Ok((StatusCode::CREATED, Json(out)).into_response())
+    (StatusCode::CREATED, Json(out)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -140,7 +145,7 @@ fn share(body: &Bytes, part: &[u8]) -> Bytes {
 
 /// One element of the 201 answer (wire.md §5.2).
 #[derive(Serialize)]
-pub(crate) struct ItemOut {
+struct ItemOut {
     index: usize,
     message_id: String,
     transaction_id: String,
@@ -154,7 +159,7 @@ pub(crate) struct ItemOut {
 }
 
 impl ItemOut {
-    pub(crate) fn new(index: usize, r: &PushResult) -> Self {
+    fn new(index: usize, r: &PushResult) -> Self {
         ItemOut {
             index,
             message_id: r.message_id().to_string(),

@@ -11,7 +11,7 @@ use queen_proto::push_bin::{parse_push, PushError};
 
 use crate::engine::push_binary::{counts, push_envelope};
 use crate::error::{Error, Result};
-use crate::http::push::ItemOut;
+use crate::http::push::created;
 use crate::state::AppState;
 
 /// The Content-Type of the binary push and transaction bodies.
@@ -60,12 +60,7 @@ pub async fn push(st: &AppState, body: Bytes) -> Result<Response> {
     if counts_only {
         return Ok((StatusCode::CREATED, Json(counts(&results))).into_response());
     }
-    let out: Vec<ItemOut> = results
-        .iter()
-        .enumerate()
-        .map(|(index, r)| ItemOut::new(index, r))
-        .collect();
-    Ok((StatusCode::CREATED, Json(out)).into_response())
+    Ok(created(&results))
 }
 
 #[cfg(test)]

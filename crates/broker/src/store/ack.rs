@@ -3,12 +3,24 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+
+/// Calls a function that answers one `jsonb` value and decodes it as `T`.
+async fn verdict<T: DeserializeOwned>(
+    db: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<T> {
+    let stmt = db.prepare_cached(sql).await?;
+    let Json(value): Json<T> = db.query_one(&stmt, params).await?.try_get(0)?;
+    Ok(value)
+}
 
 /// The verdict of `queen.log_ack_by_hash_v1` for one (partition, group, lease) group.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -43,14 +55,12 @@ pub async fn ack_by_hash(
     hashes: &[&[u8]],
     statuses: &[&str],
 ) -> Result<HashAckVerdict> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5)")
-        .await?;
-    let row = db
-        .query_one(&stmt, &[&partition_id, &group, &worker, &hashes, &statuses])
-        .await?;
-    let Json(verdict): Json<HashAckVerdict> = row.try_get(0)?;
-    Ok(verdict)
+    verdict(
+        db,
+        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5)",
+        &[&partition_id, &group, &worker, &hashes, &statuses],
+    )
+    .await
 }
 
 /// What `queen.log_dlq_head_v1` needs to file one dead letter.
@@ -76,26 +86,21 @@ pub struct DlqHeadVerdict {
 
 /// `queen.log_dlq_head_v1`: files the row, moves the cursor past it, releases the lease.
 pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Result<DlqHeadVerdict> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8)")
-        .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &letter.partition_id,
-                &letter.group,
-                &letter.worker,
-                &letter.off,
-                &letter.message_id,
-                &letter.transaction_id,
-                &letter.payload.map(Json),
-                &letter.error,
-            ],
-        )
-        .await?;
-    let Json(verdict): Json<DlqHeadVerdict> = row.try_get(0)?;
-    Ok(verdict)
+    verdict(
+        db,
+        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &letter.partition_id,
+            &letter.group,
+            &letter.worker,
+            &letter.off,
+            &letter.message_id,
+            &letter.transaction_id,
+            &letter.payload.map(Json),
+            &letter.error,
+        ],
+    )
+    .await
 }
 
 /// The result of a lease renewal.
@@ -109,12 +114,12 @@ pub struct Renewal {
 
 /// `queen.log_renew_lease_v1`: extends every live lease of `worker` to at least now + seconds.
 pub async fn renew_lease(db: &impl GenericClient, worker: &str, seconds: i32) -> Result<Renewal> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_renew_lease_v1($1, $2)")
-        .await?;
-    let row = db.query_one(&stmt, &[&worker, &seconds]).await?;
-    let Json(renewal): Json<Renewal> = row.try_get(0)?;
-    Ok(renewal)
+    verdict(
+        db,
+        "SELECT queen.log_renew_lease_v1($1, $2)",
+        &[&worker, &seconds],
+    )
+    .await
 }
 
 /// Filters of a DLQ listing; `None` matches everything.

@@ -3,6 +3,7 @@
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
+use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
 
@@ -55,6 +56,16 @@ pub struct ClaimedSegment {
     pub created_at: i64,
 }
 
+impl ClaimedSegment {
+    /// The claimed frame indexes, `start_idx..start_idx + take`; `None` when SQL answered
+    /// something no index range can be.
+    pub fn claimed_range(&self) -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(self.start_idx).ok()?;
+        let take = usize::try_from(self.take).ok()?;
+        Some(start..start.checked_add(take)?)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Meta {
@@ -62,7 +73,16 @@ struct Meta {
     min_pop_wait_ms: Option<i64>,
 }
 
-fn answer(function: &str, row: tokio_postgres::Row) -> Result<PopAnswer> {
+/// Runs one claim function (`function` names it in errors) and checks that its blobs line up
+/// with its segments.
+async fn claim(
+    db: &impl GenericClient,
+    function: &str,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<PopAnswer> {
+    let stmt = db.prepare_cached(sql).await?;
+    let row = db.query_one(&stmt, params).await?;
     let meta: serde_json::Value = row.try_get(0)?;
     let blobs: Vec<Vec<u8>> = row.try_get(1)?;
     let meta: Meta = serde_json::from_value(meta)
@@ -87,26 +107,23 @@ pub async fn pop_wildcard(
     queue: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    let stmt = db
-        .prepare_cached("SELECT meta, blobs FROM queen.log_pop_wildcard_bin_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-        .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &queue,
-                &a.group,
-                &a.budget,
-                &a.lease_seconds,
-                &a.worker,
-                &a.auto_ack,
-                &a.max_partitions,
-                &a.sub_mode,
-                &a.sub_from,
-            ],
-        )
-        .await?;
-    answer("log_pop_wildcard_bin_v1", row)
+    claim(
+        db,
+        "log_pop_wildcard_bin_v1",
+        "SELECT meta, blobs FROM queen.log_pop_wildcard_bin_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &queue,
+            &a.group,
+            &a.budget,
+            &a.lease_seconds,
+            &a.worker,
+            &a.auto_ack,
+            &a.max_partitions,
+            &a.sub_mode,
+            &a.sub_from,
+        ],
+    )
+    .await
 }
 
 /// One named partition; never registers the group's subscription.
@@ -116,28 +133,23 @@ pub async fn pop_specific(
     partition: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT meta, blobs FROM queen.log_pop_specific_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &queue,
-                &partition,
-                &a.group,
-                &a.budget,
-                &a.lease_seconds,
-                &a.worker,
-                &a.auto_ack,
-                &a.sub_mode,
-                &a.sub_from,
-            ],
-        )
-        .await?;
-    answer("log_pop_specific_v1", row)
+    claim(
+        db,
+        "log_pop_specific_v1",
+        "SELECT meta, blobs FROM queen.log_pop_specific_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &queue,
+            &partition,
+            &a.group,
+            &a.budget,
+            &a.lease_seconds,
+            &a.worker,
+            &a.auto_ack,
+            &a.sub_mode,
+            &a.sub_from,
+        ],
+    )
+    .await
 }
 
 /// Every queue whose labels match (`""` matches any).
@@ -147,34 +159,27 @@ pub async fn pop_discover(
     task: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    let stmt = db
-        .prepare_cached("SELECT meta, blobs FROM queen.log_pop_discover_wire_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-        .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &namespace,
-                &task,
-                &a.group,
-                &a.budget,
-                &a.worker,
-                &a.auto_ack,
-                &a.max_partitions,
-                &a.sub_mode,
-                &a.sub_from,
-                &a.lease_seconds,
-            ],
-        )
-        .await?;
-    answer("log_pop_discover_wire_v1", row)
+    claim(
+        db,
+        "log_pop_discover_wire_v1",
+        "SELECT meta, blobs FROM queen.log_pop_discover_wire_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        &[
+            &namespace,
+            &task,
+            &a.group,
+            &a.budget,
+            &a.worker,
+            &a.auto_ack,
+            &a.max_partitions,
+            &a.sub_mode,
+            &a.sub_from,
+            &a.lease_seconds,
+        ],
+    )
+    .await
 }
 
-async fn probe(
-    db: &impl GenericClient,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> Result<bool> {
+async fn probe(db: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<bool> {
     let stmt = db.prepare_cached(sql).await?;
     Ok(db.query_one(&stmt, params).await?.try_get(0)?)
 }
