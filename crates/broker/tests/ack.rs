@@ -25,7 +25,7 @@ async fn acking_one_offset_completes_every_earlier_one() {
 
     // Only the fourth message is acked: offsets 0..=2 complete implicitly, the lease stays
     // because the batch (ending at 4) is not finished.
-    let r = ack_batch(&b, G, vec![item(&popped.messages[3], "completed")]).await;
+    let r = ack_batch(&b, G, vec![ack_item(&popped.messages[3], "completed")]).await;
     assert_ok(&r[0]);
     assert_eq!(r[0]["leaseReleased"], false);
     assert_eq!(r[0]["noop"], false);
@@ -33,7 +33,7 @@ async fn acking_one_offset_completes_every_earlier_one() {
     assert_eq!((c.committed, c.batch_end), (3, Some(4)));
     assert_eq!(c.worker.as_deref(), Some(popped.lease_id.as_str()));
 
-    let r = ack_batch(&b, G, vec![item(&popped.messages[4], "completed")]).await;
+    let r = ack_batch(&b, G, vec![ack_item(&popped.messages[4], "completed")]).await;
     assert_ok(&r[0]);
     assert_eq!(r[0]["leaseReleased"], true);
     let c = cursor(&db, pid, "g").await;
@@ -60,7 +60,7 @@ async fn a_nack_is_never_skipped_by_a_later_completed_ack_in_the_same_call() {
         .messages
         .iter()
         .enumerate()
-        .map(|(i, m)| item(m, if i == 2 { "failed" } else { "completed" }))
+        .map(|(i, m)| ack_item(m, if i == 2 { "failed" } else { "completed" }))
         .collect();
     let answer = ack_batch(&b, G, items).await;
     assert!(
@@ -98,9 +98,9 @@ async fn a_retry_clamps_without_charging_the_budget() {
         .await
         .expect("three messages");
     let items = vec![
-        item(&popped.messages[0], "completed"),
-        item(&popped.messages[1], "retry"),
-        item(&popped.messages[2], "completed"),
+        ack_item(&popped.messages[0], "completed"),
+        ack_item(&popped.messages[1], "retry"),
+        ack_item(&popped.messages[2], "completed"),
     ];
     ack_batch(&b, G, items).await;
     let c = cursor(&db, popped.partition_id(), "g").await;
@@ -129,7 +129,7 @@ async fn ties_at_one_offset_prefer_dlq_then_failed_then_retry() {
         .expect("two messages");
     let pid = popped.partition_id();
     let m = &popped.messages[0];
-    ack_batch(&b, G, vec![item(m, "retry"), item(m, "failed")]).await;
+    ack_batch(&b, G, vec![ack_item(m, "retry"), ack_item(m, "failed")]).await;
     assert_eq!(cursor(&db, pid, "g").await.retries, 1);
 
     // failed and dlq on the same message: dlq wins and files it at once.
@@ -137,7 +137,7 @@ async fn ties_at_one_offset_prefer_dlq_then_failed_then_retry() {
         .await
         .expect("redelivery");
     let m = &popped.messages[0];
-    let answer = ack_batch(&b, G, vec![item(m, "failed"), item(m, "dlq")]).await;
+    let answer = ack_batch(&b, G, vec![ack_item(m, "failed"), ack_item(m, "dlq")]).await;
     assert!(answer.iter().all(|r| r["dlq"] == true), "{answer:?}");
     let c = cursor(&db, pid, "g").await;
     assert_eq!((c.committed, c.worker, c.retries), (0, None, 0));
@@ -156,14 +156,14 @@ async fn below_the_cursor_a_completed_ack_is_a_noop_and_a_nack_says_committed() 
     let pid = popped.partition_id();
 
     // The middle ack moves the cursor past #0 and #1; the lease lives on.
-    assert_ok(&ack_one(&b, None, item(&popped.messages[1], "completed")).await);
+    assert_ok(&ack_one(&b, None, ack_item(&popped.messages[1], "completed")).await);
 
-    let late_ack = ack_one(&b, None, item(&popped.messages[0], "completed")).await;
+    let late_ack = ack_one(&b, None, ack_item(&popped.messages[0], "completed")).await;
     assert_ok(&late_ack);
     assert_eq!(late_ack["noop"], true);
 
     for status in ["failed", "retry", "dlq"] {
-        let late_nack = ack_one(&b, None, item(&popped.messages[0], status)).await;
+        let late_nack = ack_one(&b, None, ack_item(&popped.messages[0], status)).await;
         assert_refused(&late_nack, "committed");
     }
     let c = cursor(&db, pid, common_group()).await;
@@ -175,7 +175,7 @@ async fn below_the_cursor_a_completed_ack_is_a_noop_and_a_nack_says_committed() 
     );
     assert_eq!(c.retries, 0, "and charged nothing");
 
-    let fresh = ack_one(&b, None, item(&popped.messages[2], "completed")).await;
+    let fresh = ack_one(&b, None, ack_item(&popped.messages[2], "completed")).await;
     assert_ok(&fresh);
     assert_eq!(
         (fresh["noop"].clone(), fresh["leaseReleased"].clone()),
@@ -199,7 +199,7 @@ async fn an_unknown_transaction_id_is_unresolvable_and_leaves_the_lease_alone() 
     let pid = popped.partition_id();
     let before = cursor(&db, pid, "g").await;
 
-    let mut ghost = item(&popped.messages[0], "completed");
+    let mut ghost = ack_item(&popped.messages[0], "completed");
     ghost["transactionId"] = json!("ghost-never-pushed");
     for status in ["completed", "failed", "dlq"] {
         ghost["status"] = json!(status);
@@ -217,7 +217,7 @@ async fn an_unknown_transaction_id_is_unresolvable_and_leaves_the_lease_alone() 
     let mut items: Vec<_> = popped
         .messages
         .iter()
-        .map(|m| item(m, "completed"))
+        .map(|m| ack_item(m, "completed"))
         .collect();
     ghost["status"] = json!("completed");
     items.insert(1, ghost);
@@ -246,7 +246,7 @@ async fn a_stale_lease_is_refused_while_a_lease_less_ack_commits() {
         .messages
         .iter()
         .map(|m| {
-            let mut i = item(m, "completed");
+            let mut i = ack_item(m, "completed");
             i["leaseId"] = json!("01a00000-0000-7000-8000-000000000000");
             i
         })
@@ -257,7 +257,7 @@ async fn a_stale_lease_is_refused_while_a_lease_less_ack_commits() {
 
     // The real lease expires and someone else claims the batch: the old leaseId is stale.
     tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
-    let answer = ack_batch(&b, G, vec![item(&popped.messages[0], "completed")]).await;
+    let answer = ack_batch(&b, G, vec![ack_item(&popped.messages[0], "completed")]).await;
     assert_refused(&answer[0], "lease");
     assert_eq!(cursor(&db, pid, "g").await.committed, -1);
     let second = pop(&b, "stale", Some("p"), G, 4, "&leaseSeconds=60")
@@ -265,12 +265,12 @@ async fn a_stale_lease_is_refused_while_a_lease_less_ack_commits() {
         .expect("redelivered after expiry");
     assert_eq!(second.txns(), txns);
     assert_refused(
-        &ack_batch(&b, G, vec![item(&popped.messages[1], "completed")]).await[0],
+        &ack_batch(&b, G, vec![ack_item(&popped.messages[1], "completed")]).await[0],
         "lease",
     );
 
     // The same ack without a leaseId skips validation and commits.
-    let mut lease_less = item(&popped.messages[1], "completed");
+    let mut lease_less = ack_item(&popped.messages[1], "completed");
     lease_less.as_object_mut().map(|o| o.remove("leaseId"));
     assert_ok(&ack_batch(&b, G, vec![lease_less]).await[0]);
     let c = cursor(&db, pid, "g").await;
@@ -290,7 +290,7 @@ async fn malformed_items_fail_alone_and_malformed_bodies_are_400() {
     let popped = pop(&b, "shape", Some("p"), None, 1, "")
         .await
         .expect("one message");
-    let good = item(&popped.messages[0], "completed");
+    let good = ack_item(&popped.messages[0], "completed");
     let answer = ack_batch(
         &b,
         None,
@@ -355,7 +355,7 @@ async fn status_aliases_and_queue_mode_normalise() {
     // consumerGroup "" and null both mean queue mode; success/acked/ok mean completed.
     for (i, status) in ["success", "acked", "ok", "COMPLETED"].iter().enumerate() {
         let group = if i % 2 == 0 { Some("") } else { None };
-        assert_ok(&ack_one(&b, group, item(&popped.messages[i], status)).await);
+        assert_ok(&ack_one(&b, group, ack_item(&popped.messages[i], status)).await);
         assert_eq!(cursor(&db, pid, common_group()).await.committed, i as i64);
     }
 }
@@ -371,7 +371,7 @@ async fn a_re_pushed_transaction_id_resolves_to_the_copy_being_acked() {
     let first = pop(&b, "again", Some("p"), G, 1, "")
         .await
         .expect("first copy");
-    assert_ok(&ack_batch(&b, G, vec![item(&first.messages[0], "completed")]).await[0]);
+    assert_ok(&ack_batch(&b, G, vec![ack_item(&first.messages[0], "completed")]).await[0]);
 
     push_txns(&b, "again", "p", &same).await;
     let second = pop(&b, "again", Some("p"), G, 1, "")
@@ -379,7 +379,7 @@ async fn a_re_pushed_transaction_id_resolves_to_the_copy_being_acked() {
         .expect("second copy");
     assert_eq!(second.messages[0]["offset"], 1);
     // The copy below the cursor must not shadow the in-span one: not a noop, the cursor moves.
-    let r = ack_batch(&b, G, vec![item(&second.messages[0], "completed")]).await;
+    let r = ack_batch(&b, G, vec![ack_item(&second.messages[0], "completed")]).await;
     assert_ok(&r[0]);
     assert_eq!(
         (r[0]["noop"].clone(), r[0]["leaseReleased"].clone()),
@@ -397,23 +397,12 @@ async fn an_ack_whose_hash_row_was_purged_is_unresolvable_and_the_frame_stays() 
         .await
         .expect("two messages");
     let pid = popped.partition_id();
-    // What the sidecar purge does: the rows go and txns_start moves past them.
-    db.execute(
-        "DELETE FROM queen.log_txns WHERE partition_id = $1",
-        &[&pid],
-    )
-    .await
-    .expect("purge");
-    db.execute(
-        "UPDATE queen.log_partitions SET txns_start = 2 WHERE id = $1",
-        &[&pid],
-    )
-    .await
-    .expect("watermark");
+    // Both messages (offsets 0 and 1) lose their hash rows.
+    common::purge_hash_rows(&db, pid).await;
     let items = popped
         .messages
         .iter()
-        .map(|m| item(m, "completed"))
+        .map(|m| ack_item(m, "completed"))
         .collect();
     let answer = ack_batch(&b, G, items).await;
     answer.iter().for_each(|r| assert_refused(r, "unresolv"));
@@ -435,7 +424,7 @@ async fn a_nack_wakes_a_parked_consumer_of_the_group() {
     // A second consumer of the group finds the only partition leased and parks.
     let waiter = parked_pop(&b, "/api/v1/pop/queue/nudge?batch=1&consumerGroup=g");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let r = ack_batch(&b, G, vec![item(&popped.messages[0], "retry")]).await;
+    let r = ack_batch(&b, G, vec![ack_item(&popped.messages[0], "retry")]).await;
     assert_eq!(r[0]["leaseReleased"], true);
     let (status, body, waited) = waiter.await.expect("waiter");
     assert_eq!(

@@ -66,7 +66,7 @@ async fn concurrent_ackers_with_random_nacks_lose_nothing_and_never_move_a_curso
     let first = pop(&b, "race", None, Some(GROUP), 1, "")
         .await
         .expect("work");
-    let r = ack_batch(&b, Some(GROUP), vec![item(&first.messages[0], "retry")]).await;
+    let r = ack_batch(&b, Some(GROUP), vec![ack_item(&first.messages[0], "retry")]).await;
     assert_ok(&r[0]);
 
     let done = Arc::new(AtomicBool::new(false));
@@ -236,7 +236,7 @@ async fn consume(
                 .iter()
                 .zip(&statuses)
                 .map(|(m, s)| {
-                    let mut i = item(m, s);
+                    let mut i = ack_item(m, s);
                     i["error"] = json!(format!("worker {w} says {s}"));
                     if lease_less {
                         i.as_object_mut().map(|o| o.remove("leaseId"));

@@ -258,19 +258,7 @@ async fn message_detail_finds_messages_whose_hash_rows_were_purged() {
         .await
         .expect("pid")
         .get(0);
-    // What the sidecar purge leaves behind: no hash rows, txns_start past them.
-    db.execute(
-        "DELETE FROM queen.log_txns WHERE partition_id = $1",
-        &[&pid],
-    )
-    .await
-    .expect("purge");
-    db.execute(
-        "UPDATE queen.log_partitions SET txns_start = last_offset + 1 WHERE id = $1",
-        &[&pid],
-    )
-    .await
-    .expect("watermark");
+    common::purge_hash_rows(&db, pid).await;
     let (status, detail) = b.get(&format!("/api/v1/messages/{pid}/old-1")).await;
     assert_eq!(status, StatusCode::OK, "{detail}");
     assert_eq!(detail["data"], json!({ "txn": "old-1" }));

@@ -21,7 +21,7 @@ async fn deliveries_until_gone(b: &common::TestBroker, queue: &str, poison: &str
         }
         deliveries += 1;
         assert!(deliveries < 10, "{queue}: the poison message never left");
-        let mut nack = item(&popped.messages[0], "failed");
+        let mut nack = ack_item(&popped.messages[0], "failed");
         nack["error"] = json!(format!("Test error #{deliveries}"));
         let r = ack_batch(b, G, vec![nack]).await;
         assert_ok(&r[0]);
@@ -65,9 +65,14 @@ async fn the_dlq_status_files_at_once_and_the_next_message_follows() {
         .await
         .expect("two messages");
     let pid = popped.partition_id();
-    let mut poison = item(&popped.messages[0], "dlq");
+    let mut poison = ack_item(&popped.messages[0], "dlq");
     poison["error"] = json!("unparseable");
-    let answer = ack_batch(&b, G, vec![poison, item(&popped.messages[1], "completed")]).await;
+    let answer = ack_batch(
+        &b,
+        G,
+        vec![poison, ack_item(&popped.messages[1], "completed")],
+    )
+    .await;
     assert_eq!(
         (answer[0]["dlq"].clone(), answer[1]["dlq"].clone()),
         (json!(true), json!(false))
@@ -101,7 +106,7 @@ async fn dead_letters_keep_their_payload_after_the_segment_is_gone() {
         .await
         .expect("one message");
     let pid = popped.partition_id();
-    ack_batch(&b, G, vec![item(&popped.messages[0], "dlq")]).await;
+    ack_batch(&b, G, vec![ack_item(&popped.messages[0], "dlq")]).await;
 
     // What retention does to consumed data: the segment and its hash row disappear.
     db.execute(
@@ -142,7 +147,7 @@ async fn with_the_dlq_disabled_an_exhausted_message_is_skipped() {
     let popped = pop(&b, "skip", Some("p"), G, 1, "")
         .await
         .expect("one message");
-    let r = ack_batch(&b, G, vec![item(&popped.messages[0], "failed")]).await;
+    let r = ack_batch(&b, G, vec![ack_item(&popped.messages[0], "failed")]).await;
     assert_ok(&r[0]);
     assert_eq!(
         (r[0]["dlq"].clone(), r[0]["leaseReleased"].clone()),
@@ -165,7 +170,7 @@ async fn the_hand_off_is_guarded_and_a_second_call_is_a_no_op() {
         .await
         .expect("three messages");
     let pid = popped.partition_id();
-    assert_ok(&ack_batch(&b, G, vec![item(&popped.messages[1], "completed")]).await[0]);
+    assert_ok(&ack_batch(&b, G, vec![ack_item(&popped.messages[1], "completed")]).await[0]);
 
     let file = |off: i64| {
         let db = &db;
@@ -209,7 +214,7 @@ async fn the_dlq_listing_filters_pages_and_counts() {
             .await
             .expect("one message");
         assert_eq!(popped.txns(), vec![txn.clone()]);
-        let r = ack_batch(&b, Some(group), vec![item(&popped.messages[0], "dlq")]).await;
+        let r = ack_batch(&b, Some(group), vec![ack_item(&popped.messages[0], "dlq")]).await;
         assert_eq!(r[0]["dlq"], true);
         filed.push(txn);
     }

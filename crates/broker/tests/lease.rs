@@ -149,7 +149,7 @@ async fn released_expired_and_unknown_leases_are_not_revived() {
     let popped = pop(&b, "gone", Some("p"), G, 1, "")
         .await
         .expect("one message");
-    assert_ok(&ack_batch(&b, G, vec![item(&popped.messages[0], "completed")]).await[0]);
+    assert_ok(&ack_batch(&b, G, vec![ack_item(&popped.messages[0], "completed")]).await[0]);
     let answer = extend(&b, &popped.lease_id, None).await;
     assert_eq!(
         answer,

@@ -52,10 +52,7 @@ async fn ack(h: &Handle, group: &str, body: &Value) {
         .as_array()
         .expect("messages")
         .iter()
-        .map(|m| {
-            json!({ "transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                    "leaseId": m["leaseId"], "status": "completed" })
-        })
+        .map(|m| common::ack_item(m, "completed"))
         .collect();
     let r = h
         .http

@@ -60,6 +60,17 @@ async fn wake_latencies(
     samples
 }
 
+/// Two wake-only brokers on one database, waking each other through LISTEN/NOTIFY.
+async fn peer_pair() -> (common::TestBroker, common::TestBroker) {
+    let peer = |cfg: &mut Config| {
+        wake_only(cfg);
+        cfg.peer_wake = true;
+    };
+    let first = common::broker_with(peer).await;
+    let second = first.sibling(peer).await;
+    (first, second)
+}
+
 fn report(what: &str, samples: &[Wake]) {
     let from_push: Vec<Duration> = samples.iter().map(|w| w.from_push).collect();
     let after_commit: Vec<Duration> = samples.iter().map(|w| w.after_commit).collect();
@@ -82,17 +93,7 @@ async fn a_waiting_pop_is_woken_by_a_push_within_milliseconds() {
 
 #[tokio::test]
 async fn a_push_through_a_second_broker_wakes_pops_parked_on_the_first() {
-    let first = common::broker_with(|cfg| {
-        wake_only(cfg);
-        cfg.peer_wake = true;
-    })
-    .await;
-    let second = first
-        .sibling(|cfg| {
-            wake_only(cfg);
-            cfg.peer_wake = true;
-        })
-        .await;
+    let (first, second) = peer_pair().await;
     // The listener connects asynchronously; a first round trip proves it is up.
     wake_latencies(&first, &second, "peer-warmup", 1).await;
     report(
@@ -236,17 +237,7 @@ async fn two_hundred_parked_pops_hold_no_pooled_connection() {
 
 #[tokio::test]
 async fn peer_wake_survives_a_lost_listener_connection() {
-    let first = common::broker_with(|cfg| {
-        wake_only(cfg);
-        cfg.peer_wake = true;
-    })
-    .await;
-    let second = first
-        .sibling(|cfg| {
-            wake_only(cfg);
-            cfg.peer_wake = true;
-        })
-        .await;
+    let (first, second) = peer_pair().await;
     wake_latencies(&first, &second, "lost-warmup", 1).await;
     let db = first.sql().await;
     let killed: i64 = db

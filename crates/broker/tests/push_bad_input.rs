@@ -13,14 +13,6 @@ const TABLES: [&str; 4] = [
     "queen.log_txns",
 ];
 
-async fn row_counts(db: &tokio_postgres::Client) -> Vec<i64> {
-    let mut out = Vec::new();
-    for t in TABLES {
-        out.push(common::count(db, t).await);
-    }
-    out
-}
-
 /// Posts `body` raw and checks the status, the error text, and that nothing was written.
 async fn refused(
     b: &common::TestBroker,
@@ -29,7 +21,7 @@ async fn refused(
     status: StatusCode,
     needle: &str,
 ) {
-    let before = row_counts(db).await;
+    let before = common::counts(db, &TABLES).await;
     let shown = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
     let (got, out) = b.post_raw("/api/v1/push", "application/json", body).await;
     assert_eq!(got, status, "{shown} -> {out}");
@@ -40,7 +32,11 @@ async fn refused(
         error.contains(needle),
         "{shown}: error {error:?} does not mention {needle:?}"
     );
-    assert_eq!(row_counts(db).await, before, "{shown} wrote rows");
+    assert_eq!(
+        common::counts(db, &TABLES).await,
+        before,
+        "{shown} wrote rows"
+    );
 }
 
 fn good(n: i64) -> Value {
@@ -59,154 +55,73 @@ async fn malformed_bodies_and_items_are_refused_whole() {
     // One good push first, so "unchanged" is checked against non-empty tables too.
     b.push("bad.input", "p", &[json!(0)]).await;
 
-    let bad = StatusCode::BAD_REQUEST;
-    refused(&b, &db, b"{\"items\":[".to_vec(), bad, "bad body").await;
-    refused(&b, &db, b"not json".to_vec(), bad, "bad body").await;
-    refused(&b, &db, b"".to_vec(), bad, "bad body").await;
-    refused(
-        &b,
-        &db,
-        b"[{\"queue\":\"q\",\"payload\":1}]".to_vec(),
-        bad,
-        "bad body",
-    )
-    .await;
-    refused(&b, &db, b"{}".to_vec(), bad, "items").await;
-    refused(&b, &db, b"{\"items\":null}".to_vec(), bad, "items").await;
-    refused(
-        &b,
-        &db,
-        b"{\"items\":{\"queue\":\"q\"}}".to_vec(),
-        bad,
-        "items must be an array",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        b"{\"items\":\"q\"}".to_vec(),
-        bad,
-        "items must be an array",
-    )
-    .await;
-
-    refused(&b, &db, after_good(json!(7)), bad, "item 2").await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "payload": 1 })),
-        bad,
-        "queue is required",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": null, "payload": 1 })),
-        bad,
-        "queue is required",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": 42, "payload": 1 })),
-        bad,
-        "queue must be a string",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "", "payload": 1 })),
-        bad,
-        "queue must not be empty",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q" })),
-        bad,
-        "payload is required",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "partition": 3, "payload": 1 })),
-        bad,
-        "partition must be a string",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "transactionId": 3, "payload": 1 })),
-        bad,
-        "transactionId must be a string",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q\u{0}x", "payload": 1 })),
-        bad,
-        "control characters",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "partition": "a\u{1f}b", "payload": 1 })),
-        bad,
-        "control characters",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "partition": "line\nbreak", "payload": 1 })),
-        bad,
-        "control characters",
-    )
-    .await;
-
     let long = "x".repeat(65_536);
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": long, "payload": 1 })),
-        bad,
-        "65535",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "partition": long, "payload": 1 })),
-        bad,
-        "65535",
-    )
-    .await;
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "transactionId": long, "payload": 1 })),
-        bad,
-        "65535",
-    )
-    .await;
     // Multi-byte characters count in bytes, not characters.
     let wide = "é".repeat(32_768);
-    refused(
-        &b,
-        &db,
-        after_good(json!({ "queue": "q", "transactionId": wide, "payload": 1 })),
-        bad,
-        "transactionId",
-    )
-    .await;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"{\"items\":[".to_vec(), "bad body"),
+        (b"not json".to_vec(), "bad body"),
+        (b"".to_vec(), "bad body"),
+        (b"[{\"queue\":\"q\",\"payload\":1}]".to_vec(), "bad body"),
+        (b"{}".to_vec(), "items"),
+        (b"{\"items\":null}".to_vec(), "items"),
+        (
+            b"{\"items\":{\"queue\":\"q\"}}".to_vec(),
+            "items must be an array",
+        ),
+        (b"{\"items\":\"q\"}".to_vec(), "items must be an array"),
+        (after_good(json!(7)), "item 2"),
+        (after_good(json!({ "payload": 1 })), "queue is required"),
+        (
+            after_good(json!({ "queue": null, "payload": 1 })),
+            "queue is required",
+        ),
+        (
+            after_good(json!({ "queue": 42, "payload": 1 })),
+            "queue must be a string",
+        ),
+        (
+            after_good(json!({ "queue": "", "payload": 1 })),
+            "queue must not be empty",
+        ),
+        (after_good(json!({ "queue": "q" })), "payload is required"),
+        (
+            after_good(json!({ "queue": "q", "partition": 3, "payload": 1 })),
+            "partition must be a string",
+        ),
+        (
+            after_good(json!({ "queue": "q", "transactionId": 3, "payload": 1 })),
+            "transactionId must be a string",
+        ),
+        (
+            after_good(json!({ "queue": "q\u{0}x", "payload": 1 })),
+            "control characters",
+        ),
+        (
+            after_good(json!({ "queue": "q", "partition": "a\u{1f}b", "payload": 1 })),
+            "control characters",
+        ),
+        (
+            after_good(json!({ "queue": "q", "partition": "line\nbreak", "payload": 1 })),
+            "control characters",
+        ),
+        (after_good(json!({ "queue": long, "payload": 1 })), "65535"),
+        (
+            after_good(json!({ "queue": "q", "partition": long, "payload": 1 })),
+            "65535",
+        ),
+        (
+            after_good(json!({ "queue": "q", "transactionId": long, "payload": 1 })),
+            "65535",
+        ),
+        (
+            after_good(json!({ "queue": "q", "transactionId": wide, "payload": 1 })),
+            "transactionId",
+        ),
+    ];
+    for (body, needle) in cases {
+        refused(&b, &db, body, StatusCode::BAD_REQUEST, needle).await;
+    }
 
     // After all that, a good push still works and lands right after the first one.
     let out = b.push("bad.input", "p", &[json!(1)]).await;

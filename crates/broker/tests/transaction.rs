@@ -14,15 +14,6 @@ async fn transaction(b: &common::TestBroker, body: Value) -> (StatusCode, Value)
     b.post("/api/v1/transaction", &body).await
 }
 
-fn ack_op(msg: &Value, status: &str, group: Option<&str>) -> Value {
-    let mut op = item(msg, status);
-    op["type"] = json!("ack");
-    if let Some(g) = group {
-        op["consumerGroup"] = json!(g);
-    }
-    op
-}
-
 fn push_op(queue: &str, partition: &str, txns: &[&str]) -> Value {
     let items: Vec<Value> = txns
         .iter()
@@ -69,10 +60,7 @@ async fn pushes_and_acks_commit_together_with_aligned_results() {
         "no error on success: {answer}"
     );
     let results = answer["results"].as_array().expect("results");
-    let kinds: Vec<&str> = results
-        .iter()
-        .map(|r| r["type"].as_str().unwrap_or_default())
-        .collect();
+    let kinds = result_kinds(&answer);
     assert_eq!(
         kinds,
         ["push", "push", "push", "ack", "ack", "push", "ack"],

@@ -7,20 +7,13 @@ mod ack_common;
 mod binary_common;
 mod common;
 
-use ack_common::{cursor, item, pop, push_txns, txns};
+use ack_common::{ack_op, cursor, pop, push_txns, result_kinds, txns};
 use binary_common::{frames_of, hex, post_bin, segments, txn_groups, written, PY_TXN};
 use queen_proto::push_bin::{encode_txn, Batch, BatchItem};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 const G: Option<&str> = Some("g");
-
-fn ack_op(msg: &Value, status: &str) -> Value {
-    let mut op = item(msg, status);
-    op["type"] = json!("ack");
-    op["consumerGroup"] = json!("g");
-    op
-}
 
 /// A `QTB1` body: `head` as JSON, then one group of `txns` for (queue, partition).
 fn body(head: &Value, queue: &str, partition: &str, txns: &[&str], counts: bool) -> Vec<u8> {
@@ -55,7 +48,7 @@ async fn pushes_and_acks_of_a_binary_bundle_commit_together() {
     let pid = popped.partition_id();
 
     let head = json!({
-        "operations": [ack_op(&popped.messages[0], "completed"), ack_op(&popped.messages[1], "completed")],
+        "operations": [ack_op(&popped.messages[0], "completed", G), ack_op(&popped.messages[1], "completed", G)],
         "requiredLeases": [popped.lease_id],
     });
     let qtb1 = body(&head, "tb.out", "q", &["o-1", "o-2"], false);
@@ -64,10 +57,7 @@ async fn pushes_and_acks_of_a_binary_bundle_commit_together() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(answer["success"], true, "{answer}");
     let results = answer["results"].as_array().expect("results");
-    let kinds: Vec<&str> = results
-        .iter()
-        .map(|r| r["type"].as_str().unwrap_or_default())
-        .collect();
+    let kinds = result_kinds(&answer);
     assert_eq!(
         kinds,
         ["ack", "ack", "push", "push"],
@@ -107,7 +97,7 @@ async fn a_refused_ack_rolls_back_the_binary_bundle_whole() {
         .await
         .expect("one message");
     let pid = popped.partition_id();
-    let mut forged = ack_op(&popped.messages[0], "completed");
+    let mut forged = ack_op(&popped.messages[0], "completed", G);
     forged["leaseId"] = json!(queen_proto::new_v7().to_string());
 
     let before_cursor = cursor(&db, pid, "g").await.state();
@@ -146,7 +136,7 @@ async fn flag_2_counts_pushes_duplicates_and_acks() {
     let popped = pop(&b, "tb.in", Some("p"), G, 1, "")
         .await
         .expect("one message");
-    let head = json!({ "operations": [ack_op(&popped.messages[0], "completed")] });
+    let head = json!({ "operations": [ack_op(&popped.messages[0], "completed", G)] });
     let qtb1 = body(&head, "tb.cnt", "q", &["c-1", "c-2", "c-1"], true);
     let (status, answer) = post_bin(&b, "/api/v1/transaction", qtb1).await;
     assert_eq!(status, StatusCode::OK);

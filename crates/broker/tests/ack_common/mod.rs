@@ -1,41 +1,15 @@
 //! Helpers shared by the ack-path integration tests (ack, dlq, lease, transaction): push with
 //! chosen transactionIds, pop over real HTTP, ack, and read a cursor row straight from
-//! PostgreSQL. Use next to `mod common;`.
+//! PostgreSQL. Use next to `mod common;`; the helpers shared with the other feature tests are
+//! re-exported from it, so `use ack_common::*;` is the one import a test needs.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common::TestBroker;
-
-/// Creates or reconfigures `queue` with `options` (wire names, e.g. `{"retryLimit": 0}`).
-pub async fn configure(b: &TestBroker, queue: &str, options: Value) {
-    let (status, body) = b
-        .post(
-            "/api/v1/configure",
-            &json!({ "queue": queue, "options": options }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "configure {queue}: {body}");
-}
-
-/// Pushes one message per transactionId to (queue, partition), payload `{"txn": id}`.
-pub async fn push_txns(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
-    let items: Vec<Value> = txns
-        .iter()
-        .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "txn": t } }))
-        .collect();
-    let (status, body) = b.post("/api/v1/push", &json!({ "items": items })).await;
-    assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
-    for item in body.as_array().expect("push answer is an array") {
-        assert_eq!(item["status"], "queued", "push item not queued: {item}");
-    }
-}
-
-/// `prefix-0`, `prefix-1`, … as owned strings.
-pub fn txns(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
+#[allow(unused_imports)] // re-exported for the test files; each uses a subset
+pub use crate::common::{ack_batch, ack_item, configure, partition_id, push_txns, txns};
 
 /// A non-empty pop answer.
 #[derive(Debug, Clone)]
@@ -90,26 +64,24 @@ pub async fn pop(
     }
 }
 
-/// One ack item for a popped message, carrying its lease.
-pub fn item(msg: &Value, status: &str) -> Value {
-    json!({
-        "transactionId": msg["transactionId"],
-        "partitionId": msg["partitionId"],
-        "leaseId": msg["leaseId"],
-        "status": status,
-    })
+/// One `ack` operation of a `POST /api/v1/transaction` body.
+pub fn ack_op(msg: &Value, status: &str, group: Option<&str>) -> Value {
+    let mut op = ack_item(msg, status);
+    op["type"] = json!("ack");
+    if let Some(g) = group {
+        op["consumerGroup"] = json!(g);
+    }
+    op
 }
 
-/// `POST /api/v1/ack/batch`; returns the per-item answer array (asserting HTTP 200).
-pub async fn ack_batch(b: &TestBroker, group: Option<&str>, items: Vec<Value>) -> Vec<Value> {
-    let (status, body) = b
-        .post(
-            "/api/v1/ack/batch",
-            &json!({ "acknowledgments": items, "consumerGroup": group }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "ack batch: {body}");
-    body.as_array().cloned().expect("ack answer is an array")
+/// The `type` of each element of a transaction answer's `results`.
+pub fn result_kinds(answer: &Value) -> Vec<&str> {
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["type"].as_str().unwrap_or_default())
+        .collect()
 }
 
 /// `POST /api/v1/ack` with one item; returns its answer element (asserting HTTP 200).
@@ -174,18 +146,6 @@ pub async fn cursor(db: &tokio_postgres::Client, pid: i64, group: &str) -> Curso
         retries: row.get(4),
         expires_at: row.get(5),
     }
-}
-
-/// The id of (queue, partition).
-pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
-    db.query_one(
-        "SELECT lp.id FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
-         WHERE q.name = $1 AND lp.name = $2",
-        &[&queue, &partition],
-    )
-    .await
-    .expect("partition exists")
-    .get(0)
 }
 
 /// `GET /api/v1/dlq?{query}`: the answer body.

@@ -127,28 +127,13 @@ pub fn blob_txns(blob: &[u8]) -> Vec<String> {
 
 /// Row counts of every table a push or transaction writes.
 pub async fn written(db: &tokio_postgres::Client) -> Vec<i64> {
-    let mut counts = Vec::new();
-    for table in [
+    let tables = [
         "queen.queues",
         "queen.log_partitions",
         "queen.log_segments",
         "queen.log_txns",
         "queen.log_consumers",
         "queen.log_dlq",
-    ] {
-        counts.push(common::count(db, table).await);
-    }
-    counts
-}
-
-/// The partition id of (queue, partition).
-pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
-    db.query_one(
-        "SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
-         WHERE q.name = $1 AND p.name = $2",
-        &[&queue, &partition],
-    )
-    .await
-    .expect("partition row")
-    .get(0)
+    ];
+    common::counts(db, &tables).await
 }

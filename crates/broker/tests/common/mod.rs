@@ -60,12 +60,18 @@ fn cluster() -> &'static Cluster {
         std::thread::Builder::new()
             .name("test-postgres".into())
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
                 rt.block_on(async move {
                     let mut opts = EmbeddedOptions::new(pg_dir);
                     opts.shared_buffers_mb = Some(128);
-                    let pg = embedded_pg::start(opts).await.expect("start the test PostgreSQL cluster");
-                    tx.send(pg.config("postgres")).expect("hand over the cluster");
+                    let pg = embedded_pg::start(opts)
+                        .await
+                        .expect("start the test PostgreSQL cluster");
+                    tx.send(pg.config("postgres"))
+                        .expect("hand over the cluster");
                     std::future::pending::<()>().await;
                     drop(pg);
                 })
@@ -78,7 +84,9 @@ fn cluster() -> &'static Cluster {
 
 /// Removes clusters left behind by test processes that no longer exist.
 fn remove_dead_clusters(root: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
@@ -93,9 +101,16 @@ fn remove_dead_clusters(root: &std::path::Path) {
 /// A fresh, empty database on the binary's cluster; returns its connection settings.
 pub async fn fresh_database() -> tokio_postgres::Config {
     let c = cluster();
-    let name = format!("t{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
+    let name = format!(
+        "t{}_{}",
+        std::process::id(),
+        NEXT_DB.fetch_add(1, Ordering::Relaxed)
+    );
     let admin = connect(&c.base).await;
-    admin.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await.expect("create test database");
+    admin
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .expect("create test database");
     let mut cfg = c.base.clone();
     cfg.dbname(&name);
     cfg
@@ -103,7 +118,10 @@ pub async fn fresh_database() -> tokio_postgres::Config {
 
 /// A plain client connection (its driver task runs on the current runtime).
 pub async fn connect(cfg: &tokio_postgres::Config) -> tokio_postgres::Client {
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.expect("connect to test PostgreSQL");
+    let (client, conn) = cfg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect to test PostgreSQL");
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -135,8 +153,16 @@ pub async fn broker_on(pg: tokio_postgres::Config, tweak: impl FnOnce(&mut Confi
     tweak(&mut cfg);
     let running = server::start(cfg, pg.clone()).await.expect("start broker");
     let url = format!("http://{}", running.addr);
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
-    TestBroker { url, http, pg, server: Some(running) }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("http client");
+    TestBroker {
+        url,
+        http,
+        pg,
+        server: Some(running),
+    }
 }
 
 impl TestBroker {
@@ -156,12 +182,23 @@ impl TestBroker {
 
     /// POSTs a JSON body; returns the status and the parsed body (Null when empty).
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        let r = self.http.post(self.at(path)).json(body).send().await.expect("POST");
+        let r = self
+            .http
+            .post(self.at(path))
+            .json(body)
+            .send()
+            .await
+            .expect("POST");
         read(r).await
     }
 
     /// POSTs raw bytes with a content type.
-    pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
         let r = self
             .http
             .post(self.at(path))
@@ -179,7 +216,12 @@ impl TestBroker {
     }
 
     pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        let r = self.http.delete(self.at(path)).send().await.expect("DELETE");
+        let r = self
+            .http
+            .delete(self.at(path))
+            .send()
+            .await
+            .expect("DELETE");
         read(r).await
     }
 
@@ -189,7 +231,9 @@ impl TestBroker {
             .iter()
             .map(|p| serde_json::json!({ "queue": queue, "partition": partition, "payload": p }))
             .collect();
-        let (status, body) = self.post("/api/v1/push", &serde_json::json!({ "items": items })).await;
+        let (status, body) = self
+            .post("/api/v1/push", &serde_json::json!({ "items": items }))
+            .await;
         assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
         body
     }
@@ -215,5 +259,101 @@ async fn read(r: reqwest::Response) -> (StatusCode, Value) {
 
 /// Counts rows of a table (for "nothing was written" checks).
 pub async fn count(db: &tokio_postgres::Client, table: &str) -> i64 {
-    db.query_one(&format!("SELECT count(*) FROM {table}"), &[]).await.expect("count").get(0)
+    db.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .expect("count")
+        .get(0)
+}
+
+/// What the hash-sidecar purge leaves behind on partition `pid`: no `log_txns` rows, and
+/// `txns_start` past every stored offset.
+pub async fn purge_hash_rows(db: &tokio_postgres::Client, pid: i64) {
+    db.execute(
+        "DELETE FROM queen.log_txns WHERE partition_id = $1",
+        &[&pid],
+    )
+    .await
+    .expect("purge hash rows");
+    db.execute(
+        "UPDATE queen.log_partitions SET txns_start = last_offset + 1 WHERE id = $1",
+        &[&pid],
+    )
+    .await
+    .expect("move txns_start");
+}
+
+/// Row counts of `tables`, in order (for "nothing was written" checks).
+pub async fn counts(db: &tokio_postgres::Client, tables: &[&str]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        out.push(count(db, table).await);
+    }
+    out
+}
+
+// Helpers the feature tests share (ack, pop, binary wire); their own modules re-export them.
+
+/// Creates or reconfigures `queue` with `options` (wire names, e.g. `{"retryLimit": 0}`).
+pub async fn configure(b: &TestBroker, queue: &str, options: Value) {
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &serde_json::json!({ "queue": queue, "options": options }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "configure {queue}: {body}");
+}
+
+/// Pushes one message per transactionId to (queue, partition), payload `{"txn": id}`.
+pub async fn push_txns(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
+    let items: Vec<Value> = txns
+        .iter()
+        .map(|t| serde_json::json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "txn": t } }))
+        .collect();
+    let (status, body) = b
+        .post("/api/v1/push", &serde_json::json!({ "items": items }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
+    for item in body.as_array().expect("push answer is an array") {
+        assert_eq!(item["status"], "queued", "push item not queued: {item}");
+    }
+}
+
+/// `prefix-0`, `prefix-1`, … as owned strings.
+pub fn txns(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// One ack item for a popped message, carrying its lease.
+pub fn ack_item(msg: &Value, status: &str) -> Value {
+    serde_json::json!({
+        "transactionId": msg["transactionId"],
+        "partitionId": msg["partitionId"],
+        "leaseId": msg["leaseId"],
+        "status": status,
+    })
+}
+
+/// `POST /api/v1/ack/batch`; returns the per-item answer array (asserting HTTP 200).
+pub async fn ack_batch(b: &TestBroker, group: Option<&str>, items: Vec<Value>) -> Vec<Value> {
+    let (status, body) = b
+        .post(
+            "/api/v1/ack/batch",
+            &serde_json::json!({ "acknowledgments": items, "consumerGroup": group }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "ack batch: {body}");
+    body.as_array().cloned().expect("ack answer is an array")
+}
+
+/// The id of (queue, partition).
+pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
+    db.query_one(
+        "SELECT lp.id FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+         WHERE q.name = $1 AND lp.name = $2",
+        &[&queue, &partition],
+    )
+    .await
+    .expect("partition exists")
+    .get(0)
 }

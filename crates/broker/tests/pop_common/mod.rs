@@ -1,14 +1,16 @@
 //! Helpers shared by the pop-path integration tests: raw pops that keep the headers, pushes of
 //! chosen transactionIds, batch acks of a whole answer, and cursor rows read straight from
-//! PostgreSQL. Use next to `mod common;`.
+//! PostgreSQL. Use next to `mod common;`, whose push and configure helpers are re-exported.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::common::TestBroker;
+use crate::common::{ack_batch, ack_item, TestBroker};
+#[allow(unused_imports)] // re-exported for the test files; each uses a subset
+pub use crate::common::{configure, push_txns, txns};
 
 /// One pop answer, as received.
 #[derive(Debug)]
@@ -123,53 +125,14 @@ pub async fn pop(b: &TestBroker, queue: &str, query: &str) -> Reply {
     get(b, &format!("/api/v1/pop/queue/{queue}?{query}")).await
 }
 
-/// Creates or reconfigures `queue` with `options` (wire names).
-pub async fn configure(b: &TestBroker, queue: &str, options: Value) {
-    let (status, body) = b
-        .post(
-            "/api/v1/configure",
-            &json!({ "queue": queue, "options": options }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "configure {queue}: {body}");
-}
-
-/// Pushes one message per transactionId to (queue, partition), payload `{"txn": id}`.
-pub async fn push_txns(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
-    let items: Vec<Value> = txns
-        .iter()
-        .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "txn": t } }))
-        .collect();
-    let (status, body) = b.post("/api/v1/push", &json!({ "items": items })).await;
-    assert_eq!(status, StatusCode::CREATED, "push failed: {body}");
-    for item in body.as_array().expect("push answer is an array") {
-        assert_eq!(item["status"], "queued", "push item not queued: {item}");
-    }
-}
-
-/// `prefix-0`, `prefix-1`, … as owned strings.
-pub fn txns(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
-
 /// Acks every message of a leased answer as completed, under its leaseId; asserts success.
 pub async fn ack_all(b: &TestBroker, group: &str, reply: &Reply) {
-    let items: Vec<Value> = reply
+    let items = reply
         .messages()
         .iter()
-        .map(|m| {
-            json!({ "transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                    "leaseId": m["leaseId"], "status": "completed" })
-        })
+        .map(|m| ack_item(m, "completed"))
         .collect();
-    let (status, body) = b
-        .post(
-            "/api/v1/ack/batch",
-            &json!({ "acknowledgments": items, "consumerGroup": group }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "ack batch: {body}");
-    for r in body.as_array().expect("ack answer is an array") {
+    for r in ack_batch(b, Some(group), items).await {
         assert_eq!(r["success"], true, "ack refused: {r}");
     }
 }
