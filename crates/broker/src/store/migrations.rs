@@ -16,7 +16,7 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).
-const SCHEMA_LOCK_KEY: i64 = 0x7175_6565_6e;
+const SCHEMA_LOCK_KEY: i64 = 0x71_75_65_65_6e;
 
 /// Applies every file in one transaction holding the schema lock.
 pub async fn apply(store: &Store) -> Result<()> {
