@@ -1,0 +1,196 @@
+//! Scheduler tests of push fusion: bundling, one flush in flight per partition, admission
+//! and layer-2 dedup, against a recording writer.
+
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use tokio::sync::watch;
+
+/// Records each bundle's shape when its write starts, holds every write until the test
+/// opens the gate, then queues every frame at a running offset.
+struct Recorder {
+    bundles: Mutex<Vec<Vec<(String, usize)>>>,
+    writing: AtomicUsize,
+    overlap: AtomicUsize,
+    gate: watch::Receiver<bool>,
+}
+
+impl BundleWriter for Arc<Recorder> {
+    fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
+        let me = self.clone();
+        Box::pin(async move {
+            if me.writing.fetch_add(1, Ordering::SeqCst) > 0 {
+                me.overlap.fetch_add(1, Ordering::SeqCst);
+            }
+            let shape = lanes
+                .iter()
+                .map(|l| (l.partition.to_string(), l.frames.len()))
+                .collect();
+            me.bundles.lock().unwrap().push(shape);
+            let _ = me.gate.clone().wait_for(|open| *open).await;
+            me.writing.fetch_sub(1, Ordering::SeqCst);
+            lanes
+                .iter()
+                .map(|l| {
+                    l.frames
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| FrameOutcome::Queued {
+                            message_id: f.message_id,
+                            offset: i as i64,
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+}
+
+fn recorder() -> (Arc<Recorder>, watch::Sender<bool>) {
+    let (open, gate) = watch::channel(false);
+    let rec = Recorder {
+        bundles: Mutex::default(),
+        writing: AtomicUsize::new(0),
+        overlap: AtomicUsize::new(0),
+        gate,
+    };
+    (Arc::new(rec), open)
+}
+
+fn frame(txn: &str) -> FusionFrame {
+    FusionFrame {
+        message_id: Uuid::now_v7(),
+        trace_id: None,
+        transaction_id: txn.into(),
+        payload: Bytes::from_static(b"1"),
+        hash: queen_proto::hash::txn_hash(txn),
+    }
+}
+
+/// Lets every spawned task run until it blocks (the test runtime is single-threaded).
+async fn settle_tasks() {
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn first_bundle_started(rec: &Recorder) {
+    while rec.bundles.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
+    let (rec, open) = recorder();
+    let cfg = FusionConfig {
+        shards: 1,
+        ..FusionConfig::for_pool(32)
+    };
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
+    first_bundle_started(&rec).await;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let f = fusion.clone();
+        // Each request carries its own txn plus one they all share.
+        tasks.push(tokio::spawn(async move {
+            f.submit("q", "p", vec![frame(&format!("t{i}")), frame("shared")])
+                .await
+        }));
+    }
+    settle_tasks().await;
+    open.send_replace(true);
+    assert!(matches!(
+        first.await.expect("first")[0],
+        FrameOutcome::Queued { .. }
+    ));
+    let mut shared = Vec::new();
+    for t in tasks {
+        let out = t.await.expect("task");
+        assert!(matches!(out[0], FrameOutcome::Queued { .. }), "{out:?}");
+        shared.push(out[1].clone());
+    }
+    let bundles = rec.bundles.lock().unwrap().clone();
+    assert_eq!(
+        bundles,
+        [vec![("p".to_string(), 1)], vec![("p".to_string(), 11)]]
+    );
+    assert_eq!(
+        rec.overlap.load(Ordering::SeqCst),
+        0,
+        "two flushes of one partition overlapped"
+    );
+    let leader = shared
+        .iter()
+        .filter(|o| matches!(o, FrameOutcome::Queued { .. }))
+        .count();
+    assert_eq!(leader, 1, "{shared:?}");
+    let ids: std::collections::HashSet<_> = shared
+        .iter()
+        .map(|o| match o {
+            FrameOutcome::Queued { message_id, .. }
+            | FrameOutcome::Duplicate { message_id, .. } => *message_id,
+            FrameOutcome::Failed(e) => panic!("failed: {e}"),
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "every copy reports the leader's id");
+}
+
+#[tokio::test]
+async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
+    let (rec, open) = recorder();
+    let cfg = FusionConfig {
+        shards: 4,
+        max_inflight: 8,
+        bundle_max: 16,
+        admission: 1,
+    };
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
+    first_bundle_started(&rec).await;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let f = fusion.clone();
+        tasks.push(tokio::spawn(async move {
+            f.submit("q", &format!("p{i}"), vec![frame("x")]).await
+        }));
+    }
+    settle_tasks().await;
+    assert_eq!(
+        rec.bundles.lock().unwrap().len(),
+        1,
+        "nothing may start while the only permit is held"
+    );
+    open.send_replace(true);
+    assert!(matches!(
+        first.await.expect("first")[0],
+        FrameOutcome::Queued { .. }
+    ));
+    for t in tasks {
+        assert!(matches!(
+            t.await.expect("task")[0],
+            FrameOutcome::Queued { .. }
+        ));
+    }
+    let bundles = rec.bundles.lock().unwrap().clone();
+    println!(
+        "bundle sizes after the first: {:?}",
+        bundles[1..].iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        rec.overlap.load(Ordering::SeqCst),
+        0,
+        "admission 1 allows one write at a time"
+    );
+    assert_eq!(bundles.iter().map(Vec::len).sum::<usize>(), 41);
+    // Four shards, at most 16 partitions per bundle: 40 partitions need at least 4 bundles
+    // and, bundled, far fewer than 40.
+    assert!(
+        bundles.len() - 1 <= 4 + 40 / 16,
+        "{} bundles",
+        bundles.len() - 1
+    );
+}
