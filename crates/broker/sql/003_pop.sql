@@ -510,6 +510,34 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- The long-poll's pushed-partition hints (engine.md §5.2, §8.1): a woken wildcard pop claims
+-- from the partitions pushed since the last drain, like log_pop_list_v1 (hinted order, one
+-- worker id, the global budget and the partition cap, the queue's lease time and visibility
+-- gates), before it pays for a candidate scan. Only once the (queue, group) registration
+-- exists: a first contact must reach the wildcard procedure, whose registration stores the
+-- subscription and bulk-seeds every cursor, so a hint never creates the cursor of a group
+-- that has not registered. An unregistered group gets an empty answer and falls through.
+CREATE OR REPLACE FUNCTION queen.log_pop_hinted_v1(
+    p_queue text, p_group text, p_partitions text[], p_budget int, p_lease_seconds int, p_worker text,
+    p_auto_ack bool, p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '')
+RETURNS TABLE(meta jsonb, blobs bytea[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM queen.queues q
+                   JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
+                   WHERE q.name = p_queue AND m.consumer_group = p_group
+                     AND m.partition_name = '' AND m.namespace = '' AND m.task = '') THEN
+        meta := '{"partitions":[]}';
+        blobs := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT l.meta, l.blobs INTO meta, blobs
+    FROM queen.log_pop_list_v1(p_queue, p_group, p_partitions, p_budget, p_lease_seconds, p_worker,
+                               p_auto_ack, p_max_partitions, p_sub_mode, p_sub_from) l;
+    RETURN NEXT;
+END $$;
+
 -- The targeted pop. The claim runs first; the reported partitionId and delivery attempt are
 -- resolved by a later statement of this VOLATILE function, whose snapshot is at least as new
 -- as anything the claim saw, so a pop racing the partition-creating push can never deliver

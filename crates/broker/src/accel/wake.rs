@@ -9,13 +9,19 @@
 //! brokers with `pg_notify('queen_wake', …)` in autocommit (never inside a push transaction,
 //! whose commit would then serialise on the notification queue lock) and listens for theirs.
 //! Wakes are hints: a lost one costs a parked pop at most one backoff interval.
+//!
+//! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
+//! mailbox of the newest 64 pushed-partition hints (drop-oldest), which a woken wildcard pop
+//! tries with targeted claims before its candidate scan (engine.md §5.2, §8.1). Peer
+//! notifications carry the same hints as `queue\x1fpartition` lines while they fit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, Notify};
 use tokio_postgres::{AsyncMessage, NoTls};
 use uuid::Uuid;
@@ -26,6 +32,11 @@ const TICK: Duration = Duration::from_millis(5);
 pub const CHANNEL: &str = "queen_wake";
 /// PostgreSQL refuses notification payloads of 8000 bytes or more.
 const MAX_PAYLOAD: usize = 7900;
+/// Pushed-partition hints kept per gate, and per queue in one peer tick: the newest ones.
+pub const HINT_MAILBOX: usize = 64;
+/// Separates the queue and the partition of a hinted peer-notification line (names never
+/// contain control characters).
+const PAIR_SEPARATOR: char = '\x1f';
 
 /// The gates of one broker. Pushes only touch gates that a waiter created.
 pub struct WakeGates {
@@ -36,15 +47,55 @@ pub struct WakeGates {
     started: AtomicBool,
 }
 
+/// One queue's gate: what parked pops wait on, plus the partitions pushed since a woken pop
+/// last drained them. A hint only suggests where to look first; the wildcard scan stays the
+/// backstop, so a dropped or stale hint costs nothing but a wasted targeted claim.
+#[derive(Default)]
+pub struct Gate {
+    notify: Notify,
+    hints: Mutex<VecDeque<String>>,
+}
+
+impl Gate {
+    /// Resolves when the gate opens; `enable` it before re-checking so no wake is lost.
+    pub fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Takes every pending hint, oldest first.
+    pub fn take_hints(&self) -> Vec<String> {
+        lock(&self.hints).drain(..).collect()
+    }
+
+    fn hint(&self, partition: &str) {
+        remember(&mut lock(&self.hints), partition);
+    }
+}
+
+/// Adds `partition` to a hint mailbox unless it is already there, dropping the oldest entry
+/// when full.
+fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
+    if mailbox.iter().any(|p| p == partition) {
+        return;
+    }
+    if mailbox.len() >= HINT_MAILBOX {
+        mailbox.pop_front();
+    }
+    mailbox.push_back(partition.to_string());
+}
+
+/// Per marked queue, the partitions hinted to the peers (empty = the queue only).
+type PeerBatch = HashMap<String, VecDeque<String>>;
+
 struct Shared {
-    gates: Mutex<HashMap<String, Arc<Notify>>>,
-    any: Arc<Notify>,
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+    any: Arc<Gate>,
     marked: Mutex<Marked>,
     /// Wakes the ticker when the first queue is marked.
     tick: Notify,
-    /// Marked queue names bound for the peer connection (present only with peer wake).
-    peer_out: Option<mpsc::UnboundedSender<Vec<String>>>,
-    peer_in: Mutex<Option<mpsc::UnboundedReceiver<Vec<String>>>>,
+    /// Marked queues bound for the peer connection (present only with peer wake).
+    peer_out: Option<mpsc::UnboundedSender<PeerBatch>>,
+    peer_in: Mutex<Option<mpsc::UnboundedReceiver<PeerBatch>>>,
 }
 
 /// Wakes waiting for the next tick.
@@ -52,7 +103,7 @@ struct Shared {
 struct Marked {
     local: HashSet<String>,
     any: bool,
-    peer: HashSet<String>,
+    peer: PeerBatch,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,7 +136,7 @@ impl WakeGates {
     }
 
     /// The gate of `queue`, created on first use by a waiter.
-    pub fn gate(&self, queue: &str) -> Arc<Notify> {
+    pub fn gate(&self, queue: &str) -> Arc<Gate> {
         self.ensure_started();
         lock(&self.shared.gates)
             .entry(queue.to_string())
@@ -93,26 +144,55 @@ impl WakeGates {
             .clone()
     }
 
-    /// The gate discovery pops wait on: opened by a wake of any queue.
-    pub fn any_gate(&self) -> Arc<Notify> {
+    /// The gate discovery pops wait on: opened by a wake of any queue. It never holds hints.
+    pub fn any_gate(&self) -> Arc<Gate> {
         self.ensure_started();
         self.shared.any.clone()
     }
 
     /// Marks `queue` for the next tick: its gate (if anyone ever waited on it), the discovery
-    /// gate and, with peer wake, the other brokers.
+    /// gate and, with peer wake, the other brokers. For wakes that cannot name a partition
+    /// (a released lease, a seek of every partition, a group delete).
     pub fn wake_queue(&self, queue: &str) {
+        self.mark(queue, &[]);
+    }
+
+    /// Like `wake_queue` for every queue a committed write stored into, and records the
+    /// `(queue, partition)` pairs as hints: in the gates' mailboxes at once (so a pop woken by
+    /// the coming tick finds them) and, with peer wake, in the next notification.
+    pub fn wake_partitions<'a>(&self, stored: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut seen: HashSet<(&str, &str)> = HashSet::new();
+        let mut by_queue: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (queue, partition) in stored {
+            if seen.insert((queue, partition)) {
+                by_queue.entry(queue).or_default().push(partition);
+            }
+        }
+        for (queue, partitions) in by_queue {
+            self.mark(queue, &partitions);
+        }
+    }
+
+    fn mark(&self, queue: &str, partitions: &[&str]) {
         self.ensure_started();
-        let has_gate = lock(&self.shared.gates).contains_key(queue);
+        let gate = lock(&self.shared.gates).get(queue).cloned();
+        if let Some(gate) = &gate {
+            for p in partitions {
+                gate.hint(p);
+            }
+        }
         let first = {
             let mut m = lock(&self.shared.marked);
             let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
-            if has_gate && !m.local.contains(queue) {
+            if gate.is_some() && !m.local.contains(queue) {
                 m.local.insert(queue.to_string());
             }
             m.any = true;
-            if self.shared.peer_out.is_some() && !m.peer.contains(queue) {
-                m.peer.insert(queue.to_string());
+            if self.shared.peer_out.is_some() {
+                let hinted = m.peer.entry(queue.to_string()).or_default();
+                for p in partitions {
+                    remember(hinted, p);
+                }
             }
             was_idle
         };
@@ -154,10 +234,10 @@ impl Shared {
         }
         self.open(marked.local.iter().map(String::as_str));
         if marked.any {
-            self.any.notify_waiters();
+            self.any.notify.notify_waiters();
         }
         if let (Some(tx), false) = (&self.peer_out, marked.peer.is_empty()) {
-            let _ = tx.send(marked.peer.into_iter().collect());
+            let _ = tx.send(marked.peer);
         }
         true
     }
@@ -166,18 +246,34 @@ impl Shared {
         let gates = lock(&self.gates);
         for q in queues {
             if let Some(g) = gates.get(q) {
-                g.notify_waiters();
+                g.notify.notify_waiters();
             }
         }
+    }
+
+    /// A peer's wake: records its partition hints on the existing gates, then opens them.
+    fn open_hinted(&self, lines: &[(&str, Option<&str>)]) {
+        let gates = lock(&self.gates);
+        for (queue, partition) in lines {
+            if let (Some(g), Some(p)) = (gates.get(*queue), partition) {
+                g.hint(p);
+            }
+        }
+        for (queue, _) in lines {
+            if let Some(g) = gates.get(*queue) {
+                g.notify.notify_waiters();
+            }
+        }
+        self.any.notify.notify_waiters();
     }
 
     /// Opens every gate: after the peer connection (re)connects, notifications may have been
     /// lost, so everything counts as dirty once.
     fn open_all(&self) {
         for g in lock(&self.gates).values() {
-            g.notify_waiters();
+            g.notify.notify_waiters();
         }
-        self.any.notify_waiters();
+        self.any.notify.notify_waiters();
     }
 }
 
@@ -209,7 +305,7 @@ async fn run_peer(
     shared: Weak<Shared>,
     mut pg: tokio_postgres::Config,
     me: Uuid,
-    mut out: mpsc::UnboundedReceiver<Vec<String>>,
+    mut out: mpsc::UnboundedReceiver<PeerBatch>,
 ) {
     pg.application_name("queen-rs-wake");
     let mut retry = Duration::from_millis(100);
@@ -269,7 +365,7 @@ async fn serve_peer(
     shared: &Weak<Shared>,
     client: &tokio_postgres::Client,
     me: Uuid,
-    out: &mut mpsc::UnboundedReceiver<Vec<String>>,
+    out: &mut mpsc::UnboundedReceiver<PeerBatch>,
     notes: &mut mpsc::UnboundedReceiver<String>,
 ) -> std::ops::ControlFlow<()> {
     use std::ops::ControlFlow::{Break, Continue};
@@ -279,8 +375,8 @@ async fn serve_peer(
     loop {
         tokio::select! {
             batch = out.recv() => {
-                let Some(queues) = batch else { return Break(()) };
-                for payload in payloads(me, &queues) {
+                let Some(batch) = batch else { return Break(()) };
+                for payload in payloads(me, &batch) {
                     if let Err(e) = client.execute(&notify, &[&CHANNEL, &payload]).await {
                         tracing::warn!(error = %e, "peer wake: notify failed");
                         return Continue(());
@@ -293,10 +389,7 @@ async fn serve_peer(
                 match parse_payload(&payload) {
                     Some((sender, _)) if sender == me => {}
                     Some((_, PeerWake::All)) | None => s.open_all(),
-                    Some((_, PeerWake::Queues(queues))) => {
-                        s.open(queues.into_iter());
-                        s.any.notify_waiters();
-                    }
+                    Some((_, PeerWake::Queues(lines))) => s.open_hinted(&lines),
                 }
             }
         }
@@ -306,7 +399,8 @@ async fn serve_peer(
 /// What a peer notification asks for.
 #[derive(Debug, PartialEq)]
 enum PeerWake<'a> {
-    Queues(Vec<&'a str>),
+    /// Queues to wake, each line with the partition it hints, if any.
+    Queues(Vec<(&'a str, Option<&'a str>)>),
     All,
 }
 
@@ -315,24 +409,41 @@ enum PeerWake<'a> {
 /// never wrong, only wasteful.
 const KIND_WAKE: &str = "wake";
 
-/// Notification payloads for `queues`: the sender id, the kind, then one queue name per line
-/// (names never contain control characters), split below PostgreSQL's payload limit. A name
-/// too long for any payload becomes an empty line, which means "wake everything".
-fn payloads(sender: Uuid, queues: &[String]) -> Vec<String> {
+/// Notification payloads for one tick's batch: the sender id, the kind, then one line per
+/// hinted partition (`queue\x1fpartition`) or per queue without hints (`queue`), split below
+/// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
+/// and a queue name too long for any payload to an empty line, which means "wake everything".
+fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
     let head = format!("{sender}\n{KIND_WAKE}");
+    let fits = |line_len: usize| head.len() + 1 + line_len <= MAX_PAYLOAD;
+    let queue_line = |q: &str| {
+        if fits(q.len()) {
+            q.to_string()
+        } else {
+            String::new()
+        }
+    };
+    let mut lines = Vec::new();
+    for (queue, partitions) in batch {
+        if partitions.is_empty() {
+            lines.push(queue_line(queue));
+        }
+        for p in partitions {
+            if fits(queue.len() + 1 + p.len()) {
+                lines.push(format!("{queue}{PAIR_SEPARATOR}{p}"));
+            } else {
+                lines.push(queue_line(queue));
+            }
+        }
+    }
     let mut out = Vec::new();
     let mut current = head.clone();
-    for q in queues {
-        let name = if head.len() + 1 + q.len() > MAX_PAYLOAD {
-            ""
-        } else {
-            q.as_str()
-        };
-        if current.len() + 1 + name.len() > MAX_PAYLOAD {
+    for line in lines {
+        if current.len() + 1 + line.len() > MAX_PAYLOAD {
             out.push(std::mem::replace(&mut current, head.clone()));
         }
         current.push('\n');
-        current.push_str(name);
+        current.push_str(&line);
     }
     if current.len() > head.len() {
         out.push(current);
@@ -344,41 +455,89 @@ fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
     let mut lines = payload.split('\n');
     let sender = lines.next()?.parse().ok()?;
     let kind = lines.next();
-    let queues: Vec<&str> = lines.collect();
-    if kind != Some(KIND_WAKE) || queues.is_empty() || queues.iter().any(|q| q.is_empty()) {
+    let lines: Vec<&str> = lines.collect();
+    if kind != Some(KIND_WAKE) || lines.is_empty() || lines.iter().any(|l| l.is_empty()) {
         return Some((sender, PeerWake::All));
     }
-    Some((sender, PeerWake::Queues(queues)))
+    let parsed = lines
+        .into_iter()
+        .map(|l| match l.split_once(PAIR_SEPARATOR) {
+            Some((queue, partition)) => (queue, Some(partition)),
+            None => (l, None),
+        })
+        .collect();
+    Some((sender, PeerWake::Queues(parsed)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn payloads_round_trip_and_split() {
-        let me = Uuid::now_v7();
-        let queues: Vec<String> = (0..2000).map(|i| format!("queue-{i}")).collect();
-        let sent = payloads(me, &queues);
-        assert!(sent.len() > 1, "2000 names need several payloads");
+    fn batch(entries: &[(&str, &[&str])]) -> PeerBatch {
+        entries
+            .iter()
+            .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
+            .collect()
+    }
+
+    /// Every (queue, partition) line of the payloads, checking sender and size.
+    fn received(me: Uuid, sent: &[String]) -> Vec<(String, Option<String>)> {
         let mut seen = Vec::new();
-        for p in &sent {
+        for p in sent {
             assert!(p.len() < 8000);
             match parse_payload(p) {
-                Some((sender, PeerWake::Queues(qs))) => {
+                Some((sender, PeerWake::Queues(lines))) => {
                     assert_eq!(sender, me);
-                    seen.extend(qs.into_iter().map(str::to_string));
+                    seen.extend(
+                        lines
+                            .into_iter()
+                            .map(|(q, p)| (q.to_string(), p.map(str::to_string))),
+                    );
                 }
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(seen, queues);
+        seen.sort();
+        seen
+    }
+
+    #[test]
+    fn payloads_round_trip_and_split() {
+        let me = Uuid::now_v7();
+        let names: Vec<String> = (0..2000).map(|i| format!("queue-{i}")).collect();
+        let queues: Vec<(&str, &[&str])> = names.iter().map(|q| (q.as_str(), &[][..])).collect();
+        let sent = payloads(me, &batch(&queues));
+        assert!(sent.len() > 1, "2000 names need several payloads");
+        let mut expected: Vec<(String, Option<String>)> =
+            names.iter().map(|q| (q.clone(), None)).collect();
+        expected.sort();
+        assert_eq!(received(me, &sent), expected);
+    }
+
+    #[test]
+    fn hinted_partitions_travel_as_pairs() {
+        let me = Uuid::now_v7();
+        let long = "p".repeat(7950);
+        let sent = payloads(
+            me,
+            &batch(&[("orders", &["eu", "us"]), ("audit", &[]), ("big", &[&long])]),
+        );
+        let pair = |q: &str, p: Option<&str>| (q.to_string(), p.map(str::to_string));
+        let mut expected = vec![
+            pair("orders", Some("eu")),
+            pair("orders", Some("us")),
+            pair("audit", None),
+            // Too long to fit with its queue: the queue is still woken, without the hint.
+            pair("big", None),
+        ];
+        expected.sort();
+        assert_eq!(received(me, &sent), expected);
     }
 
     #[test]
     fn oversized_names_wake_everything() {
         let me = Uuid::now_v7();
-        let sent = payloads(me, &["x".repeat(9000)]);
+        let sent = payloads(me, &batch(&[(&"x".repeat(9000), &["p"])]));
         assert_eq!(sent.len(), 1);
         assert_eq!(parse_payload(&sent[0]), Some((me, PeerWake::All)));
         assert_eq!(parse_payload("garbage"), None);
@@ -386,6 +545,29 @@ mod tests {
             parse_payload(&format!("{me}\nrepair\nq")),
             Some((me, PeerWake::All))
         );
+    }
+
+    #[test]
+    fn the_mailbox_keeps_the_newest_distinct_hints() {
+        let gate = Gate::default();
+        for i in 0..100 {
+            gate.hint(&format!("p{i}"));
+        }
+        gate.hint("p99");
+        let kept = gate.take_hints();
+        let expected: Vec<String> = (36..100).map(|i| format!("p{i}")).collect();
+        assert_eq!(kept, expected, "64 newest, oldest first, no duplicate");
+        assert!(gate.take_hints().is_empty(), "taking drains the mailbox");
+    }
+
+    #[tokio::test]
+    async fn pushes_hint_only_gates_that_exist() {
+        let gates = WakeGates::new(Uuid::now_v7(), None);
+        let gate = gates.gate("q");
+        gates.wake_partitions([("q", "a"), ("q", "b"), ("q", "a"), ("other", "c")]);
+        assert_eq!(gate.take_hints(), vec!["a".to_string(), "b".to_string()]);
+        assert!(!lock(&gates.shared.gates).contains_key("other"));
+        assert!(gates.any_gate().take_hints().is_empty());
     }
 
     #[tokio::test]

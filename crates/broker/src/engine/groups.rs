@@ -72,7 +72,10 @@ pub async fn seek(
         ));
     }
     if flag(&verdict, "rewound") {
-        st.wake.wake_queue(queue);
+        match partition {
+            Some(p) => st.wake.wake_partitions([(queue, p)]),
+            None => st.wake.wake_queue(queue),
+        }
     }
     let mut body = json!({
         "success": true,

@@ -1,14 +1,27 @@
 //! Long-poll parking (spec "Life of a pop", step 7; wire.md §7.6): an empty `wait=true` pop
 //! waits on a wake gate, holding no connection, until a wake, its backoff interval, its
-//! deadline or the broker's shutdown, whichever comes first.
+//! deadline or the broker's shutdown, whichever comes first; and the deadline margin inside
+//! which a waiting pop no longer starts a claim.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::futures::Notified;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
+
+/// A waiting pop starts no claim with less than this left before its deadline (wire.md §7.6):
+/// the claim, the frame walk and the answer's trip to the client must fit before the client
+/// gives up, or the batch is leased to nobody until the lease expires. 50 ms covers a claim
+/// and a loopback or LAN round trip with room to spare; a pop woken later answers 204 and the
+/// client's next pop claims the same messages.
+pub const CLAIM_MARGIN: Duration = Duration::from_millis(50);
+
+/// The last instant at which a pop with this deadline may start a claim.
+pub fn claim_cutoff(deadline: Instant) -> Instant {
+    deadline.checked_sub(CLAIM_MARGIN).unwrap_or(deadline)
+}
 
 /// The re-check interval: `initial` for the first `threshold` attempts, then
 /// `initial × attempt × multiplier` capped at `max`. A wake resets it. It is the correctness
@@ -62,12 +75,13 @@ pub enum Woke {
 
 /// A gate armed before the caller's re-check, so a wake between check and park is not lost.
 pub struct Armed<'a> {
-    notified: std::pin::Pin<Box<tokio::sync::futures::Notified<'a>>>,
+    notified: std::pin::Pin<Box<Notified<'a>>>,
 }
 
 impl<'a> Armed<'a> {
-    pub fn arm(gate: &'a Arc<Notify>) -> Self {
-        let mut notified = Box::pin(gate.notified());
+    /// Arms `notified` (a wake gate's, or a bare `Notify`'s) at once.
+    pub fn arm(notified: Notified<'a>) -> Self {
+        let mut notified = Box::pin(notified);
         notified.as_mut().enable();
         Armed { notified }
     }
@@ -104,6 +118,8 @@ async fn closed(closing: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
 
     fn backoff() -> Backoff {
         Backoff {
@@ -128,7 +144,7 @@ mod tests {
     async fn a_wake_between_arming_and_parking_is_kept() {
         let gate = Arc::new(Notify::new());
         let (_tx, mut closing) = watch::channel(false);
-        let armed = Armed::arm(&gate);
+        let armed = Armed::arm(gate.notified());
         gate.notify_waiters();
         let woke = armed
             .park(
@@ -146,7 +162,7 @@ mod tests {
         let (tx, mut closing) = watch::channel(false);
         let far = Instant::now() + Duration::from_secs(30);
         let parked = tokio::spawn(async move {
-            let armed = Armed::arm(&gate);
+            let armed = Armed::arm(gate.notified());
             armed.park(Duration::from_secs(30), far, &mut closing).await
         });
         tx.send_replace(true);
@@ -155,7 +171,7 @@ mod tests {
         let (_tx, mut closing) = watch::channel(false);
         let soon = Instant::now() + Duration::from_millis(20);
         assert_eq!(
-            Armed::arm(&gate)
+            Armed::arm(gate.notified())
                 .park(Duration::from_secs(5), soon, &mut closing)
                 .await,
             Woke::Done

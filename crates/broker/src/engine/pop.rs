@@ -2,19 +2,21 @@
 //! maintenance mode, the minimum pop wait, the cheap has-pending probe, the claim in SQL, the
 //! frame walk after the connection is released, and long-poll parking with no connection
 //! held. This is the `QUEEN_HOTLIST=0` candidate path: the wildcard shape asks the SQL
-//! wildcard procedure, which carries the group-first-contact bulk seed.
+//! wildcard procedure, which carries the group-first-contact bulk seed; a woken wildcard pop
+//! first tries the partitions its wake gate was told were pushed (engine.md §5.2).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
-use tokio::sync::{watch, Notify};
+use serde_json::{json, Value};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::longpoll::{Armed, Backoff, Woke};
+use crate::engine::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::render::{self, RenderContext, Rendered};
 use crate::engine::render_framed;
 use crate::error::{Error, Result};
@@ -72,11 +74,35 @@ pub enum PopOutcome {
     Delivered(Rendered),
 }
 
-/// Per-broker pop state: the cached maintenance flag and the learned minimum pop waits.
+/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits and the
+/// long-poll's counters.
 #[derive(Default)]
 pub struct PopService {
     maintenance: MaintenanceFlag,
     min_wait: MinPopWait,
+    stats: PopStats,
+}
+
+impl PopService {
+    /// The `pop` section of `/metrics`.
+    pub fn metrics(&self) -> Value {
+        json!({
+            "hintClaims": self.stats.hint_claims.load(Relaxed),
+            "hintFallthroughs": self.stats.hint_fallthroughs.load(Relaxed),
+            "deadlineMarginSkips": self.stats.deadline_margin_skips.load(Relaxed),
+        })
+    }
+}
+
+/// How woken pops were scheduled, so the cheaper paths can be seen working.
+#[derive(Default)]
+struct PopStats {
+    /// Woken wildcard pops served from their pushed-partition hints.
+    hint_claims: AtomicU64,
+    /// Hinted claims that delivered nothing and fell through to the wildcard scan.
+    hint_fallthroughs: AtomicU64,
+    /// Waiting pops that answered 204 instead of starting a claim inside the deadline margin.
+    deadline_margin_skips: AtomicU64,
 }
 
 /// Serves one pop: claims now, or parks (with `wait`) until something is claimed or the
@@ -90,13 +116,21 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
     });
     let mut closing = st.closing.subscribe();
     let mut backoff = Backoff::new(&st.cfg);
+    // The pushed-partition hints taken on the last wake (wildcard pops only).
+    let mut hints: Vec<String> = Vec::new();
     loop {
+        // A claim whose answer cannot reach the client in time would strand its lease.
+        if req.wait && Instant::now() >= claim_cutoff(deadline) {
+            st.pop.stats.deadline_margin_skips.fetch_add(1, Relaxed);
+            return Ok(PopOutcome::Empty);
+        }
         if st.pop.maintenance.on(st).await? {
             return Ok(PopOutcome::Empty);
         }
         // Armed before the attempt: a push landing between the attempt and the park is kept.
-        let armed = gate.as_ref().map(Armed::arm);
-        if let Some(rendered) = attempt(st, req, &worker, deadline, &mut closing).await? {
+        let armed = gate.as_deref().map(|g| Armed::arm(g.notified()));
+        let tried = std::mem::take(&mut hints);
+        if let Some(rendered) = attempt(st, req, &worker, &tried, deadline, &mut closing).await? {
             return Ok(PopOutcome::Delivered(rendered));
         }
         let Some(armed) = armed else {
@@ -106,18 +140,25 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
             .park(backoff.next_interval(), deadline, &mut closing)
             .await
         {
-            Woke::Gate => backoff.reset(),
+            Woke::Gate => {
+                backoff.reset();
+                if let (Some(gate), PopShape::Wildcard { .. }) = (&gate, &req.shape) {
+                    hints = gate.take_hints();
+                }
+            }
             Woke::Interval => {}
             Woke::Done => return Ok(PopOutcome::Empty),
         }
     }
 }
 
-/// One claim attempt. Every connection it takes is back in the pool when it returns.
+/// One claim attempt: the hinted partitions first (if any), else the request's own shape.
+/// Every connection it takes is back in the pool when it returns.
 async fn attempt(
     st: &AppState,
     req: &PopRequest,
     worker: &str,
+    hints: &[String],
     deadline: Instant,
     closing: &mut watch::Receiver<bool>,
 ) -> Result<Option<Rendered>> {
@@ -139,10 +180,15 @@ async fn attempt(
     };
     let answer = {
         let conn = st.store.conn().await?;
-        if st.cfg.pop_pending_gate && !has_pending(&conn, req).await.map_err(pop_failed)? {
-            return Ok(None);
+        match claim_hinted(st, &conn, req, hints, &args).await? {
+            Some(answer) => answer,
+            None => {
+                if st.cfg.pop_pending_gate && !has_pending(&conn, req).await.map_err(pop_failed)? {
+                    return Ok(None);
+                }
+                claim(&conn, req, &args).await.map_err(pop_failed)?
+            }
         }
-        claim(&conn, req, &args).await.map_err(pop_failed)?
     };
     if let (Some((queue, _)), Some(ms)) = (queue_of(&req.shape), answer.min_pop_wait_ms) {
         st.pop.min_wait.learn(queue, ms);
@@ -167,6 +213,34 @@ async fn attempt(
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
     Ok((rendered.messages > 0).then_some(rendered))
+}
+
+/// A woken wildcard pop's targeted claims on its pushed-partition hints, cheaper than a
+/// candidate scan. `None` when there were no hints or they delivered nothing: the caller then
+/// runs the wildcard pop, the backstop for missed wakes and older backlog, so a stale hint
+/// never hides work.
+async fn claim_hinted(
+    st: &AppState,
+    db: &impl GenericClient,
+    req: &PopRequest,
+    hints: &[String],
+    args: &ClaimArgs<'_>,
+) -> Result<Option<PopAnswer>> {
+    let PopShape::Wildcard { queue } = &req.shape else {
+        return Ok(None);
+    };
+    if hints.is_empty() {
+        return Ok(None);
+    }
+    let answer = sql::pop_hinted(db, queue, hints, args)
+        .await
+        .map_err(pop_failed)?;
+    if answer.partitions.is_empty() {
+        st.pop.stats.hint_fallthroughs.fetch_add(1, Relaxed);
+        return Ok(None);
+    }
+    st.pop.stats.hint_claims.fetch_add(1, Relaxed);
+    Ok(Some(answer))
 }
 
 /// The cheap probe: false means definitively nothing to deliver.
@@ -228,7 +302,8 @@ fn subscription_args(sub: &Subscription) -> (&'static str, String) {
 
 /// The minimum pop wait: holds an under-full claim on a non-empty queue, in the broker and
 /// before any connection is held for the claim, until the batch could be full, the window
-/// elapses or the caller's deadline passes. A push to the queue re-evaluates at once.
+/// elapses or the caller's deadline (less the claim margin) passes. A push to the queue
+/// re-evaluates at once.
 async fn hold_underfull(
     st: &AppState,
     req: &PopRequest,
@@ -238,10 +313,10 @@ async fn hold_underfull(
     deadline: Instant,
     closing: &mut watch::Receiver<bool>,
 ) -> Result<()> {
-    let until = (Instant::now() + window).min(deadline);
-    let gate: Arc<Notify> = st.wake.gate(queue);
+    let until = (Instant::now() + window).min(claim_cutoff(deadline));
+    let gate = st.wake.gate(queue);
     loop {
-        let armed = Armed::arm(&gate);
+        let armed = Armed::arm(gate.notified());
         let pending = {
             let conn = st.store.conn().await?;
             sql::pending_estimate(&conn, queue, partition, &req.group, i64::from(req.batch))

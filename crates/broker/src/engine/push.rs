@@ -4,7 +4,7 @@
 //! to push fusion (which dedups inside a flush and lets SQL give the authoritative verdict),
 //! and make the pushed queues discoverable to pops before the caller answers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
@@ -200,16 +200,15 @@ pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResu
     }
 
     // Discoverable before the 201: a wait=false pop right after the answer must see it.
-    let mut queued = 0u64;
-    let mut woken: HashSet<&str> = HashSet::new();
-    for r in &results {
-        if matches!(r.outcome, FrameOutcome::Queued { .. }) {
-            queued += 1;
-            if woken.insert(&r.queue) {
-                state.wake.wake_queue(&r.queue);
-            }
-        }
-    }
-    state.counters.messages_pushed.fetch_add(queued, Relaxed);
+    let stored: Vec<(&str, &str)> = results
+        .iter()
+        .filter(|r| matches!(r.outcome, FrameOutcome::Queued { .. }))
+        .map(|r| (r.queue.as_str(), r.partition.as_str()))
+        .collect();
+    state.wake.wake_partitions(stored.iter().copied());
+    state
+        .counters
+        .messages_pushed
+        .fetch_add(stored.len() as u64, Relaxed);
     Ok(results)
 }

@@ -235,7 +235,7 @@ async fn store_as_sent(
 
     let mut refused = Vec::new();
     let mut queued = 0u64;
-    let mut woken: HashSet<&str> = HashSet::new();
+    let mut stored: Vec<(&str, &str)> = Vec::new();
     for (&g, result) in direct.iter().zip(written) {
         match result {
             SegmentResult::Queued { base_offset, .. } => {
@@ -244,13 +244,12 @@ async fn store_as_sent(
                     offset: base_offset + k as i64,
                 });
                 queued += groups[g].items.len() as u64;
-                if woken.insert(&groups[g].queue) {
-                    state.wake.wake_queue(&groups[g].queue);
-                }
+                stored.push((&groups[g].queue, &groups[g].partition));
             }
             SegmentResult::Duplicate { .. } => refused.push(g),
         }
     }
+    state.wake.wake_partitions(stored);
     state.counters.messages_pushed.fetch_add(queued, Relaxed);
     Ok(refused)
 }

@@ -199,12 +199,11 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
     }
 
     // Committed: make the pushes visible to parked pops, then the post-commit ack work.
-    let mut woken: HashSet<&str> = HashSet::new();
-    for seg in &plan.segments {
-        if woken.insert(&seg.queue) {
-            state.wake.wake_queue(&seg.queue);
-        }
-    }
+    state.wake.wake_partitions(
+        plan.segments
+            .iter()
+            .map(|seg| (seg.queue.as_str(), seg.partition.as_str())),
+    );
     state
         .counters
         .messages_pushed

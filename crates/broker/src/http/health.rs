@@ -45,6 +45,7 @@ async fn metrics(State(st): State<AppState>) -> Json<Value> {
             "pushed": pushed,
             "popped": popped,
         },
+        "pop": st.pop.metrics(),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,

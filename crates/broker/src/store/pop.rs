@@ -152,6 +152,34 @@ pub async fn pop_specific(
     .await
 }
 
+/// The hinted partitions of `queue`, in the given order, under the wildcard's budget and
+/// partition cap; empty while the group has not registered on the queue.
+pub async fn pop_hinted(
+    db: &impl GenericClient,
+    queue: &str,
+    partitions: &[String],
+    a: &ClaimArgs<'_>,
+) -> Result<PopAnswer> {
+    claim(
+        db,
+        "log_pop_hinted_v1",
+        "SELECT meta, blobs FROM queen.log_pop_hinted_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        &[
+            &queue,
+            &a.group,
+            &partitions,
+            &a.budget,
+            &a.lease_seconds,
+            &a.worker,
+            &a.auto_ack,
+            &a.max_partitions,
+            &a.sub_mode,
+            &a.sub_from,
+        ],
+    )
+    .await
+}
+
 /// Every queue whose labels match (`""` matches any).
 pub async fn pop_discover(
     db: &impl GenericClient,
