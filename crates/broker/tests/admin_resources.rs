@@ -199,14 +199,7 @@ async fn message_detail_tracks_pending_processing_and_dead_letter() {
     push_txn(&b, "state-q", "a", json!("first")).await;
     push_txn(&b, "state-q", "b", Value::Null).await;
     let db = b.sql().await;
-    let pid: i64 = db
-        .query_one(
-            "SELECT id FROM queen.log_partitions WHERE name = 'Default'",
-            &[],
-        )
-        .await
-        .expect("partition")
-        .get(0);
+    let pid = common::partition_id(&db, "state-q", "Default").await;
 
     let (_, detail) = b.get(&format!("/api/v1/messages/{pid}/b")).await;
     assert_eq!(detail["status"], "pending");
@@ -253,11 +246,7 @@ async fn message_detail_finds_messages_whose_hash_rows_were_purged() {
         push_txn(&b, "purged-q", txn, json!({ "txn": txn })).await;
     }
     let db = b.sql().await;
-    let pid: i64 = db
-        .query_one("SELECT id FROM queen.log_partitions", &[])
-        .await
-        .expect("pid")
-        .get(0);
+    let pid = common::partition_id(&db, "purged-q", "Default").await;
     common::purge_hash_rows(&db, pid).await;
     let (status, detail) = b.get(&format!("/api/v1/messages/{pid}/old-1")).await;
     assert_eq!(status, StatusCode::OK, "{detail}");
@@ -272,11 +261,7 @@ async fn unknown_messages_answer_404() {
     let b = common::broker().await;
     push_txn(&b, "nf-q", "known", json!(1)).await;
     let db = b.sql().await;
-    let pid: i64 = db
-        .query_one("SELECT id FROM queen.log_partitions", &[])
-        .await
-        .expect("pid")
-        .get(0);
+    let pid = common::partition_id(&db, "nf-q", "Default").await;
     for path in [
         format!("/api/v1/messages/{pid}/unknown"),
         format!("/api/v1/messages/{}/known", pid + 1000),

@@ -226,7 +226,7 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn stored(frames: &[Frame<'_>]) -> Vec<u8> {
@@ -237,7 +237,8 @@ mod tests {
         segment::compress(&raw, 3)
     }
 
-    fn frame<'a>(txn: &'a str, payload: &'a [u8]) -> Frame<'a> {
+    /// A plain frame with a fresh message id (shared with the framed renderer's tests).
+    pub(crate) fn frame<'a>(txn: &'a str, payload: &'a [u8]) -> Frame<'a> {
         Frame {
             flags: 0,
             message_id: *uuid::Uuid::now_v7().as_bytes(),
@@ -248,7 +249,8 @@ mod tests {
         }
     }
 
-    fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
+    /// The envelope of a pop of queue `q` by group `g`.
+    pub(crate) fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
         RenderContext {
             queue: "q",
             group: "g",

@@ -175,6 +175,7 @@ fn claimed_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::render::tests::{ctx, frame};
     use queen_proto::pop_framed::decode;
     use queen_proto::segment;
 
@@ -182,28 +183,11 @@ mod tests {
         let mut raw = Vec::new();
         for (i, txn) in txns.iter().enumerate() {
             let payload = format!("{{\"n\":{i}}}");
-            Frame {
-                flags: 0,
-                message_id: *uuid::Uuid::now_v7().as_bytes(),
-                trace_id: None,
-                transaction_id: txn,
-                producer_sub: None,
-                payload: payload.as_bytes(),
-            }
-            .encode_into(&mut raw)
-            .expect("encode");
+            frame(txn, payload.as_bytes())
+                .encode_into(&mut raw)
+                .expect("encode");
         }
         raw
-    }
-
-    fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
-        RenderContext {
-            queue: "q",
-            group: "g",
-            lease_id,
-            per_message_queue: false,
-            max_segment_bytes: 1 << 20,
-        }
     }
 
     fn seg(base: i64, start_idx: i32, take: i32, msg_count: i32) -> ClaimedSegment {
