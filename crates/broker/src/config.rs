@@ -15,15 +15,7 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Options of `queen serve`.
-///
-/// With no database configured (neither `DATABASE_URL` nor `PG_HOST`) the broker creates on
-/// first run, then reuses, a private PostgreSQL cluster in `$QUEEN_DATA_DIR/pg`, built with
-/// the machine's own binaries (searched in `PG_BINDIR`, `pg_config --bindir`, the newest
-/// `/usr/lib/postgresql/*/bin`, then `PATH`). It listens on a Unix socket only (no TCP port),
-/// runs with fsync on, runs as the `postgres` user when the broker is root, is supervised as
-/// a child (never orphaned; a stale `postmaster.pid` is recovered) and is stopped cleanly on
-/// SIGINT/SIGTERM.
+/// Options of `queen serve` (its help text describes the embedded PostgreSQL default).
 #[derive(Args, Debug, Clone)]
 pub struct Config {
     /// HTTP port.
@@ -39,12 +31,16 @@ pub struct Config {
     /// External PostgreSQL host (alternative to DATABASE_URL).
     #[arg(long, env = "PG_HOST")]
     pub pg_host: Option<String>,
+    /// External PostgreSQL port.
     #[arg(long, env = "PG_PORT", default_value_t = 5432)]
     pub pg_port: u16,
+    /// External PostgreSQL user.
     #[arg(long, env = "PG_USER", default_value = "postgres")]
     pub pg_user: String,
+    /// External PostgreSQL password (masked in the boot log).
     #[arg(long, env = "PG_PASSWORD")]
     pub pg_password: Option<String>,
+    /// External PostgreSQL database.
     #[arg(long, env = "PG_DB", default_value = "postgres")]
     pub pg_db: String,
     /// Pooled PostgreSQL connections (created lazily).
@@ -77,8 +73,10 @@ pub struct Config {
     /// Attempts at the initial interval before backing off.
     #[arg(long, env = "POP_WAIT_BACKOFF_THRESHOLD", default_value_t = 3)]
     pub pop_wait_backoff_threshold: u32,
+    /// Growth factor of the re-check interval after the threshold.
     #[arg(long, env = "POP_WAIT_BACKOFF_MULTIPLIER", default_value_t = 2.0)]
     pub pop_wait_backoff_multiplier: f64,
+    /// Ceiling of the long-poll re-check interval (ms).
     #[arg(long, env = "POP_WAIT_MAX_INTERVAL_MS", default_value_t = 1000)]
     pub pop_wait_max_ms: u64,
     /// Cheap has-pending probe before a pop takes a connection-heavy path.

@@ -15,6 +15,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker (embedded PostgreSQL unless DATABASE_URL or PG_HOST is set).
+    ///
+    /// Embedded PostgreSQL: with neither DATABASE_URL nor PG_HOST set, the broker creates on
+    /// first run, then reuses, a private cluster in $QUEEN_DATA_DIR/pg, built with the
+    /// machine's own server binaries, searched in PG_BINDIR, `pg_config --bindir`, the newest
+    /// /usr/lib/postgresql/*/bin, then PATH (Debian: apt-get install postgresql-15). It listens
+    /// on a Unix socket in that directory only (no TCP port to collide with) with fsync on;
+    /// as root it runs as the `postgres` user. The server is supervised as a child: it dies
+    /// with the broker, a stale postmaster.pid left by a crash is recovered, and SIGINT/SIGTERM
+    /// stop the broker gracefully (parked long-polls answer, in-flight requests finish), then
+    /// the cluster with a fast shutdown.
+    ///
+    /// Every option below is also an environment variable; the resolved configuration is
+    /// printed at boot with passwords masked.
     Serve(Config),
 }
 
