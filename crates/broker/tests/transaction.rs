@@ -335,3 +335,32 @@ async fn a_push_inside_a_transaction_wakes_a_parked_pop() {
     assert_eq!(body["messages"][0]["transactionId"], "w-0");
     println!("parked pop answered {waited:.2?} after it started (300 ms of it before the push)");
 }
+
+#[tokio::test]
+async fn a_bundle_too_large_to_compress_inline_commits_intact() {
+    let b = common::broker().await;
+    // 3 × 200 KiB: over the inline build threshold, so the segments build off the workers.
+    let big = |n: usize| "x".repeat(200 * 1024) + &n.to_string();
+    let items: Vec<Value> = (0..3)
+        .map(|n| json!({ "queue": "big", "partition": format!("p{}", n % 2), "transactionId": format!("big-{n}"), "payload": big(n) }))
+        .collect();
+    let (status, answer) = transaction(
+        &b,
+        json!({ "operations": [{ "type": "push", "items": items }] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(result_kinds(&answer), ["push", "push", "push"]);
+    let results = answer["results"].as_array().expect("results");
+    for (partition, ns) in [("p0", vec![0, 2]), ("p1", vec![1])] {
+        let popped = pop(&b, "big", Some(partition), G, 10, "")
+            .await
+            .expect("the pushed messages");
+        assert_eq!(popped.messages.len(), ns.len());
+        for (m, n) in popped.messages.iter().zip(ns) {
+            assert_eq!(m["data"], json!(big(n)), "payload {n} stored verbatim");
+            assert_eq!(m["id"], results[n]["messageId"], "the answered id of {n}");
+        }
+    }
+}

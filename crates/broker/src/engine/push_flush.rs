@@ -18,15 +18,11 @@ use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
-use crate::engine::segment_build::{build_segment, BuiltSegment};
+use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::store::migrations::db_message;
 use crate::store::push::{push_multi, segment_at, SegmentResult, SegmentWrite};
 use crate::store::Store;
-
-/// Segments whose frames exceed this many bytes are compressed on the blocking pool rather
-/// than on an async worker.
-const INLINE_COMPRESS_BYTES: usize = 256 * 1024;
 
 /// Decompression bound when reading a segment back: well above any segment a broker with a
 /// sane body limit writes, yet finite so a corrupt header cannot demand unbounded memory.
@@ -213,7 +209,7 @@ impl SegmentWriter {
                 .map(|f| f.payload.len() + f.transaction_id.len())
                 .sum();
             let level = self.zstd_level;
-            let seg = if bytes > INLINE_COMPRESS_BYTES {
+            let seg = if bytes > INLINE_BUILD_BYTES {
                 tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level))
                     .await
                     .map_err(|e| Error::internal(format!("segment build task failed: {e}")))??

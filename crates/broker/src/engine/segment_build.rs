@@ -7,6 +7,10 @@ use queen_proto::frame::{Frame, FrameError};
 use queen_proto::hash::{txn_hash, HASH_LEN};
 use queen_proto::segment;
 
+/// Segments whose frames exceed this many bytes are built (compressed) on the blocking pool
+/// rather than on an async worker.
+pub const INLINE_BUILD_BYTES: usize = 256 * 1024;
+
 /// A segment ready for `queen.log_push_one_v1` / `queen.log_push_multi_v1`:
 /// `p_msg_count = msg_count`, `p_blob = blob`, `p_hashes = hashes`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::dlq;
 use crate::engine::push::{check_item, PushItem, DEFAULT_PARTITION};
-use crate::engine::segment_build::build_segment;
+use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::push::SegmentResult;
@@ -108,27 +108,7 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
     }
     lend_leases(&mut req);
 
-    let plan = plan_pushes(&req.ops);
-    let built = plan
-        .segments
-        .iter()
-        .map(|seg| {
-            let frames: Vec<Frame<'_>> = seg
-                .frames
-                .iter()
-                .map(|(id, txn, item)| Frame {
-                    flags: 0,
-                    message_id: *id.as_bytes(),
-                    trace_id: item.trace_id.map(|t| *t.as_bytes()),
-                    transaction_id: txn,
-                    producer_sub: None,
-                    payload: &item.payload,
-                })
-                .collect();
-            build_segment(&frames, state.cfg.zstd_level)
-                .map_err(|e| Error::bad(format!("push: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (plan, built) = build_segments(plan_pushes(&req.ops), state.cfg.zstd_level).await?;
     let pushes: Vec<WirePush<'_>> = plan
         .segments
         .iter()
@@ -247,6 +227,45 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(TxnOutcome::Committed(ordered))
+}
+
+/// One segment per planned (queue, partition). Compression is CPU-bound, so a large bundle
+/// (the body limit allows tens of MiB) builds on the blocking pool, not on an async worker.
+async fn build_segments(plan: PushPlan, level: i32) -> Result<(PushPlan, Vec<BuiltSegment>)> {
+    let bytes: usize = plan
+        .segments
+        .iter()
+        .flat_map(|seg| &seg.frames)
+        .map(|(_, txn, item)| txn.len() + item.payload.len())
+        .sum();
+    if bytes <= INLINE_BUILD_BYTES {
+        let built = build_planned(&plan, level)?;
+        return Ok((plan, built));
+    }
+    tokio::task::spawn_blocking(move || build_planned(&plan, level).map(|built| (plan, built)))
+        .await
+        .map_err(|e| Error::internal(format!("segment build task failed: {e}")))?
+}
+
+fn build_planned(plan: &PushPlan, level: i32) -> Result<Vec<BuiltSegment>> {
+    plan.segments
+        .iter()
+        .map(|seg| {
+            let frames: Vec<Frame<'_>> = seg
+                .frames
+                .iter()
+                .map(|(id, txn, item)| Frame {
+                    flags: 0,
+                    message_id: *id.as_bytes(),
+                    trace_id: item.trace_id.map(|t| *t.as_bytes()),
+                    transaction_id: txn,
+                    producer_sub: None,
+                    payload: &item.payload,
+                })
+                .collect();
+            build_segment(&frames, level).map_err(|e| Error::bad(format!("push: {e}")))
+        })
+        .collect()
 }
 
 /// An ack without its own lease borrows the bundle's only required lease (wire.md §10.1).
