@@ -5,7 +5,6 @@ Everything here drives the official client `queen-mq`; raw HTTP (httpx) is only 
 that check something the client has no API for.
 """
 
-import asyncio
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -142,13 +141,3 @@ async def push_payloads(client: Queen, queue: str, payloads: List[Any], partitio
     assert [r["status"] for r in res] == ["queued"] * len(payloads), res
     return res
 
-
-async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.1) -> bool:
-    """Polls an async predicate until it holds or the timeout passes."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        if await predicate():
-            return True
-        if asyncio.get_running_loop().time() >= deadline:
-            return False
-        await asyncio.sleep(interval)

@@ -5,7 +5,7 @@ import asyncio
 import re
 import time
 
-from support import MODE, make_client, pop_now, push_payloads, unique
+from support import MODE, POP_FRAMED_CONTENT_TYPE, make_client, pop_now, push_payloads, unique
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -227,6 +227,6 @@ async def test_pop_answer_uses_the_requested_wire_form(client, transport):
     if MODE == "binary":
         assert "frames=true" in ex.path
         assert ex.response_body[:4] == b"QPF1", "framed_pop asked for QPF1 and got JSON"
-        assert ex.response_headers.get("content-type", "").startswith("application/x-queen-pop")
+        assert ex.response_headers.get("content-type", "").startswith(POP_FRAMED_CONTENT_TYPE)
     else:
         assert ex.response_headers.get("content-type", "").startswith("application/json")

@@ -3,7 +3,7 @@ payloads, all observed through pops."""
 
 import uuid
 
-from support import MODE, pop_now, push_payloads, unique
+from support import MODE, PUSH_BINARY_CONTENT_TYPE, pop_now, push_payloads, unique
 
 
 def _is_uuid(text: str) -> bool:
@@ -153,7 +153,7 @@ async def test_push_answers_201_per_wire_form(client, transport):
     (ex,) = transport.matching("POST", "/api/v1/push")
     assert ex.status == 201
     if MODE == "binary":
-        assert ex.request_content_type == "application/x-queen-push"
+        assert ex.request_content_type == PUSH_BINARY_CONTENT_TYPE
         assert ex.request_head == b"QPB1"
     else:
         assert ex.request_content_type.startswith("application/json")

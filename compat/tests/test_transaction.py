@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from support import MODE, pop_now, push_payloads, unique
+from support import MODE, PUSH_BINARY_CONTENT_TYPE, pop_now, push_payloads, unique
 
 
 async def _leased(client, n=1, lease_time=30, **config):
@@ -178,5 +178,6 @@ async def test_transaction_uses_the_requested_wire_form(client, transport):
     assert ex.status == 200
     if MODE == "binary":
         assert ex.request_head == b"QTB1"
+        assert ex.request_content_type == PUSH_BINARY_CONTENT_TYPE
     else:
         assert ex.request_content_type.startswith("application/json")
