@@ -170,13 +170,18 @@ pub fn settle(verdict: &HashAckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
             .map(|_| AckOutcome::refused(error.clone()))
             .collect();
     }
+    // An ordinary ack leaves all three lists empty: then no item needs hashing a second time.
+    let listed = !(verdict.unresolved_hashes.is_empty()
+        && verdict.noop_hashes.is_empty()
+        && verdict.stale_hashes.is_empty());
     group
         .iter()
         .map(|ack| {
-            let hex = to_hex(&txn_hash(&ack.transaction_id));
-            let unresolved = verdict.unresolved_hashes.contains(&hex);
-            let noop = !ack.status.is_signal() && verdict.noop_hashes.contains(&hex);
-            let stale = ack.status.is_signal() && verdict.stale_hashes.contains(&hex);
+            let hex = listed.then(|| to_hex(&txn_hash(&ack.transaction_id)));
+            let in_list = |list: &[String]| hex.as_ref().is_some_and(|h| list.contains(h));
+            let unresolved = in_list(&verdict.unresolved_hashes);
+            let noop = !ack.status.is_signal() && in_list(&verdict.noop_hashes);
+            let stale = ack.status.is_signal() && in_list(&verdict.stale_hashes);
             if unresolved || stale {
                 AckOutcome {
                     lease_released: verdict.lease_released,
