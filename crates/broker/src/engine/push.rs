@@ -19,6 +19,20 @@ use crate::state::AppState;
 /// The partition of an item that names none.
 pub const DEFAULT_PARTITION: &str = "Default";
 
+/// The partition an item lands in: its own, or [`DEFAULT_PARTITION`] when it names none.
+pub fn partition_or_default(partition: Option<String>) -> String {
+    partition
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PARTITION.to_string())
+}
+
+/// The transactionId an item is stored under: its own, or its message id's text.
+pub fn transaction_id_or_id(transaction_id: Option<String>, message_id: Uuid) -> String {
+    transaction_id
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| message_id.to_string())
+}
+
 /// One message to push, as parsed from a request body.
 #[derive(Debug, Clone)]
 pub struct PushItem {
@@ -142,14 +156,8 @@ pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResu
 
     for (index, item) in items.into_iter().enumerate() {
         let minted_id = item.message_id.unwrap_or_else(queen_proto::new_v7);
-        let partition = item
-            .partition
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| DEFAULT_PARTITION.into());
-        let transaction_id = item
-            .transaction_id
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| minted_id.to_string());
+        let partition = partition_or_default(item.partition);
+        let transaction_id = transaction_id_or_id(item.transaction_id, minted_id);
         let group = *group_of
             .entry((item.queue.clone(), partition.clone()))
             .or_insert_with(|| {

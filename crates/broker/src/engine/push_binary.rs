@@ -28,7 +28,7 @@ use queen_proto::hash::txn_hash;
 use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
-use crate::engine::push::{self, check_item, PushItem, PushResult, DEFAULT_PARTITION};
+use crate::engine::push::{self, check_item, PushItem, PushResult};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::migrations::db_message;
@@ -58,11 +58,7 @@ pub struct SentSegment {
 /// Decodes one parsed group. The parser has validated every frame already; decoding again
 /// here only borrows the payloads out of the decompressed frames.
 pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
-    let partition = if group.partition.is_empty() {
-        DEFAULT_PARTITION.to_string()
-    } else {
-        group.partition
-    };
+    let partition = push::partition_or_default(Some(group.partition));
     let item = |transaction_id, payload, message_id| PushItem {
         queue: group.queue.clone(),
         partition: Some(partition.clone()),

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::dlq;
-use crate::engine::push::{check_item, PushItem, DEFAULT_PARTITION};
+use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -302,16 +302,8 @@ fn plan_pushes(ops: &[TxnOp]) -> PushPlan {
     for (index, op) in ops.iter().enumerate() {
         let TxnOp::Push(item) = op else { continue };
         let minted = item.message_id.unwrap_or_else(queen_proto::new_v7);
-        let partition = item
-            .partition
-            .clone()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| DEFAULT_PARTITION.to_string());
-        let txn = item
-            .transaction_id
-            .clone()
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| minted.to_string());
+        let partition = partition_or_default(item.partition.clone());
+        let txn = transaction_id_or_id(item.transaction_id.clone(), minted);
         let seg = *segment_of
             .entry((item.queue.clone(), partition.clone()))
             .or_insert_with(|| {
