@@ -32,6 +32,9 @@ pub struct Usage {
     pub statements: Option<i64>,
     /// Committed + rolled-back transactions cluster-wide (`pg_stat_database`).
     pub xacts: i64,
+    /// The machine's 1-minute load average at the end: above the core count, something else
+    /// (or the bench itself) was competing for the CPUs.
+    pub load_avg_1m: Option<f64>,
 }
 
 /// Snapshots the target through one dedicated monitoring connection.
@@ -120,6 +123,7 @@ impl Meter {
             wal_bytes: end.wal_bytes - start.wal_bytes,
             statements: end.statements.zip(start.statements).map(|(a, b)| a - b),
             xacts: end.xacts - start.xacts,
+            load_avg_1m: procstat::load_average(),
         })
     }
 }
