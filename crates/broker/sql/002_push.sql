@@ -3,10 +3,11 @@
 -- lookup that turns an offset back into its covering blob. Idempotent; applied at every boot.
 
 -- Renders a timestamp the way push results and lease expiries travel on the wire: ISO-8601
--- UTC with microseconds.
+-- UTC with microseconds. STABLE, as to_char is: an IMMUTABLE label would stop the planner
+-- from inlining it, and a call not inlined is planned again in every transaction.
 CREATE OR REPLACE FUNCTION queen.log_iso_micros(p timestamptz)
 RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
     SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 

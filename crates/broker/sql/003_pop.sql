@@ -14,6 +14,14 @@
 -- segment blobs in the order the segments appear. The broker decompresses each blob and
 -- slices frames [startIdx, startIdx + take).
 
+-- The write watermark a candidate scan applies (spec "Life of a pop"): a partition is worth
+-- a look only if last_write_at >= the floor minus two minutes. The slack absorbs the
+-- one-second quantization of last_write_at on the push side; no floor means no filter.
+CREATE OR REPLACE FUNCTION queen.log_write_horizon(p_floor timestamptz)
+RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT COALESCE(p_floor, '-infinity') - interval '2 minutes'
+$$;
+
 -- The cursor of a fresh (partition, group) for a subscription instant: just before the first
 -- retained segment created at or after p_ts (a forward walk from log_start, never from
 -- offset 0), or last_offset (future only) when nothing is that recent. One backward step on
@@ -402,7 +410,7 @@ BEGIN
         SELECT 1 FROM queen.log_partitions p
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
         WHERE p.queue_id = p_qid
-          AND p.last_write_at >= p_floor - interval '2 minutes'
+          AND p.last_write_at >= queen.log_write_horizon(p_floor)
           AND p.last_offset > COALESCE(c.committed, -1))
     INTO v_pending;
     INSERT INTO queen.consumer_watermarks AS w (queue_id, consumer_group, last_empty_scan_at, updated_at)
@@ -463,7 +471,7 @@ BEGIN
         FROM queen.log_partitions p
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
         WHERE p.queue_id = v_qid
-          AND p.last_write_at >= v_floor - interval '2 minutes'
+          AND p.last_write_at >= queen.log_write_horizon(v_floor)
           AND (c.partition_id IS NULL OR p.last_offset > c.committed)
           AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
         ORDER BY random()
@@ -635,7 +643,7 @@ BEGIN
         LEFT JOIN queen.consumer_watermarks w ON w.queue_id = q.id AND w.consumer_group = p_group
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
         WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task)
-          AND p.last_write_at >= COALESCE(w.last_empty_scan_at, '-infinity') - interval '2 minutes'
+          AND p.last_write_at >= queen.log_write_horizon(w.last_empty_scan_at)
           AND (c.partition_id IS NULL OR p.last_offset > c.committed)
           AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
         ORDER BY q.priority DESC, random()
@@ -677,7 +685,7 @@ BEGIN
         SELECT 1 FROM queen.log_partitions p
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
         WHERE p.queue_id = v_qid
-          AND p.last_write_at >= COALESCE(v_floor, '-infinity') - interval '2 minutes'
+          AND p.last_write_at >= queen.log_write_horizon(v_floor)
           AND p.last_offset > COALESCE(c.committed, -1));
 END $$;
 
@@ -708,7 +716,7 @@ RETURNS bool LANGUAGE sql STABLE AS $$
         LEFT JOIN queen.consumer_watermarks w ON w.queue_id = q.id AND w.consumer_group = p_group
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
         WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task)
-          AND p.last_write_at >= COALESCE(w.last_empty_scan_at, '-infinity') - interval '2 minutes'
+          AND p.last_write_at >= queen.log_write_horizon(w.last_empty_scan_at)
           AND p.last_offset > COALESCE(c.committed, -1))
 $$;
 
