@@ -536,8 +536,8 @@ BEGIN
         WHEN v_lease IS NOT NULL THEN 'processing'
         ELSE 'pending' END;
     RETURN QUERY
-    SELECT v_off, s.base_offset, s.blob, jsonb_build_object(
-        'createdAt', queen.admin_iso(s.created_at),
+    SELECT v_off, s.r_base, s.r_blob, jsonb_build_object(
+        'createdAt', queen.admin_iso(s.r_created),
         'partitionId', p.id::text, 'partition', p.name,
         'queue', q.name, 'queuePath', q.name || '/' || p.name,
         'namespace', q.namespace, 'task', q.task, 'offset', v_off,
@@ -564,9 +564,7 @@ BEGIN
             FROM queen.log_consumers c WHERE c.partition_id = p_pid))
       FROM queen.log_partitions p
       JOIN queen.queues q ON q.id = p.queue_id
-      JOIN LATERAL (SELECT sg.base_offset, sg.end_offset, sg.created_at, sg.blob FROM queen.log_segments sg
-                     WHERE sg.partition_id = p.id AND sg.base_offset <= v_off
-                     ORDER BY sg.base_offset DESC LIMIT 1) s ON s.end_offset >= v_off
+      CROSS JOIN LATERAL queen.log_segment_at_v1(p.id, v_off) s
      WHERE p.id = p_pid;
 END
 $$;
