@@ -11,7 +11,9 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
-        other => Err(format!("not a boolean: {other:?} (use true/false, 1/0, yes/no, on/off)")),
+        other => Err(format!(
+            "not a boolean: {other:?} (use true/false, 1/0, yes/no, on/off)"
+        )),
     }
 }
 
@@ -110,7 +112,11 @@ impl Config {
             (None, Some(h)) => format!(
                 "postgresql://{}:{}@{}:{}/{}",
                 self.pg_user,
-                if self.pg_password.is_some() { "****" } else { "" },
+                if self.pg_password.is_some() {
+                    "****"
+                } else {
+                    ""
+                },
                 h,
                 self.pg_port,
                 self.pg_db
@@ -145,12 +151,21 @@ impl Config {
 
 /// Replaces the password of a URL's userinfo with `****`.
 fn mask_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
     let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else { return url.to_string() };
+    let Some(at) = rest.find('@') else {
+        return url.to_string();
+    };
     let userinfo = &rest[..at];
     match userinfo.find(':') {
-        Some(colon) => format!("{}{}:****{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
+        Some(colon) => format!(
+            "{}{}:****{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
         None => url.to_string(),
     }
 }
@@ -161,7 +176,10 @@ mod tests {
 
     #[test]
     fn masks_passwords() {
-        assert_eq!(mask_url("postgresql://u:secret@h:5432/db"), "postgresql://u:****@h:5432/db");
+        assert_eq!(
+            mask_url("postgresql://u:secret@h:5432/db"),
+            "postgresql://u:****@h:5432/db"
+        );
         assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
     }
 

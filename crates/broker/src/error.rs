@@ -51,7 +51,9 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = match &self {
-            Error::InvalidOption { message, option } => json!({ "error": message, "invalid": option }),
+            Error::InvalidOption { message, option } => {
+                json!({ "error": message, "invalid": option })
+            }
             e if status.is_server_error() => {
                 tracing::error!(error = %e, "internal failure");
                 json!({ "error": e.to_string() })

@@ -6,7 +6,11 @@ use queen_broker::embedded_pg::{self, EmbeddedOptions};
 use queen_broker::server;
 
 #[derive(Parser)]
-#[command(name = "queen", version, about = "Queen-rs: a durable message broker on PostgreSQL")]
+#[command(
+    name = "queen",
+    version,
+    about = "Queen-rs: a durable message broker on PostgreSQL"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,13 +38,18 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let Command::Serve(cfg) = Cli::parse().command;
     init_logging(&cfg.log_level);
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(cfg))
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(cfg))
 }
 
 fn init_logging(level: &str) {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_string());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()),
+        )
         .init();
 }
 

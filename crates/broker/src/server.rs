@@ -42,7 +42,12 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
             .await
     });
     tracing::info!(%addr, "queen-rs listening");
-    Ok(RunningServer { addr, state, stop, join })
+    Ok(RunningServer {
+        addr,
+        state,
+        stop,
+        join,
+    })
 }
 
 impl RunningServer {
@@ -60,7 +65,9 @@ impl RunningServer {
 /// The external database's connection settings: `DATABASE_URL`, else the discrete `PG_*`.
 pub fn external_pg_config(cfg: &Config) -> anyhow::Result<tokio_postgres::Config> {
     if let Some(url) = &cfg.database_url {
-        return url.parse().map_err(|e| anyhow::anyhow!("DATABASE_URL is not a valid PostgreSQL URL: {e}"));
+        return url
+            .parse()
+            .map_err(|e| anyhow::anyhow!("DATABASE_URL is not a valid PostgreSQL URL: {e}"));
     }
     let mut pg = tokio_postgres::Config::new();
     pg.host(cfg.pg_host.as_deref().unwrap_or("localhost"))

@@ -40,8 +40,12 @@ pub struct Counters {
 
 impl AppState {
     pub fn new(cfg: Config, store: Store) -> Self {
-        let segment_writer = crate::engine::push_flush::SegmentWriter::new(store.clone(), cfg.zstd_level);
-        let push_fusion = PushFusion::start(FusionConfig::for_pool(cfg.db_pool_size), Arc::new(segment_writer));
+        let segment_writer =
+            crate::engine::push_flush::SegmentWriter::new(store.clone(), cfg.zstd_level);
+        let push_fusion = PushFusion::start(
+            FusionConfig::for_pool(cfg.db_pool_size),
+            Arc::new(segment_writer),
+        );
         let broker_id = uuid::Uuid::now_v7();
         let wake = WakeGates::new(broker_id, cfg.peer_wake.then(|| store.pg_config().clone()));
         AppState(Arc::new(Inner {

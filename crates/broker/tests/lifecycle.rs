@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn spawn_queen(data_dir: &Path, port: u16) -> Child {
@@ -33,12 +36,19 @@ fn spawn_queen(data_dir: &Path, port: u16) -> Child {
 async fn wait_healthy(http: &reqwest::Client, port: u16) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        if let Ok(r) = http.get(format!("http://127.0.0.1:{port}/health")).send().await {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .send()
+            .await
+        {
             if r.status() == 200 {
                 return;
             }
         }
-        assert!(Instant::now() < deadline, "broker on port {port} never became healthy");
+        assert!(
+            Instant::now() < deadline,
+            "broker on port {port} never became healthy"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -50,7 +60,9 @@ fn postmaster_pid(data_dir: &Path) -> Option<i32> {
 
 fn alive(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
 }
 
 async fn wait_gone(pid: i32) {
@@ -117,14 +129,21 @@ async fn acknowledged_pushes_survive_broker_and_postgres_crashes() {
     wait_gone(pg_pid).await;
     queen.kill().unwrap();
     queen.wait().unwrap();
-    assert!(dir.join("pg").join("postmaster.pid").exists(), "a stale postmaster.pid stays behind");
+    assert!(
+        dir.join("pg").join("postmaster.pid").exists(),
+        "a stale postmaster.pid stays behind"
+    );
 
     let port2 = free_port();
     let mut queen2 = spawn_queen(&dir, port2);
     wait_healthy(&http, port2).await;
     let mut seen = drain(&http, port2, "durable").await;
     seen.sort_unstable();
-    assert_eq!(seen, (0..300).collect::<Vec<_>>(), "every acknowledged push survives, once");
+    assert_eq!(
+        seen,
+        (0..300).collect::<Vec<_>>(),
+        "every acknowledged push survives, once"
+    );
 
     // A clean stop (SIGTERM) also stops the embedded cluster, leaving no server behind.
     let pg_pid2 = postmaster_pid(&dir).expect("embedded PostgreSQL is running again");
@@ -138,7 +157,10 @@ async fn acknowledged_pushes_survive_broker_and_postgres_crashes() {
 #[tokio::test]
 async fn two_brokers_booting_at_once_on_one_database_both_come_up() {
     let pg = common::fresh_database().await;
-    let (a, b) = tokio::join!(common::broker_on(pg.clone(), |_| {}), common::broker_on(pg.clone(), |_| {}));
+    let (a, b) = tokio::join!(
+        common::broker_on(pg.clone(), |_| {}),
+        common::broker_on(pg.clone(), |_| {})
+    );
     for broker in [&a, &b] {
         let (status, body) = broker.get("/health").await;
         assert_eq!(status, 200, "{body}");
@@ -164,7 +186,10 @@ async fn health_reports_an_unreachable_database_as_503() {
     admin_cfg.dbname("postgres");
     let admin = common::connect(&admin_cfg).await;
     let name = pg.get_dbname().unwrap().to_string();
-    admin.batch_execute(&format!("DROP DATABASE \"{name}\" WITH (FORCE)")).await.unwrap();
+    admin
+        .batch_execute(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .await
+        .unwrap();
     let (status, body) = broker.get("/health").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["database"], "disconnected");

@@ -2,8 +2,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::request::Parts;
 use axum::http::header::CONTENT_LENGTH;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;

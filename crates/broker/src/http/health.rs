@@ -26,7 +26,11 @@ async fn health(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
         "engine": "queen-rs",
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if up {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (code, Json(body))
 }
 
@@ -64,7 +68,11 @@ async fn status() -> Json<Value> {
 /// Resident set size from /proc (Linux); 0 elsewhere.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 

@@ -1,19 +1,19 @@
 //! The HTTP surface: the router, request parsing and response rendering. Handlers parse,
 //! call `engine`, and render; errors map to statuses in `crate::error`.
 
+mod ack;
 pub mod extract;
+mod groups;
 mod health;
-mod queues;
+mod messages;
+mod pop;
 mod push;
 mod push_binary;
-mod pop;
-mod ack;
-mod transaction;
-mod transaction_binary;
-mod groups;
-mod messages;
+mod queues;
 mod resources;
 mod traces;
+mod transaction;
+mod transaction_binary;
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -40,7 +40,10 @@ pub fn router(state: AppState) -> Router {
         .merge(messages::routes())
         .merge(traces::routes())
         .fallback(no_such_route)
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
 }
 
@@ -50,5 +53,8 @@ async fn count_requests(State(st): State<AppState>, req: Request, next: Next) ->
 }
 
 async fn no_such_route() -> (StatusCode, Json<serde_json::Value>) {
-    (StatusCode::NOT_FOUND, Json(json!({ "error": "no such route", "code": "no_such_route" })))
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({ "error": "no such route", "code": "no_such_route" })),
+    )
 }

@@ -11,7 +11,10 @@ const FILES: &[(&str, &str)] = &[
     ("002_queues.sql", include_str!("../../sql/002_queues.sql")),
     ("003_pop.sql", include_str!("../../sql/003_pop.sql")),
     ("004_ack.sql", include_str!("../../sql/004_ack.sql")),
-    ("005_transaction.sql", include_str!("../../sql/005_transaction.sql")),
+    (
+        "005_transaction.sql",
+        include_str!("../../sql/005_transaction.sql"),
+    ),
     ("006_admin.sql", include_str!("../../sql/006_admin.sql")),
 ];
 
@@ -26,11 +29,12 @@ pub async fn apply(store: &Store) -> Result<()> {
     // booting broker's lock must not time out either.
     tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL client_min_messages = warning")
         .await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY]).await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY])
+        .await?;
     for (name, sql) in FILES {
-        tx.batch_execute(sql)
-            .await
-            .map_err(|e| crate::error::Error::internal(format!("applying {name}: {}", db_message(&e))))?;
+        tx.batch_execute(sql).await.map_err(|e| {
+            crate::error::Error::internal(format!("applying {name}: {}", db_message(&e)))
+        })?;
     }
     tx.commit().await?;
     drop(conn);

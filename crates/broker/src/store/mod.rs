@@ -34,7 +34,9 @@ impl Store {
         let mgr = Manager::from_config(
             pg.clone(),
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
         );
         let pool = Pool::builder(mgr)
             .max_size(pool_size.max(1))
@@ -66,6 +68,9 @@ impl Store {
             let c = self.conn().await.ok()?;
             c.simple_query("SELECT 1").await.ok()
         };
-        matches!(tokio::time::timeout(Duration::from_secs(3), probe).await, Ok(Some(_)))
+        matches!(
+            tokio::time::timeout(Duration::from_secs(3), probe).await,
+            Ok(Some(_))
+        )
     }
 }
