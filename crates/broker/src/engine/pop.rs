@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::engine::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::render::{self, RenderContext, Rendered};
 use crate::engine::render_framed;
+use crate::engine::segment_build::INLINE_BUILD_BYTES;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::migrations::db_message;
@@ -196,18 +197,32 @@ async fn attempt(
     if answer.partitions.is_empty() {
         return Ok(None);
     }
-    let discovery = matches!(req.shape, PopShape::Discovery { .. });
-    let ctx = RenderContext {
-        queue: queue_of(&req.shape).map_or("", |(q, _)| q),
-        group: &req.group,
-        lease_id: if req.auto_ack { "" } else { worker },
-        per_message_queue: discovery,
-        max_segment_bytes: MAX_SEGMENT_BYTES,
+    let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
+    let queue = queue_of(&req.shape).map_or("", |(q, _)| q).to_string();
+    let lease_id = if req.auto_ack { "" } else { worker }.to_string();
+    let (group, frames) = (req.group.clone(), req.frames);
+    let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
+    let render_answer = move || {
+        let ctx = RenderContext {
+            queue: &queue,
+            group: &group,
+            lease_id: &lease_id,
+            per_message_queue,
+            max_segment_bytes: MAX_SEGMENT_BYTES,
+        };
+        if frames {
+            render_framed::render(&answer, &ctx)
+        } else {
+            render::render(&answer, &ctx)
+        }
     };
-    let rendered = if req.frames {
-        render_framed::render(&answer, &ctx)
+    // Decompressing and rendering a big answer would stall an async worker for milliseconds.
+    let rendered = if blob_bytes > INLINE_BUILD_BYTES {
+        tokio::task::spawn_blocking(render_answer)
+            .await
+            .map_err(|e| Error::internal(format!("pop render task failed: {e}")))?
     } else {
-        render::render(&answer, &ctx)
+        render_answer()
     };
     st.counters
         .messages_popped
