@@ -251,12 +251,19 @@ BEGIN
             r_taken := v_take;
         END IF;
     END IF;
+    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments
+    -- too) keeps the plan an ordered primary-key walk that stops at the budget. Without it
+    -- the planner, seeing a deep backlog of a partition whose segments interleave with other
+    -- partitions' on the heap, reads the whole backlog into a bitmap scan and sorts it
+    -- (measured: 9 136 buffers and 32 ms for a 20-message pop over 10 000 segments, against
+    -- 22 buffers and 0.05 ms).
     IF v_left > 0 AND v_deferred_at IS NULL THEN
         FOR seg IN
             SELECT s.base_offset, s.end_offset, s.created_at, s.blob
             FROM queen.log_segments s
             WHERE s.partition_id = p_pid AND s.base_offset > v_wanted
             ORDER BY s.base_offset
+            LIMIT v_left
         LOOP
             IF seg.created_at > v_cut THEN
                 v_deferred_at := seg.created_at;

@@ -75,13 +75,14 @@ pub enum PopOutcome {
     Delivered(Rendered),
 }
 
-/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits and the
-/// long-poll's counters.
+/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits, the
+/// long-poll's counters and the per-queue delivery metrics.
 #[derive(Default)]
 pub struct PopService {
     maintenance: MaintenanceFlag,
     min_wait: MinPopWait,
     stats: PopStats,
+    deliveries: Deliveries,
 }
 
 impl PopService {
@@ -91,6 +92,7 @@ impl PopService {
             "hintClaims": self.stats.hint_claims.load(Relaxed),
             "hintFallthroughs": self.stats.hint_fallthroughs.load(Relaxed),
             "deadlineMarginSkips": self.stats.deadline_margin_skips.load(Relaxed),
+            "queues": self.deliveries.snapshot(),
         })
     }
 }
@@ -198,6 +200,7 @@ async fn attempt(
         return Ok(None);
     }
     let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
+    let delivered = Delivered::of(&answer);
     let queue = queue_of(&req.shape).map_or("", |(q, _)| q).to_string();
     let lease_id = if req.auto_ack { "" } else { worker }.to_string();
     let (group, frames) = (req.group.clone(), req.frames);
@@ -227,7 +230,13 @@ async fn attempt(
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
-    Ok((rendered.messages > 0).then_some(rendered))
+    if rendered.messages == 0 {
+        return Ok(None);
+    }
+    st.pop
+        .deliveries
+        .record(delivered, Utc::now().timestamp_micros());
+    Ok(Some(rendered))
 }
 
 /// A woken wildcard pop's targeted claims on its pushed-partition hints, cheaper than a
@@ -347,6 +356,80 @@ async fn hold_underfull(
     }
 }
 
+/// Per-queue delivery metrics (spec "Life of a pop", step 7): answers and messages delivered,
+/// and the delivery lag, i.e. how long the oldest message of an answer waited since its
+/// segment was written (last answer's and the largest seen).
+#[derive(Default)]
+struct Deliveries {
+    by_queue: Mutex<HashMap<String, QueueDeliveries>>,
+}
+
+#[derive(Default)]
+struct QueueDeliveries {
+    pops: u64,
+    messages: u64,
+    last_lag_ms: u64,
+    max_lag_ms: u64,
+}
+
+/// What one answer delivered per queue: (queue, messages, oldest segment timestamp in µs).
+struct Delivered(Vec<(String, u64, i64)>);
+
+impl Delivered {
+    fn of(answer: &PopAnswer) -> Self {
+        let mut per_queue: Vec<(String, u64, i64)> = Vec::new();
+        for part in &answer.partitions {
+            let taken: u64 = part
+                .segments
+                .iter()
+                .map(|s| u64::try_from(s.take).unwrap_or(0))
+                .sum();
+            let oldest = part.segments.iter().map(|s| s.created_at).min();
+            let (Some(oldest), true) = (oldest, taken > 0) else {
+                continue;
+            };
+            match per_queue.iter_mut().find(|(q, ..)| *q == part.queue) {
+                Some(entry) => {
+                    entry.1 += taken;
+                    entry.2 = entry.2.min(oldest);
+                }
+                None => per_queue.push((part.queue.clone(), taken, oldest)),
+            }
+        }
+        Delivered(per_queue)
+    }
+}
+
+impl Deliveries {
+    fn record(&self, delivered: Delivered, now_us: i64) {
+        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
+        for (queue, messages, oldest_us) in delivered.0 {
+            let lag_ms = u64::try_from(now_us.saturating_sub(oldest_us) / 1000).unwrap_or(0);
+            let q = map.entry(queue).or_default();
+            q.pops += 1;
+            q.messages += messages;
+            q.last_lag_ms = lag_ms;
+            q.max_lag_ms = q.max_lag_ms.max(lag_ms);
+        }
+    }
+
+    fn snapshot(&self) -> Value {
+        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .map(|(queue, q)| {
+                let v = json!({
+                    "pops": q.pops,
+                    "messages": q.messages,
+                    "lastLagMs": q.last_lag_ms,
+                    "maxLagMs": q.max_lag_ms,
+                });
+                (queue.clone(), v)
+            })
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    }
+}
+
 /// Pop maintenance mode, re-read from PostgreSQL at most once per second.
 #[derive(Default)]
 struct MaintenanceFlag {
@@ -427,6 +510,48 @@ mod tests {
         assert_eq!(w.window("other"), None);
         w.learn("q", 0);
         assert_eq!(w.window("q"), None);
+    }
+
+    #[test]
+    fn deliveries_count_messages_and_the_oldest_wait_per_queue() {
+        use crate::store::pop::{ClaimedPartition, ClaimedSegment};
+        let part = |queue: &str, created: &[(i32, i64)]| ClaimedPartition {
+            partition: "p".into(),
+            partition_id: 1,
+            queue: queue.into(),
+            delivery_attempt: 1,
+            segments: created
+                .iter()
+                .map(|&(take, created_at)| ClaimedSegment {
+                    base: 0,
+                    start_idx: 0,
+                    take,
+                    msg_count: take,
+                    created_at,
+                })
+                .collect(),
+        };
+        let answer = PopAnswer {
+            partitions: vec![
+                part("a", &[(2, 5_000_000), (3, 6_000_000)]),
+                part("b", &[(1, 9_000_000)]),
+                part("a", &[(4, 2_000_000)]),
+            ],
+            min_pop_wait_ms: None,
+            blobs: Vec::new(),
+        };
+        let d = Deliveries::default();
+        d.record(Delivered::of(&answer), 10_000_000);
+        d.record(Delivered::of(&answer), 10_500_000);
+        let v = d.snapshot();
+        assert_eq!(
+            v["a"],
+            json!({"pops": 2, "messages": 18, "lastLagMs": 8500, "maxLagMs": 8500})
+        );
+        assert_eq!(
+            v["b"],
+            json!({"pops": 2, "messages": 2, "lastLagMs": 1500, "maxLagMs": 1500})
+        );
     }
 
     #[test]
