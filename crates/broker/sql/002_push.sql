@@ -65,7 +65,11 @@ $$;
 -- Appends one segment of p_msg_count frames to (p_queue, p_partition).
 --
 -- p_hashes: 16 bytes per frame, xxh3_128(transactionId) big-endian, frame order.
--- p_verified: offsets up to which the caller vouches the incoming hashes are absent (-1: none).
+-- p_verified: offsets up to which the caller vouches the incoming hashes are absent (-1: none);
+--   only the tail (GREATEST(p_verified, txns_start - 1), last_offset] is probed then. A stale
+--   (low) value only widens the probe. It is ignored (whole window probed) when it exceeds
+--   last_offset, or for 120 s after the queue's window was raised or the queue deleted
+--   (queen.log_dedup_resets, 007): a broker's cached knowledge may predate that change.
 -- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here).
 --
 -- Result: {"status":"queued","partitionId":P,"baseOffset":B,"createdAt":"…"} or
@@ -118,7 +122,14 @@ BEGIN
             RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
         END IF;
         v_now := clock_timestamp();
-        v_from := GREATEST(COALESCE(p_verified, -1), v_txns_start - 1);
+        v_from := COALESCE(p_verified, -1);
+        IF v_from >= 0 AND (v_from > v_last OR EXISTS (
+                SELECT 1 FROM queen.log_dedup_resets r
+                WHERE r.queue_name = p_queue AND r.reset_at > v_now - interval '120 seconds'))
+        THEN
+            v_from := -1;
+        END IF;
+        v_from := GREATEST(v_from, v_txns_start - 1);
         IF v_last > v_from THEN
             SELECT jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i)
             INTO v_dups
@@ -128,6 +139,12 @@ BEGIN
                 JOIN (
                     SELECT base_offset, hashes FROM queen.log_txns AS lt
                     WHERE partition_id = v_pid
+                      -- From the row covering v_from + 1 on: a primary-key range, so a
+                      -- vouched probe reads the tail, not every row of the partition.
+                      AND base_offset >= COALESCE(
+                            (SELECT max(f.base_offset) FROM queen.log_txns f
+                             WHERE f.partition_id = v_pid AND f.base_offset <= v_from),
+                            v_from + 1)
                       AND end_offset > v_from
                       AND created_at >= v_now - make_interval(secs => v_window)
                       -- A few incoming hashes: a byte search per stored row finds the rows

@@ -88,6 +88,14 @@ pub struct Config {
     /// with the embedded PostgreSQL, which serves one broker by construction.
     #[arg(long, env = "QUEEN_PEER_WAKE", default_value = "false", value_parser = parse_bool)]
     pub peer_wake: bool,
+    /// Broker-side dedup cache (engine.md §4.2): pushes vouch for their transactionIds so
+    /// PostgreSQL probes only the tail of the dedup window. Off: every push probes the window.
+    #[arg(long, env = "QUEEN_DEDUP_CACHE", default_value = "true", value_parser = parse_bool)]
+    pub dedup_cache: bool,
+    /// Memory budget of the dedup cache in MiB (about 16 × msg/s × window_s / 10⁶); least
+    /// recently used partitions are evicted beyond it.
+    #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 512)]
+    pub dedup_cache_mb: usize,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -126,7 +134,8 @@ impl Config {
         format!(
             "listen={}:{} database={} pool={} data_dir={} log_level={} max_body={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
-             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} dev_unsafe={}",
+             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
+             dedup_cache={} dedup_cache_mb={} dev_unsafe={}",
             self.host,
             self.port,
             db,
@@ -144,6 +153,8 @@ impl Config {
             self.pop_wait_max_ms,
             self.pop_pending_gate,
             self.peer_wake,
+            self.dedup_cache,
+            self.dedup_cache_mb,
             self.dev_unsafe
         )
     }

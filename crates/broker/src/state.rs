@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
@@ -22,6 +23,8 @@ pub struct Inner {
     pub pop: crate::engine::pop::PopService,
     /// Coalesces pushed frames into segments and bundles (engine.md §4.3).
     pub push_fusion: PushFusion,
+    /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
+    pub dedup_cache: Arc<DedupCache>,
     pub counters: Counters,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
@@ -40,8 +43,15 @@ pub struct Counters {
 
 impl AppState {
     pub fn new(cfg: Config, store: Store) -> Self {
-        let segment_writer =
-            crate::engine::push_flush::SegmentWriter::new(store.clone(), cfg.zstd_level);
+        let dedup_cache = Arc::new(DedupCache::new(
+            cfg.dedup_cache,
+            Limits::with_budget_mb(cfg.dedup_cache_mb),
+        ));
+        let segment_writer = crate::engine::push_flush::SegmentWriter::new(
+            store.clone(),
+            cfg.zstd_level,
+            dedup_cache.clone(),
+        );
         let push_fusion = PushFusion::start(
             FusionConfig::for_pool(cfg.db_pool_size),
             Arc::new(segment_writer),
@@ -54,6 +64,7 @@ impl AppState {
             wake,
             pop: Default::default(),
             push_fusion,
+            dedup_cache,
             counters: Counters::default(),
             started: Instant::now(),
             broker_id,

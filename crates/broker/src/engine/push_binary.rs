@@ -29,6 +29,7 @@ use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::{self, check_item, PushItem, PushResult};
+use crate::engine::push_dedup::{report_commits, SegmentKey};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::migrations::db_message;
@@ -213,7 +214,19 @@ async fn store_as_sent(
     }
     .await;
     let written = match written {
-        Ok(written) => written,
+        Ok(written) => {
+            // Reported so the dedup cache's entries stay extendable past these segments.
+            let keys: Vec<SegmentKey<'_>> = writes
+                .iter()
+                .map(|w| SegmentKey {
+                    queue: w.queue,
+                    partition: w.partition,
+                    hashes: w.hashes,
+                })
+                .collect();
+            report_commits(&state.dedup_cache, &keys, &written);
+            written
+        }
         Err(e) => {
             let text = match &e {
                 Error::Db(db) => format!("database error: {}", db_message(db)),

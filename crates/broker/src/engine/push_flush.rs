@@ -6,6 +6,9 @@
 //! repacked and written in the next round, so every round settles at least one frame and the
 //! loop ends within frames + 1 rounds. The partitions of a bundle stay "in flight" in the
 //! fusion until this returns, so no other flush of them interleaves.
+//!
+//! Each round asks the dedup cache for every segment's `p_verified` and reports the committed
+//! segments back before the next round (and before the partition's next flush).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -17,7 +20,9 @@ use queen_proto::frame::{decode_exact, Frame};
 use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
+use crate::accel::dedup_cache::DedupCache;
 use crate::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
+use crate::engine::push_dedup::{report_commits, verified_offsets, SegmentKey};
 use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::store::migrations::db_message;
@@ -36,6 +41,7 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 pub struct SegmentWriter {
     store: Store,
     zstd_level: i32,
+    dedup: Arc<DedupCache>,
     summary: Arc<Summary>,
 }
 
@@ -77,7 +83,7 @@ impl Summary {
 }
 
 impl SegmentWriter {
-    pub fn new(store: Store, zstd_level: i32) -> Self {
+    pub fn new(store: Store, zstd_level: i32, dedup: Arc<DedupCache>) -> Self {
         let summary = Summary {
             commits: AtomicU64::new(0),
             segments: AtomicU64::new(0),
@@ -87,6 +93,7 @@ impl SegmentWriter {
         SegmentWriter {
             store,
             zstd_level,
+            dedup,
             summary: Arc::new(summary),
         }
     }
@@ -136,19 +143,31 @@ impl SegmentWriter {
                 return Ok(());
             }
             let built = self.build(lanes, &pending, &round).await?;
-            let writes: Vec<SegmentWrite<'_>> = round
+            let keys: Vec<SegmentKey<'_>> = round
                 .iter()
                 .zip(&built)
-                .map(|(&l, seg)| SegmentWrite {
+                .map(|(&l, seg)| SegmentKey {
                     queue: &lanes[l].queue,
                     partition: &lanes[l].partition,
+                    hashes: &seg.hashes,
+                })
+                .collect();
+            let verified = verified_offsets(&self.dedup, &conn, &keys).await;
+            let writes: Vec<SegmentWrite<'_>> = keys
+                .iter()
+                .zip(&built)
+                .zip(verified)
+                .map(|((key, seg), verified)| SegmentWrite {
+                    queue: key.queue,
+                    partition: key.partition,
                     msg_count: seg.msg_count,
                     hashes: &seg.hashes,
-                    verified: -1,
+                    verified,
                     blob: &seg.blob,
                 })
                 .collect();
             let results = push_multi(&conn, &writes).await?;
+            report_commits(&self.dedup, &keys, &results);
             self.summary.record(&built);
             for (&l, result) in round.iter().zip(results) {
                 let frames = &lanes[l].frames;

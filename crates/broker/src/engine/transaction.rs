@@ -17,6 +17,7 @@ use uuid::Uuid;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::dlq;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
+use crate::engine::push_dedup::{report_commits, SegmentKey};
 use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -178,7 +179,17 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
         )));
     }
 
-    // Committed: make the pushes visible to parked pops, then the post-commit ack work.
+    // Committed: tell the dedup cache (its entries stay extendable past these segments),
+    // make the pushes visible to parked pops, then the post-commit ack work.
+    let keys: Vec<SegmentKey<'_>> = pushes
+        .iter()
+        .map(|p| SegmentKey {
+            queue: p.queue,
+            partition: p.partition,
+            hashes: p.hashes,
+        })
+        .collect();
+    report_commits(&state.dedup_cache, &keys, &committed.pushes);
     state.wake.wake_partitions(
         plan.segments
             .iter()

@@ -50,6 +50,7 @@ async fn metrics(State(st): State<AppState>) -> Json<Value> {
             "popped": popped,
         },
         "pop": st.pop.metrics(),
+        "dedupCache": st.dedup_cache.metrics(),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,

@@ -16,6 +16,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../sql/005_transaction.sql"),
     ),
     ("006_admin.sql", include_str!("../../sql/006_admin.sql")),
+    (
+        "007_dedup_cache.sql",
+        include_str!("../../sql/007_dedup_cache.sql"),
+    ),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

@@ -3,6 +3,7 @@
 
 pub mod ack;
 pub mod admin;
+pub mod dedup_cache;
 pub mod migrations;
 pub mod pop;
 pub mod push;

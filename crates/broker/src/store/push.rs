@@ -22,7 +22,12 @@ pub struct SegmentWrite<'a> {
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum SegmentResult {
     #[serde(rename_all = "camelCase")]
-    Queued { partition_id: i64, base_offset: i64 },
+    Queued {
+        partition_id: i64,
+        base_offset: i64,
+        /// ISO-8601 commit time (database clock, µs): the dedup cache's expiry clock.
+        created_at: String,
+    },
     #[serde(rename_all = "camelCase")]
     Duplicate {
         partition_id: i64,

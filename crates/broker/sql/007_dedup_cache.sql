@@ -1,0 +1,86 @@
+-- 007_dedup_cache: what the broker's dedup cache (engine.md §4.2, accel/dedup_cache.rs) needs
+-- from PostgreSQL: the hydration read, and the record of queues whose dedup horizon moved
+-- under the brokers' feet, which log_push_one_v1 (002) consults before trusting p_verified.
+-- Idempotent; applied at every boot.
+
+-- Queues whose cached dedup knowledge became unsafe: the window was raised (older hashes are
+-- back in the window) or the queue was deleted (a re-created one restarts its offsets under
+-- new partition ids). Brokers refresh their partition metadata at least every 30 s and a
+-- push waits at most the statement timeout (30 s by default) for its partition lock, so for
+-- 120 s after such a change log_push_one_v1 ignores p_verified for the queue and probes the
+-- whole window. Keyed by name, not id: a deleted queue's name is what a re-created one
+-- reuses. No foreign key for the same reason.
+CREATE TABLE IF NOT EXISTS queen.log_dedup_resets (
+    queue_name TEXT PRIMARY KEY,
+    reset_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION queen.log_dedup_reset_trg()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queen.log_dedup_resets (queue_name, reset_at)
+    VALUES (OLD.name, clock_timestamp())
+    ON CONFLICT (queue_name) DO UPDATE SET reset_at = EXCLUDED.reset_at;
+    -- Old marks protect nothing any more; the table stays as small as the recent changes.
+    DELETE FROM queen.log_dedup_resets WHERE reset_at < clock_timestamp() - interval '1 hour';
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS log_dedup_window_raised ON queen.queues;
+CREATE TRIGGER log_dedup_window_raised
+    AFTER UPDATE OF dedup_window_seconds ON queen.queues
+    FOR EACH ROW WHEN (NEW.dedup_window_seconds > OLD.dedup_window_seconds)
+    EXECUTE FUNCTION queen.log_dedup_reset_trg();
+
+DROP TRIGGER IF EXISTS log_dedup_queue_deleted ON queen.queues;
+CREATE TRIGGER log_dedup_queue_deleted
+    AFTER DELETE ON queen.queues
+    FOR EACH ROW
+    EXECUTE FUNCTION queen.log_dedup_reset_trg();
+
+-- Hydrates (or catches up) the broker's dedup cache for the given partitions: one row per
+-- existing (queue, partition), none for a missing one. r_ord is the input ordinal.
+--
+-- Returns the hash rows committed after offset p_after[i] (-1: all) that the push probe
+-- could still consider: not purged (end_offset >= txns_start) and created at or after
+-- r_since = now() - window - 5 s (5 s of clock-skew slack). A row straddling p_after comes
+-- whole; r_bases tells the caller which of its hashes it already holds. r_last is the
+-- partition's last offset in the same snapshot, so the rows are exactly those committed in
+-- (p_after, r_last]. r_now is the database clock the cache expires blocks against.
+-- Timestamps travel as µs since the epoch. One statement, one snapshot: STABLE SQL.
+CREATE OR REPLACE FUNCTION queen.log_dedup_hydrate_v1(
+    p_queues text[], p_partitions text[], p_after int8[])
+RETURNS TABLE(r_ord int, r_pid bigint, r_window int, r_last bigint, r_since bigint,
+              r_now bigint, r_bases int8[], r_created int8[], r_hashes bytea[])
+LANGUAGE sql STABLE AS $$
+    SELECT w.ord::int, lp.id, q.dedup_window_seconds, lp.last_offset,
+           (extract(epoch FROM f.since) * 1000000)::bigint,
+           (extract(epoch FROM now()) * 1000000)::bigint,
+           t.bases, t.created, t.hashes
+    FROM unnest(p_queues, p_partitions, p_after) WITH ORDINALITY AS w(qn, pn, after, ord)
+    JOIN queen.queues q ON q.name = w.qn
+    JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+    CROSS JOIN LATERAL (
+        SELECT GREATEST(w.after, lp.txns_start - 1) AS v_from,
+               now() - make_interval(secs => q.dedup_window_seconds + 5) AS since
+    ) f
+    LEFT JOIN LATERAL (
+        SELECT array_agg(lt.base_offset ORDER BY lt.base_offset) AS bases,
+               array_agg((extract(epoch FROM lt.created_at) * 1000000)::bigint
+                         ORDER BY lt.base_offset) AS created,
+               array_agg(lt.hashes ORDER BY lt.base_offset) AS hashes
+        FROM queen.log_txns lt
+        WHERE lt.partition_id = lp.id
+          -- From the row covering v_from + 1 on: a primary-key range, not the partition.
+          AND lt.base_offset >= COALESCE(
+                (SELECT max(s.base_offset) FROM queen.log_txns s
+                 WHERE s.partition_id = lp.id AND s.base_offset <= f.v_from),
+                f.v_from + 1)
+          AND lt.end_offset > f.v_from
+          AND lt.end_offset <= lp.last_offset
+          AND q.dedup_window_seconds > 0
+          AND lt.created_at >= f.since
+    ) t ON true
+$$;

@@ -1,0 +1,298 @@
+//! Unit tests of the dedup cache's bookkeeping: vouching, hints, extension and interleave
+//! detection, catch-up, metadata refresh, expiry, budget eviction and suppression. The SQL
+//! side (hydration read, probe honouring p_verified) is covered by tests/dedup_cache.rs.
+
+use super::*;
+
+const SEC: i64 = 1_000_000;
+/// An arbitrary database clock reading (µs since the epoch) the tests hydrate at.
+const NOW: i64 = 1_800_000_000 * SEC;
+
+fn limits() -> Limits {
+    Limits::with_budget_mb(64)
+}
+
+/// 16-byte sidecar of the given hash values.
+fn sidecar(hashes: &[u128]) -> Vec<u8> {
+    hashes.iter().flat_map(|h| h.to_be_bytes()).collect()
+}
+
+/// A hydration of partition `pid` (window `window_s`) read at `NOW`, one row per
+/// `(base, created_us, hashes)`.
+fn hydration(pid: i64, window_s: i32, rows: &[(i64, i64, Vec<u128>)]) -> Hydration {
+    let last = rows
+        .last()
+        .map_or(-1, |(base, _, h)| base + h.len() as i64 - 1);
+    Hydration {
+        pid,
+        window_s,
+        last,
+        since_us: NOW - i64::from(window_s) * SEC - 5 * SEC,
+        now_us: NOW,
+        rows: rows
+            .iter()
+            .map(|(base, created_us, h)| HashRow {
+                base: *base,
+                created_us: *created_us,
+                hashes: sidecar(h),
+            })
+            .collect(),
+    }
+}
+
+fn ticket(plan: Plan) -> Ticket {
+    match plan {
+        Plan::Fetch(t) => t,
+        Plan::Send(v) => panic!("expected a fetch, got Send({v})"),
+    }
+}
+
+/// A cache with (q, p) hydrated from `h`.
+fn hydrated(limits: Limits, h: Hydration) -> DedupCache {
+    let cache = DedupCache::new(true, limits);
+    let t = ticket(cache.plan("q", "p", &sidecar(&[1]), true));
+    assert_eq!(t.after, -1, "an unknown partition hydrates from scratch");
+    assert_eq!(cache.install("q", "p", t, Some(h)), Installed::Done);
+    cache
+}
+
+#[test]
+fn vouches_for_absent_hashes_and_hints_on_present_ones() {
+    let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10, 11, 12])]));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(2));
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[99, 11]), true),
+        Plan::Send(-1),
+        "a cached hash is a hint: SQL must find the original"
+    );
+    let m = cache.metrics();
+    assert_eq!(
+        (m["vouchedPushes"].as_u64(), m["hits"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
+
+#[test]
+fn contiguous_commits_extend_and_interleaved_ones_need_a_catch_up() {
+    let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10, 11])]));
+    cache.committed("q", "p", 7, 2, &sidecar(&[12, 13]), NOW + SEC);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(3));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[13]), true), Plan::Send(-1));
+
+    // Offsets 4..5 went to another writer: this commit at 6 cannot extend.
+    cache.committed("q", "p", 7, 6, &sidecar(&[16]), NOW + 2 * SEC);
+    let t = ticket(cache.plan("q", "p", &sidecar(&[99]), true));
+    assert_eq!(
+        t.after, 3,
+        "the catch-up reads what came after verified_upto"
+    );
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[99]), false),
+        Plan::Send(-1),
+        "behind and not allowed to read: full probe"
+    );
+    let gap = hydration(
+        7,
+        3600,
+        &[(4, NOW + SEC, vec![14, 15]), (6, NOW + 2 * SEC, vec![16])],
+    );
+    assert_eq!(cache.install("q", "p", t, Some(gap)), Installed::Done);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(6));
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[15]), true),
+        Plan::Send(-1),
+        "the other writer's hashes are known after the catch-up"
+    );
+}
+
+#[test]
+fn a_catch_up_keeps_only_rows_past_what_commits_already_added() {
+    let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10])]));
+    cache.committed("q", "p", 7, 2, &sidecar(&[12]), NOW);
+    let t = ticket(cache.plan("q", "p", &sidecar(&[99]), true));
+    // While the read ran, the writer of the gap (offset 1) reported it too.
+    cache.committed("q", "p", 7, 1, &sidecar(&[11]), NOW);
+    let read = hydration(7, 3600, &[(1, NOW, vec![11]), (2, NOW, vec![12])]);
+    cache.install("q", "p", t, Some(read));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(2));
+    assert_eq!(cache.metrics()["hashes"], 3, "no hash added twice");
+}
+
+#[test]
+fn a_commit_under_another_partition_id_forgets_the_entry() {
+    let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10])]));
+    cache.committed("q", "p", 8, 0, &sidecar(&[20]), NOW);
+    assert_eq!(
+        ticket(cache.plan("q", "p", &sidecar(&[99]), true)).after,
+        -1
+    );
+}
+
+#[test]
+fn a_catch_up_seeing_another_window_or_id_rehydrates_from_scratch() {
+    for (pid, window) in [(7, 60), (8, 3600)] {
+        let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10])]));
+        cache.committed("q", "p", 7, 5, &sidecar(&[15]), NOW);
+        let t = ticket(cache.plan("q", "p", &sidecar(&[99]), true));
+        let changed = hydration(pid, window, &[(1, NOW, vec![11])]);
+        match cache.install("q", "p", t, Some(changed)) {
+            Installed::NeedsFull(full) => assert_eq!(full.after, -1),
+            Installed::Done => panic!("pid {pid} window {window}: must rehydrate"),
+        }
+        assert_eq!(
+            ticket(cache.plan("q", "p", &sidecar(&[99]), true)).after,
+            -1
+        );
+    }
+}
+
+#[test]
+fn stale_metadata_is_refreshed_before_vouching() {
+    let fresh_never = Limits {
+        meta_ttl: Duration::ZERO,
+        ..limits()
+    };
+    let cache = hydrated(fresh_never, hydration(7, 3600, &[(0, NOW, vec![10])]));
+    let t = ticket(cache.plan("q", "p", &sidecar(&[99]), true));
+    assert_eq!(t.after, 0, "a refresh is a catch-up from verified_upto");
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), false), Plan::Send(-1));
+}
+
+#[test]
+fn a_missing_partition_is_learned_from_its_first_commit() {
+    let cache = DedupCache::new(true, limits());
+    let t = ticket(cache.plan("q", "p", &sidecar(&[1]), true));
+    cache.install("q", "p", t, None);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+    cache.committed("q", "p", 3, 0, &sidecar(&[1, 2]), NOW);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[9]), true), Plan::Send(1));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[2]), true), Plan::Send(-1));
+    // Someone else created and wrote it first: offset 0 was not ours.
+    let other = DedupCache::new(true, limits());
+    let t = ticket(other.plan("q", "p", &sidecar(&[1]), true));
+    other.install("q", "p", t, None);
+    other.committed("q", "p", 3, 4, &sidecar(&[5]), NOW);
+    assert_eq!(ticket(other.plan("q", "p", &sidecar(&[9]), true)).after, -1);
+}
+
+#[test]
+fn expiry_drops_whole_blocks_past_window_and_slack_and_stays_sound() {
+    let old: Vec<u128> = (0..ring::BLOCK_HASHES as u128).collect();
+    let n = old.len() as i64;
+    let rows = [(0, NOW - 100 * SEC, old), (n, NOW, vec![1_000_000])];
+    let cache = hydrated(limits(), hydration(7, 10, &rows));
+    assert_eq!(cache.metrics()["hashes"], ring::BLOCK_HASHES + 1);
+    // The sealed block is 100 s old, past 10 s + 5 s: dropped at the next use.
+    assert_eq!(cache.plan("q", "p", &sidecar(&[5]), true), Plan::Send(n));
+    assert_eq!(cache.metrics()["hashes"], 1);
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[1_000_000]), true),
+        Plan::Send(-1),
+        "the hot buffer is young and stays"
+    );
+}
+
+#[test]
+fn a_read_that_does_not_cover_the_window_never_vouches() {
+    let mut h = hydration(7, 10, &[(0, NOW, vec![10])]);
+    h.since_us = NOW; // claims only rows from NOW on, the window reaches 10 s back
+    let cache = hydrated(limits(), h);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(-1));
+}
+
+#[test]
+fn window_zero_partitions_hold_no_hashes() {
+    let cache = hydrated(limits(), hydration(7, 0, &[]));
+    cache.committed("q", "p", 7, 0, &sidecar(&[1, 2, 3]), NOW);
+    assert_eq!(cache.metrics()["hashes"], 0);
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+}
+
+/// `hashes` distinct values starting at `from`, as one row at offset 0.
+fn rows_of(from: u128, hashes: usize) -> Vec<(i64, i64, Vec<u128>)> {
+    vec![(0, NOW, (from..from + hashes as u128).collect())]
+}
+
+#[test]
+fn the_budget_evicts_least_recently_used_partitions() {
+    let probe = hydrated(limits(), hydration(1, 3600, &rows_of(0, 5000)));
+    let one = probe.metrics()["bytes"].as_u64().unwrap_or(0) as usize;
+    let cache = DedupCache::new(
+        true,
+        Limits {
+            budget_bytes: one * 5 / 2,
+            ..limits()
+        },
+    );
+    for (i, p) in ["a", "b", "c"].iter().enumerate() {
+        let t = ticket(cache.plan("q", p, &sidecar(&[u128::MAX]), true));
+        let h = hydration(i as i64, 3600, &rows_of(10_000 * i as u128, 5000));
+        cache.install("q", p, t, Some(h));
+        if *p == "b" {
+            // "a" is used again, so "b" is the least recently used when "c" arrives.
+            assert_eq!(
+                cache.plan("q", "a", &sidecar(&[u128::MAX]), true),
+                Plan::Send(4999)
+            );
+        }
+    }
+    let m = cache.metrics();
+    assert_eq!(
+        (m["partitions"].as_u64(), m["evictions"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(m["bytes"].as_u64() <= Some(one as u64 * 5 / 2));
+    assert_eq!(ticket(cache.plan("q", "b", &sidecar(&[1]), true)).after, -1);
+    assert!(matches!(
+        cache.plan("q", "a", &sidecar(&[1]), true),
+        Plan::Send(_)
+    ));
+}
+
+#[test]
+fn a_partition_larger_than_the_budget_is_suppressed_for_a_while() {
+    let small = Limits {
+        budget_bytes: 4096,
+        suppress_for: Duration::from_millis(50),
+        ..limits()
+    };
+    let cache = DedupCache::new(true, small);
+    let t = ticket(cache.plan("q", "p", &sidecar(&[1]), true));
+    cache.install("q", "p", t, Some(hydration(1, 3600, &rows_of(0, 1000))));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+    let m = cache.metrics();
+    assert_eq!(
+        (m["suppressions"].as_u64(), m["bytes"].as_u64()),
+        (Some(1), Some(0))
+    );
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(ticket(cache.plan("q", "p", &sidecar(&[1]), true)).after, -1);
+}
+
+#[test]
+fn a_disabled_cache_always_asks_for_the_full_probe() {
+    let cache = DedupCache::new(false, limits());
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+    cache.committed("q", "p", 1, 0, &sidecar(&[1]), NOW);
+    assert_eq!(cache.metrics()["partitions"], 0);
+}
+
+#[test]
+fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
+    let mut ring = HashRing::new();
+    for base in (0..3 * ring::BLOCK_HASHES as u128).step_by(100) {
+        ring.add((base..base + 100).rev(), NOW);
+    }
+    assert_eq!(ring.hash_count(), 12_300);
+    for probe in [0, 4095, 4096, 9000, 12_299] {
+        assert!(ring.contains_any([probe]), "{probe} is cached");
+    }
+    assert!(!ring.contains_any([12_300, u128::MAX]));
+    assert_eq!(
+        ring.expire(NOW),
+        None,
+        "nothing is older than its own commit time"
+    );
+    assert_eq!(ring.expire(NOW + 1), Some(NOW));
+    assert_eq!(ring.hash_count(), 0);
+}

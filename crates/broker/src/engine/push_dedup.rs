@@ -1,0 +1,129 @@
+//! The push paths' side of the dedup cache (accel/dedup_cache.rs, engine.md §4.2): the
+//! `p_verified` of each segment about to be written — hydrating or catching up the cache
+//! first, all partitions of a write in one query — and the report of every committed segment,
+//! which is what keeps the cache's entries extendable. A failed read only costs the
+//! full-window probe; it never fails the push.
+
+use deadpool_postgres::GenericClient;
+
+use crate::accel::dedup_cache::{DedupCache, Installed, Plan, Ticket};
+use crate::error::Error;
+use crate::store::dedup_cache::{hydrate, HydrateAsk};
+use crate::store::migrations::db_message;
+use crate::store::push::SegmentResult;
+
+/// A segment about to be written: where, and its hash sidecar (16 bytes per frame).
+pub struct SegmentKey<'a> {
+    pub queue: &'a str,
+    pub partition: &'a str,
+    pub hashes: &'a [u8],
+}
+
+/// `p_verified` for each of `segs`, in order.
+pub async fn verified_offsets(
+    cache: &DedupCache,
+    db: &impl GenericClient,
+    segs: &[SegmentKey<'_>],
+) -> Vec<i64> {
+    let mut verified = vec![-1; segs.len()];
+    let mut reads: Vec<(usize, Ticket)> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        match cache.plan(s.queue, s.partition, s.hashes, true) {
+            Plan::Send(v) => verified[i] = v,
+            Plan::Fetch(t) => {
+                let same = |&(j, _): &(usize, Ticket)| {
+                    segs[j].queue == s.queue && segs[j].partition == s.partition
+                };
+                if !reads.iter().any(same) {
+                    reads.push((i, t));
+                }
+            }
+        }
+    }
+    if reads.is_empty() {
+        return verified;
+    }
+    let rehydrate = read_and_install(cache, db, segs, &reads).await;
+    read_and_install(cache, db, segs, &rehydrate).await;
+    for (i, s) in segs.iter().enumerate() {
+        let fetched = reads
+            .iter()
+            .any(|&(j, _)| segs[j].queue == s.queue && segs[j].partition == s.partition);
+        if fetched {
+            verified[i] = match cache.plan(s.queue, s.partition, s.hashes, false) {
+                Plan::Send(v) => v,
+                Plan::Fetch(_) => -1,
+            };
+        }
+    }
+    verified
+}
+
+/// Runs the reads of `reads` in one query and installs the answers; returns the catch-ups
+/// that found the partition changed and must hydrate from scratch.
+async fn read_and_install(
+    cache: &DedupCache,
+    db: &impl GenericClient,
+    segs: &[SegmentKey<'_>],
+    reads: &[(usize, Ticket)],
+) -> Vec<(usize, Ticket)> {
+    if reads.is_empty() {
+        return Vec::new();
+    }
+    let asks: Vec<HydrateAsk<'_>> = reads
+        .iter()
+        .map(|&(i, t)| HydrateAsk {
+            queue: segs[i].queue,
+            partition: segs[i].partition,
+            after: t.after,
+        })
+        .collect();
+    let answers = match hydrate(db, &asks).await {
+        Ok(answers) => answers,
+        Err(e) => {
+            let text = match &e {
+                Error::Db(db) => db_message(db),
+                other => other.to_string(),
+            };
+            tracing::warn!(error = %text, partitions = reads.len(),
+                "dedup cache read failed; these pushes probe the whole window");
+            cache.fetch_failed();
+            return Vec::new();
+        }
+    };
+    reads
+        .iter()
+        .zip(answers)
+        .filter_map(|(&(i, t), answer)| {
+            match cache.install(segs[i].queue, segs[i].partition, t, answer) {
+                Installed::Done => None,
+                Installed::NeedsFull(full) => Some((i, full)),
+            }
+        })
+        .collect()
+}
+
+/// Reports what a write committed: each queued segment of `segs`, by its result.
+pub fn report_commits(cache: &DedupCache, segs: &[SegmentKey<'_>], results: &[SegmentResult]) {
+    for (seg, result) in segs.iter().zip(results) {
+        let SegmentResult::Queued {
+            partition_id,
+            base_offset,
+            created_at,
+        } = result
+        else {
+            continue;
+        };
+        match queen_proto::time::parse_iso(created_at) {
+            Some(at) => cache.committed(
+                seg.queue,
+                seg.partition,
+                *partition_id,
+                *base_offset,
+                seg.hashes,
+                at.timestamp_micros(),
+            ),
+            None => cache.forget(seg.queue, seg.partition),
+        }
+    }
+}
