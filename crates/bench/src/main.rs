@@ -70,10 +70,10 @@ struct Cli {
     /// JSON results file.
     #[arg(long, default_value = "queen-bench-results.json")]
     out: PathBuf,
-    /// Fixed push rate in msgs/s instead of the measured capacity.
+    /// Fixed push rate in msgs/s of the latency phase instead of 80 % of the measured capacity.
     #[arg(long)]
     push_rate: Option<f64>,
-    /// Fixed e2e producer rate in msgs/s instead of half the push capacity.
+    /// Fixed e2e producer rate in msgs/s instead of 40 % of the push capacity.
     #[arg(long)]
     e2e_rate: Option<f64>,
     /// In-flight request cap of the producers (and pgmq connections).
@@ -213,9 +213,13 @@ async fn run(cli: Cli) -> Result<bool> {
             .collect();
         println!("tables after the run: {}", summary.join("; "));
     }
-    meta["load_average_end"] = serde_json::json!(procstat::load_average());
-    if let Some(load) = meta["load_average_start"].as_f64().filter(|l| *l > 1.0) {
-        println!("note: 1-minute load average was {load:.1} before the run (other work on the machine skews results)");
+    let other: f64 = rows.iter().filter_map(|r| r.usage.other_cpu_s).sum();
+    let windows: f64 = rows.iter().map(|r| r.usage.seconds).sum();
+    if other > 0.05 * windows {
+        println!(
+            "note: other processes used {other:.0} CPU-seconds during {windows:.0} s of measured windows \
+             (column 'other cpu s'): those rows competed with foreign work"
+        );
     }
     report::write_json(&cli.out, &meta, &rows)?;
     println!("results: {}", cli.out.display());
@@ -312,6 +316,5 @@ async fn run_meta(
         "payload": "1024 random bytes, base64 in JSON with seq and scheduled time",
         "inflight_cap": profile.inflight,
         "broker_env": broker_env,
-        "load_average_start": procstat::load_average(),
     })
 }

@@ -18,6 +18,9 @@ pub struct Snapshot {
     wal_bytes: i64,
     statements: Option<i64>,
     xacts: i64,
+    machine_busy: Option<f64>,
+    /// Broker + PostgreSQL + bench CPU seconds (the part of `machine_busy` that is ours).
+    own: Option<f64>,
 }
 
 /// What happened between two snapshots.
@@ -32,9 +35,9 @@ pub struct Usage {
     pub statements: Option<i64>,
     /// Committed + rolled-back transactions cluster-wide (`pg_stat_database`).
     pub xacts: i64,
-    /// The machine's 1-minute load average at the end: above the core count, something else
-    /// (or the bench itself) was competing for the CPUs.
-    pub load_avg_1m: Option<f64>,
+    /// CPU seconds the machine spent on anything but the broker, PostgreSQL and this bench:
+    /// other work competing for the same cores, which skews the row.
+    pub other_cpu_s: Option<f64>,
 }
 
 /// Snapshots the target through one dedicated monitoring connection.
@@ -99,10 +102,16 @@ impl Meter {
         } else {
             None
         };
+        let broker_cpu = self.broker_pid.and_then(procstat::cpu_seconds);
+        let pg_cpu = self.postmaster_pid.and_then(procstat::cluster_cpu_seconds);
+        let own = procstat::self_cpu_seconds()
+            .map(|me| me + broker_cpu.unwrap_or(0.0) + pg_cpu.unwrap_or(0.0));
         Ok(Snapshot {
             at: Instant::now(),
-            broker_cpu: self.broker_pid.and_then(procstat::cpu_seconds),
-            pg_cpu: self.postmaster_pid.and_then(procstat::cluster_cpu_seconds),
+            broker_cpu,
+            pg_cpu,
+            machine_busy: procstat::machine_busy_seconds(),
+            own,
             wal_bytes: row.get(0),
             statements,
             xacts: row.get(1),
@@ -123,7 +132,13 @@ impl Meter {
             wal_bytes: end.wal_bytes - start.wal_bytes,
             statements: end.statements.zip(start.statements).map(|(a, b)| a - b),
             xacts: end.xacts - start.xacts,
-            load_avg_1m: procstat::load_average(),
+            other_cpu_s: match (
+                end.machine_busy.zip(start.machine_busy),
+                end.own.zip(start.own),
+            ) {
+                (Some((m1, m0)), Some((o1, o0))) => Some(((m1 - m0) - (o1 - o0)).max(0.0)),
+                _ => None,
+            },
         })
     }
 }

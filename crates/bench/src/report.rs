@@ -123,7 +123,7 @@ pub fn table(rows: &[Row]) -> String {
         "brk RSS MB",
         "pg cpu s",
         "WAL B/msg",
-        "load",
+        "other cpu s",
         "verify",
         "notes",
     ];
@@ -170,7 +170,7 @@ pub fn table(rows: &[Row]) -> String {
                 opt(r.usage.broker_peak_rss_mb, 0),
                 opt(r.usage.pg_cpu_s, 2),
                 opt(r.wal_bytes_per_msg, 0),
-                opt(r.usage.load_avg_1m, 1),
+                opt(r.usage.other_cpu_s, 1),
                 verdict(r),
                 notes.join("; "),
             ]

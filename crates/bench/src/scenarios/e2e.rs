@@ -107,11 +107,11 @@ pub fn consumers_for(partitions: u32) -> u32 {
     partitions.clamp(1, 10)
 }
 
-/// Half the measured push capacity at this partition count, else the profile default.
+/// 40 % of the measured push capacity at this partition count, else the profile default.
 fn initial_rate(ctx: &Ctx, partitions: u32) -> f64 {
     ctx.overrides
         .e2e_rate
-        .or_else(|| ctx.push_capacity.get(&partitions).map(|c| c * 0.5))
+        .or_else(|| ctx.push_capacity.get(&partitions).map(|c| c * 0.4))
         .unwrap_or(ctx.profile.e2e_default_rate)
         .max(100.0)
 }

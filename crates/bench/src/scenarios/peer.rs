@@ -153,36 +153,10 @@ async fn push_cell(
             Ok(())
         }
     };
-    let inflight = ctx.profile.inflight;
-    ctx.checkpoint().await?;
-    let warm = openloop::run(
-        Schedule {
-            rate: None,
-            duration: ctx.profile.push_warmup,
-            inflight,
-        },
-        send_one,
-    )
-    .await;
-    let rate = (warm.ok as f64 / warm.elapsed.as_secs_f64().max(1e-3)).max(1.0);
-    let start = ctx.meter.start().await?;
-    let stats = openloop::run(
-        Schedule {
-            rate: Some(rate),
-            duration: ctx.profile.push_measure,
-            inflight,
-        },
-        send_one,
-    )
-    .await;
-    let usage = ctx.meter.since(&start).await?;
+    let phases = super::push::measure(ctx, batch, send_one).await?;
     let mut row = Row::new("peer-push", format!("bp-{batch}"), "pgmq");
-    row.offered_msgs_per_s = Some(rate * f64::from(batch));
-    row.msgs = stats.ok * u64::from(batch);
-    row.msgs_per_s = row.msgs as f64 / stats.elapsed.as_secs_f64();
-    row.shed = stats.shed;
-    row.errors = stats.errors + warm.errors;
-    row.latency = Latency::of(&stats.latency_us);
+    phases.fill(&mut row, batch);
+    let usage = phases.usage;
     let mut row = row.with_usage(usage);
     row.usage.broker_cpu_s = None;
     row.usage.broker_peak_rss_mb = None;
