@@ -175,7 +175,7 @@ impl DbClock {
     }
 
     fn observe(&mut self, us: i64, at: Instant) {
-        if self.now_us(at).map_or(true, |est| us > est) {
+        if self.now_us(at).is_none_or(|est| us > est) {
             self.anchor = Some((us, at));
         }
     }
@@ -352,7 +352,7 @@ impl DedupCache {
         if entry.epoch != ticket.epoch {
             return Installed::Done; // replaced meanwhile by a newer hydration
         }
-        let changed = fetched.as_ref().map_or(true, |h| {
+        let changed = fetched.as_ref().is_none_or(|h| {
             entry.pid.is_some_and(|p| p != h.pid) || entry.window_s.is_some_and(|w| w != h.window_s)
         });
         match fetched {
