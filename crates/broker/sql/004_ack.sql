@@ -49,6 +49,7 @@ DECLARE
     v_h bytea[];
     v_kind text[];
     v_eff bigint[];
+    v_ok_offs bigint[];
     v_below bytea[];
     v_sig bigint;
     v_sig_kind text;
@@ -104,23 +105,24 @@ BEGIN
     LIMIT 1;
     v_lo_base := COALESCE(v_lo_base, v_lo);
 
-    -- The resolution, materialised once (as aligned arrays, in input order): per input hash
-    -- its normalised status and eff, the lowest matching offset inside the span. MIN prefers
-    -- the in-span occurrence, so a re-push below the cursor never shadows the copy the
-    -- client is actually acking.
-    SELECT array_agg(r.h ORDER BY r.pos), array_agg(r.kind ORDER BY r.pos),
-           array_agg(r.eff ORDER BY r.pos)
-    INTO v_h, v_kind, v_eff
-    FROM (
-        SELECT i.pos, i.h, i.kind, min(o.off) AS eff
-        FROM (
-            SELECT t.pos, t.h,
-                   CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
-                            THEN 'ok'
-                        WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
-                   END AS kind
-            FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
-        ) i
+    -- The resolution, materialised once: every occurrence inside the span of every input
+    -- hash. Per input hash (aligned arrays, in input order) its normalised status and eff,
+    -- the lowest matching offset inside the span: MIN prefers the in-span occurrence, so a
+    -- re-push below the cursor never shadows the copy the client is actually acking, and a
+    -- signal on a transactionId delivered twice stops at its first copy. The acknowledged
+    -- offsets are every occurrence of an acknowledged hash, so acking a transactionId two
+    -- delivered messages share acks both of them.
+    WITH input AS (
+        SELECT t.pos, t.h,
+               CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
+                        THEN 'ok'
+                    WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
+               END AS kind
+        FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
+    ),
+    matched AS MATERIALIZED (
+        SELECT i.pos, i.h, i.kind, o.off
+        FROM input i
         LEFT JOIN (
             SELECT x.base_offset + u.idx AS off, u.h
             FROM queen.log_txns x
@@ -130,8 +132,18 @@ BEGIN
               AND x.base_offset + u.idx BETWEEN v_lo AND v_hi_bound
         ) o ON o.h = i.h
         WHERE i.kind IS NOT NULL
-        GROUP BY i.pos, i.h, i.kind
-    ) r;
+    ),
+    resolved AS (
+        SELECT m.pos, m.h, m.kind, min(m.off) AS eff
+        FROM matched m
+        GROUP BY m.pos, m.h, m.kind
+    )
+    SELECT array_agg(r.h ORDER BY r.pos), array_agg(r.kind ORDER BY r.pos),
+           array_agg(r.eff ORDER BY r.pos),
+           (SELECT COALESCE(array_agg(DISTINCT m.off), '{}') FROM matched m
+             WHERE m.kind = 'ok' AND m.off IS NOT NULL)
+    INTO v_h, v_kind, v_eff, v_ok_offs
+    FROM resolved r;
 
     -- `below` (an occurrence at or below the cursor) only tells a noop or stale item from an
     -- unresolvable one, so it is needed only for hashes the span did not resolve; the
@@ -162,8 +174,8 @@ BEGIN
         LIMIT 1
     )
     SELECT s.eff, s.kind,
-           (SELECT max(r.eff) FROM resolved r
-             WHERE r.kind = 'ok' AND (s.eff IS NULL OR r.eff < s.eff)),
+           (SELECT max(o.off) FROM unnest(v_ok_offs) AS o(off)
+             WHERE s.eff IS NULL OR o.off < s.eff),
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
              WHERE r.kind = 'ok' AND r.eff IS NULL AND r.below),
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
@@ -174,8 +186,8 @@ BEGIN
     FROM (SELECT 1) AS one
     LEFT JOIN sig s ON true;
 
-    -- The cursor moves to the highest acknowledged position strictly below the lowest
-    -- explicit signal: a nack is never skipped by a later ack of the same call.
+    -- The cursor moves to the highest acknowledged offset strictly below the lowest explicit
+    -- signal: a nack is never skipped by a later ack of the same call.
     v_new := COALESCE(v_max_ok, v_committed);
     v_acked := v_new - v_committed;
     v_result := jsonb_build_object(

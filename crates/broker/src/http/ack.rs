@@ -111,8 +111,10 @@ pub(crate) fn parse_ack(item: &Value, group: &str) -> std::result::Result<Ack, S
                 AckStatus::Failed
             }
         }
-        Some(v) => AckStatus::normalise(v.as_str()),
-        None => AckStatus::Completed,
+        Some(Value::String(text)) => AckStatus::normalise(Some(text)),
+        None | Some(Value::Null) => AckStatus::Completed,
+        // Any other status is not a completion the client stated: never skip it.
+        Some(_) => AckStatus::Failed,
     };
     Ok(Ack {
         transaction_id,
@@ -321,6 +323,15 @@ mod tests {
             (ok.partition_id, ok.status, ok.lease_id.as_str()),
             (17, AckStatus::Failed, "")
         );
+        let status = |s: Value| {
+            parse(json!({"transactionId": "t", "partitionId": "1", "status": s})).map(|a| a.status)
+        };
+        assert_eq!(status(Value::Null), Ok(AckStatus::Completed));
+        assert_eq!(status(json!(true)), Ok(AckStatus::Completed));
+        assert_eq!(status(json!("retry")), Ok(AckStatus::Retry));
+        for other in [json!(7), json!({"s": "completed"}), json!(["completed"])] {
+            assert_eq!(status(other.clone()), Ok(AckStatus::Failed), "{other}");
+        }
     }
 
     #[test]
