@@ -32,7 +32,8 @@ pub struct Profile {
     pub e2e_retries: u32,
     /// Producer rate of e2e cells when no push capacity was measured in this run (msgs/s).
     pub e2e_default_rate: f64,
-    /// Upper bound on how long consumers may take to drain after the producers stop.
+    /// Upper bound on how long consumers may take to drain after the producers stop (a drain
+    /// also ends after 10 s without any delivery).
     pub drain_timeout: Duration,
     pub latency_measure: Duration,
     pub idle_consumers: usize,
@@ -80,7 +81,7 @@ impl Profile {
                 e2e_measure: s(2),
                 e2e_retries: 1,
                 e2e_default_rate: 5000.0,
-                drain_timeout: s(30),
+                drain_timeout: s(60),
                 latency_measure: s(4),
                 idle_consumers: 1000,
                 idle_settle: s(2),
@@ -108,7 +109,7 @@ impl Profile {
                 e2e_measure: s(30),
                 e2e_retries: 2,
                 e2e_default_rate: 5000.0,
-                drain_timeout: s(90),
+                drain_timeout: s(300),
                 latency_measure: s(30),
                 idle_consumers: 1000,
                 idle_settle: s(5),

@@ -52,7 +52,13 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
     for partitions in ctx.profile.partitions.clone() {
         for groups in ctx.profile.groups.clone() {
             let mut rate = initial_rate(ctx, partitions);
-            for attempt in 0..=ctx.profile.e2e_retries {
+            // A rate fixed on the command line is measured as given, never lowered.
+            let retries = if ctx.overrides.e2e_rate.is_some() {
+                0
+            } else {
+                ctx.profile.e2e_retries
+            };
+            for attempt in 0..=retries {
                 let cell = Cell {
                     scenario: "e2e",
                     label: format!("part-{partitions} cg-{groups}"),
@@ -64,22 +70,30 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
                     warmup: ctx.profile.e2e_warmup,
                     measure: ctx.profile.e2e_measure,
                 };
-                let mut row = run_cell(ctx, &cell).await?;
+                let last = attempt == retries;
+                let mut row = run_cell(ctx, &cell, !last).await?;
                 let stable = row.stable_backlog == Some(true);
                 eprintln!(
                     "  e2e {} at {rate:.0} msg/s: {:.0} delivered/s, stable={stable}",
                     cell.label, row.msgs_per_s
                 );
-                if stable || attempt == ctx.profile.e2e_retries {
+                if stable || last {
                     if attempt > 0 {
-                        row.notes
-                            .push(format!("rate halved {attempt}x after backlog growth"));
+                        row.notes.push(format!(
+                            "{attempt} faster attempt(s) abandoned: backlog grew"
+                        ));
                     }
                     ctx.e2e_rates.insert((partitions, groups), rate);
                     rows.push(row);
                     break;
                 }
-                rate /= 2.0;
+                // Next: 80 % of what the slowest group actually consumed at this rate.
+                let consumed = row
+                    .extra
+                    .get("min_group_delivered_per_s")
+                    .copied()
+                    .unwrap_or(rate / 2.0);
+                rate = (0.8 * consumed).clamp(100.0, rate / 2.0);
             }
         }
     }
@@ -99,7 +113,7 @@ pub async fn run_latency(ctx: &mut Ctx) -> Result<Vec<Row>> {
         warmup: Duration::from_secs(1),
         measure: ctx.profile.latency_measure,
     };
-    Ok(vec![run_cell(ctx, &cell).await?])
+    Ok(vec![run_cell(ctx, &cell, false).await?])
 }
 
 /// Consumers per group: one per partition up to 10 (a partition serves one lease at a time).
@@ -120,7 +134,9 @@ fn group_name(groups: u32, g: u32) -> Option<String> {
     (groups > 1).then(|| format!("g{g}"))
 }
 
-async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
+/// Runs one cell. With `may_abandon`, a cell whose backlog grew returns right after its window,
+/// unverified and undrained (the caller retries slower and reports only the retry).
+async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> {
     let name = ctx.queue_name(&format!(
         "{}-p{}-g{}-r{}",
         cell.scenario, cell.partitions, cell.groups, cell.rate as u64
@@ -201,7 +217,8 @@ async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
     };
     tracker.open_window(ctx.clock.now_us());
     let backlog_start = backlog(&tracker);
-    let delivered_start: u64 = tracker.unique().iter().sum();
+    let per_group_start = tracker.unique();
+    let delivered_start: u64 = per_group_start.iter().sum();
     let queued_start = queued.load(Ordering::Relaxed);
     let start = ctx.meter.start().await?;
     let stats = openloop::run(schedule(cell.measure), send).await;
@@ -210,11 +227,18 @@ async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
     let delivered: u64 = tracker.unique().iter().sum::<u64>() - delivered_start;
     let pushed = queued.load(Ordering::Relaxed) - queued_start;
 
-    // Drain: producers stopped; wait until every group has everything or the timeout.
+    let slowest_group = tracker
+        .unique()
+        .iter()
+        .zip(&per_group_start)
+        .map(|(end, start)| end - start)
+        .min()
+        .unwrap_or(0);
+    let stable = stable(backlog_start, backlog_end, pushed, batch);
+    let abandon = may_abandon && !stable;
     let expected = queued.load(Ordering::Relaxed);
-    let drain_deadline = Instant::now() + ctx.profile.drain_timeout;
-    while tracker.unique().iter().any(|u| *u < expected) && Instant::now() < drain_deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if !abandon {
+        drain(&tracker, expected, ctx.profile.drain_timeout).await;
     }
     stop.store(true, Ordering::Relaxed);
     while consumers.join_next().await.is_some() {}
@@ -226,7 +250,11 @@ async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
     row.shed = stats.shed;
     row.errors = stats.errors + warm.errors + cstats.errors.load(Ordering::Relaxed);
     row.latency = Latency::of(&tracker.latency());
-    row.stable_backlog = Some(stable(backlog_start, backlog_end, pushed, batch));
+    row.stable_backlog = Some(stable);
+    row.extra.insert(
+        "min_group_delivered_per_s".into(),
+        slowest_group as f64 / usage.seconds.max(1e-3),
+    );
     row.extra.insert("backlog_end".into(), backlog_end as f64);
     row.extra.insert(
         "pushed_per_s".into(),
@@ -266,8 +294,33 @@ async fn run_cell(ctx: &Ctx, cell: &Cell) -> Result<Row> {
         row.ceiling_fraction = Some(row.msgs_per_s / c);
         row.ceiling_name = Some(name.into());
     }
-    row.verification = Some(tracker.verify(expected));
+    if !abandon {
+        row.verification = Some(tracker.verify(expected));
+    }
     Ok(row)
+}
+
+/// How long the drain may go without any new delivery before it gives up.
+const DRAIN_STALL: Duration = Duration::from_secs(10);
+
+/// Waits until every group has all `expected` messages, the deliveries stall, or `limit`.
+pub async fn drain(tracker: &Tracker, expected: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut last_total = 0;
+    let mut last_progress = Instant::now();
+    loop {
+        let unique = tracker.unique();
+        if unique.iter().all(|u| *u >= expected) || Instant::now() >= deadline {
+            return;
+        }
+        let total: u64 = unique.iter().sum();
+        if total != last_total {
+            (last_total, last_progress) = (total, Instant::now());
+        } else if last_progress.elapsed() >= DRAIN_STALL {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Stable: over the window the backlog grew by at most a tenth of what was pushed (plus one

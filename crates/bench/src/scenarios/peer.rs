@@ -276,10 +276,7 @@ async fn e2e_cell(
         .load(Ordering::Relaxed)
         .saturating_sub(tracker.unique()[0]);
     let expected = sent.load(Ordering::Relaxed);
-    let deadline = Instant::now() + ctx.profile.drain_timeout;
-    while tracker.unique()[0] < expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    super::e2e::drain(&tracker, expected, ctx.profile.drain_timeout).await;
     stop.store(true, Ordering::Relaxed);
     while tasks.join_next().await.is_some() {}
 
