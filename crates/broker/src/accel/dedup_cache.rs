@@ -25,25 +25,21 @@
 //! send -1) for [`SUPPRESS_FOR`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod entry;
 mod ring;
-use ring::{hash_key, HashRing};
+use entry::{DbClock, Entry, Verdict};
 
 /// How long partition metadata is trusted without a refresh.
 pub const META_TTL: Duration = Duration::from_secs(30);
 
 /// How long a partition that does not fit the budget is left unhydrated.
 pub const SUPPRESS_FOR: Duration = Duration::from_secs(30);
-
-/// Clock-skew slack of expiry, matching the 5 s the hydration read adds (sql/007).
-const SKEW_SLACK_US: i64 = 5_000_000;
-
-/// Bytes charged per cached partition besides its hashes and key.
-const ENTRY_OVERHEAD: usize = 192;
 
 /// Sizing of a cache.
 #[derive(Debug, Clone, Copy)]
@@ -116,10 +112,16 @@ pub enum Installed {
 }
 
 /// The broker's dedup cache; share it behind an `Arc`.
+///
+/// Locking: one global mutex for the partition map, LRU order, byte accounting, suppression
+/// and the clock; one mutex per entry for its hashes, so lookups and reads of one partition
+/// never hold up the others. An entry lock may be held while taking the global one, never
+/// the reverse, and the global lock is never held across a lookup or a hydration build.
 pub struct DedupCache {
     enabled: bool,
     limits: Limits,
     state: Mutex<State>,
+    stats: Stats,
 }
 
 type Key = (String, String);
@@ -128,161 +130,49 @@ fn key(queue: &str, partition: &str) -> Key {
     (queue.to_string(), partition.to_string())
 }
 
-fn hashes_of(bytes: &[u8]) -> impl Iterator<Item = u128> + '_ {
-    bytes.chunks_exact(16).filter_map(hash_key)
+type Shared = Arc<Mutex<Entry>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<Key, Entry>,
+    entries: HashMap<Key, Slot>,
     /// Entries by last use (a tick), oldest first: the eviction order.
     lru: BTreeMap<u64, Key>,
     tick: u64,
     next_epoch: u64,
+    /// Sum of the slots' `bytes`.
     used: usize,
     suppressed: HashMap<Key, Instant>,
     clock: DbClock,
-    stats: Stats,
+}
+
+/// A cached partition as the global state sees it: its entry and its last measured size.
+struct Slot {
+    entry: Shared,
+    bytes: usize,
+    hashes: usize,
+    tick: u64,
 }
 
 #[derive(Default)]
 struct Stats {
-    hydrations: u64,
-    catch_ups: u64,
-    fetch_errors: u64,
-    vouched: u64,
-    full_probes: u64,
-    hits: u64,
-    extensions: u64,
-    invalidations: u64,
-    evictions: u64,
-    suppressions: u64,
+    hydrations: AtomicU64,
+    catch_ups: AtomicU64,
+    fetch_errors: AtomicU64,
+    vouched: AtomicU64,
+    full_probes: AtomicU64,
+    hits: AtomicU64,
+    extensions: AtomicU64,
+    invalidations: AtomicU64,
+    evictions: AtomicU64,
+    suppressions: AtomicU64,
 }
 
-/// An estimate of the database clock that never runs ahead of it: the newest database
-/// timestamp seen plus the local time elapsed since it was received.
-#[derive(Default)]
-struct DbClock {
-    anchor: Option<(i64, Instant)>,
-}
-
-impl DbClock {
-    fn now_us(&self, at: Instant) -> Option<i64> {
-        self.anchor.map(|(us, seen)| {
-            let elapsed = at.saturating_duration_since(seen).as_micros();
-            us.saturating_add(i64::try_from(elapsed).unwrap_or(i64::MAX))
-        })
-    }
-
-    fn observe(&mut self, us: i64, at: Instant) {
-        if self.now_us(at).is_none_or(|est| us > est) {
-            self.anchor = Some((us, at));
-        }
-    }
-}
-
-struct Entry {
-    epoch: u64,
-    /// `None` while the partition did not exist at hydration and no commit named it yet.
-    pid: Option<i64>,
-    /// `None` like `pid`: then nothing ever expired and `known_since` is `i64::MIN`.
-    window_s: Option<i32>,
-    meta_at: Instant,
-    verified_upto: i64,
-    /// Highest offset known to be committed; above `verified_upto` the entry is behind.
-    seen_upto: i64,
-    known_since_us: i64,
-    ring: HashRing,
-    tick: u64,
-    bytes: usize,
-}
-
-/// What an entry allows for one segment.
-enum Verdict {
-    Hit,
-    Vouch(i64),
-    Unsafe,
-}
-
-impl Entry {
-    fn new(epoch: u64, meta_at: Instant) -> Self {
-        Entry {
-            epoch,
-            pid: None,
-            window_s: None,
-            meta_at,
-            verified_upto: -1,
-            seen_upto: -1,
-            known_since_us: i64::MIN,
-            ring: HashRing::new(),
-            tick: 0,
-            bytes: 0,
-        }
-    }
-
-    /// Adds the hashes of `row` at offsets above `verified_upto` (a straddling row comes
-    /// whole from SQL). Window 0 disables dedup: nothing to remember.
-    fn add_row(&mut self, row: &HashRow) {
-        if self.window_s == Some(0) {
-            return;
-        }
-        let skip = usize::try_from(self.verified_upto + 1 - row.base).unwrap_or(0);
-        self.ring
-            .add(hashes_of(&row.hashes).skip(skip), row.created_us);
-    }
-
-    /// Takes in a read of the rows after `verified_upto` (a hydration when it is -1).
-    fn absorb(&mut self, h: &Hydration, started: Instant) {
-        self.pid = Some(h.pid);
-        self.window_s = Some(h.window_s);
-        self.meta_at = started;
-        for row in &h.rows {
-            self.add_row(row);
-        }
-        self.verified_upto = self.verified_upto.max(h.last);
-        self.seen_upto = self.seen_upto.max(h.last);
-        // Rows older than `since` were not read: from here on only newer ones are vouched for.
-        self.known_since_us = self.known_since_us.max(h.since_us);
-    }
-
-    fn expire(&mut self, db_now: Option<i64>) {
-        let (Some(window), Some(now)) = (self.window_s, db_now) else {
-            return;
-        };
-        if window <= 0 {
-            return;
-        }
-        let cutoff = now - i64::from(window) * 1_000_000 - SKEW_SLACK_US;
-        if let Some(newest) = self.ring.expire(cutoff) {
-            self.known_since_us = self.known_since_us.max(newest.saturating_add(1));
-        }
-    }
-
-    fn verdict(&mut self, hashes: &[u8], db_now: Option<i64>) -> Verdict {
-        if self.window_s == Some(0) {
-            return Verdict::Unsafe; // no dedup at all: SQL probes nothing either way
-        }
-        if self.ring.contains_any(hashes_of(hashes)) {
-            return Verdict::Hit;
-        }
-        if self.verified_upto < 0 {
-            return Verdict::Unsafe;
-        }
-        let covered = self.known_since_us == i64::MIN
-            || match (self.window_s, db_now) {
-                (Some(w), Some(now)) => self.known_since_us <= now - i64::from(w) * 1_000_000,
-                _ => false,
-            };
-        if covered {
-            Verdict::Vouch(self.verified_upto)
-        } else {
-            Verdict::Unsafe
-        }
-    }
-
-    fn size(&self, key: &Key) -> usize {
-        ENTRY_OVERHEAD + key.0.len() + key.1.len() + self.ring.bytes()
-    }
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Relaxed);
 }
 
 impl DedupCache {
@@ -291,11 +181,8 @@ impl DedupCache {
             enabled,
             limits,
             state: Mutex::new(State::default()),
+            stats: Stats::default(),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The `p_verified` for a segment of `hashes` (16 bytes each) to (queue, partition), or
@@ -304,17 +191,53 @@ impl DedupCache {
         if !self.enabled {
             return Plan::Send(-1);
         }
-        let now = Instant::now();
-        let mut st = self.lock();
-        let key = key(queue, partition);
-        let plan = st.plan(&key, hashes, now, self.limits.meta_ttl, may_fetch);
-        if let Plan::Send(v) = plan {
-            if v >= 0 {
-                st.stats.vouched += 1;
-            } else {
-                st.stats.full_probes += 1;
-            }
+        let plan = self.plan_enabled(&key(queue, partition), hashes, may_fetch);
+        match plan {
+            Plan::Send(v) if v >= 0 => bump(&self.stats.vouched),
+            Plan::Send(_) => bump(&self.stats.full_probes),
+            Plan::Fetch(_) => {}
         }
+        plan
+    }
+
+    fn plan_enabled(&self, key: &Key, hashes: &[u8], may_fetch: bool) -> Plan {
+        let now = Instant::now();
+        let fetch = |after, epoch| match may_fetch {
+            true => Plan::Fetch(Ticket {
+                after,
+                epoch,
+                started: now,
+            }),
+            false => Plan::Send(-1),
+        };
+        let (shared, db_now) = {
+            let mut st = lock(&self.state);
+            if let Some(&until) = st.suppressed.get(key) {
+                if now < until {
+                    return Plan::Send(-1);
+                }
+                st.suppressed.remove(key);
+            }
+            let Some(shared) = st.touch(key) else {
+                return fetch(-1, 0);
+            };
+            (shared, st.clock.now_us(now))
+        };
+        let mut entry = lock(&shared);
+        entry.expire(db_now);
+        let plan = if entry.needs_read(now, self.limits.meta_ttl) {
+            fetch(entry.verified_upto, entry.epoch)
+        } else {
+            match entry.verdict(hashes, db_now) {
+                Verdict::Vouch(v) => Plan::Send(v),
+                Verdict::Hit => {
+                    bump(&self.stats.hits);
+                    Plan::Send(-1)
+                }
+                Verdict::Unsafe => Plan::Send(-1),
+            }
+        };
+        lock(&self.state).measure(key, &shared, &entry, &self.limits, &self.stats, now);
         plan
     }
 
@@ -330,25 +253,25 @@ impl DedupCache {
             return Installed::Done;
         }
         let now = Instant::now();
-        let mut st = self.lock();
-        if let Some(h) = &fetched {
-            st.clock.observe(h.now_us, now);
-        }
         let key = key(queue, partition);
+        if let Some(h) = &fetched {
+            lock(&self.state).clock.observe(h.now_us, now);
+        }
         if ticket.after < 0 {
-            st.stats.hydrations += 1;
-            st.next_epoch += 1;
-            let mut entry = Entry::new(st.next_epoch, ticket.started);
+            bump(&self.stats.hydrations);
+            // Built before any lock is taken: a hydration may hold millions of hashes.
+            let mut entry = Entry::new(0, ticket.started);
             if let Some(h) = &fetched {
                 entry.absorb(h, ticket.started);
             }
-            st.put(key, entry, &self.limits, now);
+            lock(&self.state).put(key, entry, &self.limits, &self.stats, now);
             return Installed::Done;
         }
-        st.stats.catch_ups += 1;
-        let Some(entry) = st.entries.get_mut(&key) else {
+        bump(&self.stats.catch_ups);
+        let Some(shared) = lock(&self.state).entries.get(&key).map(|s| s.entry.clone()) else {
             return Installed::Done; // evicted meanwhile: the next push hydrates
         };
+        let mut entry = lock(&shared);
         if entry.epoch != ticket.epoch {
             return Installed::Done; // replaced meanwhile by a newer hydration
         }
@@ -358,12 +281,12 @@ impl DedupCache {
         match fetched {
             Some(h) if !changed => {
                 entry.absorb(&h, ticket.started);
-                st.refit(&key, &self.limits, now);
+                lock(&self.state).measure(&key, &shared, &entry, &self.limits, &self.stats, now);
                 Installed::Done
             }
             gone_or_changed => {
-                st.stats.invalidations += 1;
-                st.remove(&key);
+                bump(&self.stats.invalidations);
+                lock(&self.state).remove_if(&key, &shared);
                 if gone_or_changed.is_none() {
                     return Installed::Done; // deleted: nothing to hydrate
                 }
@@ -378,7 +301,7 @@ impl DedupCache {
 
     /// A read asked for by [`plan`](Self::plan) failed; the push goes on with -1.
     pub fn fetch_failed(&self) {
-        self.lock().stats.fetch_errors += 1;
+        bump(&self.stats.fetch_errors);
     }
 
     /// Reports a committed segment of `hashes` at `base` (any writer of this broker): it
@@ -397,162 +320,161 @@ impl DedupCache {
             return;
         }
         let now = Instant::now();
-        let mut st = self.lock();
-        st.clock.observe(created_us, now);
         let key = key(queue, partition);
-        let Some(entry) = st.entries.get_mut(&key) else {
-            return;
+        let shared = {
+            let mut st = lock(&self.state);
+            st.clock.observe(created_us, now);
+            match st.entries.get(&key) {
+                Some(slot) => slot.entry.clone(),
+                None => return,
+            }
         };
+        let mut entry = lock(&shared);
         if entry.pid.is_some_and(|p| p != pid) {
-            st.stats.invalidations += 1;
-            st.remove(&key);
+            bump(&self.stats.invalidations);
+            lock(&self.state).remove_if(&key, &shared);
             return;
         }
         entry.pid = Some(pid);
-        let count = i64::try_from(hashes.len() / 16).unwrap_or(i64::MAX);
-        let end = base.saturating_add(count - 1);
-        entry.seen_upto = entry.seen_upto.max(end);
-        if base == entry.verified_upto + 1 {
-            entry.add_row(&HashRow {
-                base,
-                created_us,
-                hashes: hashes.to_vec(),
-            });
-            entry.verified_upto = end;
-            st.stats.extensions += 1;
-            st.refit(&key, &self.limits, now);
-        } else if base > entry.verified_upto + 1 {
-            st.stats.invalidations += 1;
+        let before = entry.verified_upto;
+        if entry.extend(base, hashes, created_us) {
+            bump(&self.stats.extensions);
+            lock(&self.state).measure(&key, &shared, &entry, &self.limits, &self.stats, now);
+        } else if base > before + 1 {
+            bump(&self.stats.invalidations);
         }
     }
 
     /// Drops what is known about (queue, partition): for a commit that cannot be reported.
     pub fn forget(&self, queue: &str, partition: &str) {
         if self.enabled {
-            let mut st = self.lock();
-            st.stats.invalidations += 1;
-            st.remove(&key(queue, partition));
+            bump(&self.stats.invalidations);
+            let mut st = lock(&self.state);
+            let key = key(queue, partition);
+            if let Some(shared) = st.entries.get(&key).map(|s| s.entry.clone()) {
+                st.remove_if(&key, &shared);
+            }
         }
     }
 
     /// The `dedupCache` object of `/metrics`.
     pub fn metrics(&self) -> Value {
-        let st = self.lock();
-        let s = &st.stats;
+        let (bytes, partitions, hashes, suppressed) = {
+            let st = lock(&self.state);
+            let hashes: usize = st.entries.values().map(|s| s.hashes).sum();
+            (st.used, st.entries.len(), hashes, st.suppressed.len())
+        };
+        let s = &self.stats;
+        let n = |c: &AtomicU64| c.load(Relaxed);
         json!({
             "enabled": self.enabled,
             "budgetBytes": self.limits.budget_bytes,
-            "bytes": st.used,
-            "partitions": st.entries.len(),
-            "hashes": st.entries.values().map(|e| e.ring.hash_count()).sum::<usize>(),
-            "suppressedPartitions": st.suppressed.len(),
-            "hydrations": s.hydrations,
-            "catchUps": s.catch_ups,
-            "fetchErrors": s.fetch_errors,
-            "vouchedPushes": s.vouched,
-            "fullProbePushes": s.full_probes,
-            "hits": s.hits,
-            "extensions": s.extensions,
-            "invalidations": s.invalidations,
-            "evictions": s.evictions,
-            "suppressions": s.suppressions,
+            "bytes": bytes,
+            "partitions": partitions,
+            "hashes": hashes,
+            "suppressedPartitions": suppressed,
+            "hydrations": n(&s.hydrations),
+            "catchUps": n(&s.catch_ups),
+            "fetchErrors": n(&s.fetch_errors),
+            "vouchedPushes": n(&s.vouched),
+            "fullProbePushes": n(&s.full_probes),
+            "hits": n(&s.hits),
+            "extensions": n(&s.extensions),
+            "invalidations": n(&s.invalidations),
+            "evictions": n(&s.evictions),
+            "suppressions": n(&s.suppressions),
         })
     }
 }
 
 impl State {
-    fn plan(
-        &mut self,
-        key: &Key,
-        hashes: &[u8],
-        now: Instant,
-        meta_ttl: Duration,
-        may_fetch: bool,
-    ) -> Plan {
-        if let Some(&until) = self.suppressed.get(key) {
-            if now < until {
-                return Plan::Send(-1);
-            }
-            self.suppressed.remove(key);
-        }
-        let fetch = |after, epoch| {
-            if may_fetch {
-                Plan::Fetch(Ticket {
-                    after,
-                    epoch,
-                    started: now,
-                })
-            } else {
-                Plan::Send(-1)
-            }
-        };
-        let db_now = self.clock.now_us(now);
-        self.touch(key);
-        let Some(entry) = self.entries.get_mut(key) else {
-            return fetch(-1, 0);
-        };
-        let before = entry.bytes;
-        entry.expire(db_now);
-        entry.bytes = entry.size(key);
-        self.used = self.used - before + entry.bytes;
-        if now.saturating_duration_since(entry.meta_at) >= meta_ttl
-            || entry.seen_upto > entry.verified_upto
-        {
-            return fetch(entry.verified_upto, entry.epoch);
-        }
-        match entry.verdict(hashes, db_now) {
-            Verdict::Vouch(v) => Plan::Send(v),
-            Verdict::Hit => {
-                self.stats.hits += 1;
-                Plan::Send(-1)
-            }
-            Verdict::Unsafe => Plan::Send(-1),
-        }
+    /// Marks `key` most recently used; its entry, if cached.
+    fn touch(&mut self, key: &Key) -> Option<Shared> {
+        let slot = self.entries.get_mut(key)?;
+        self.tick += 1;
+        self.lru.remove(&slot.tick);
+        slot.tick = self.tick;
+        self.lru.insert(self.tick, key.clone());
+        Some(slot.entry.clone())
     }
 
-    /// Marks `key` most recently used (if cached).
-    fn touch(&mut self, key: &Key) {
-        let Some(entry) = self.entries.get_mut(key) else {
-            return;
-        };
-        self.tick += 1;
-        self.lru.remove(&entry.tick);
-        entry.tick = self.tick;
-        self.lru.insert(self.tick, key.clone());
+    /// Removes `key` if it still holds `shared` (not a newer incarnation).
+    fn remove_if(&mut self, key: &Key, shared: &Shared) {
+        if self
+            .entries
+            .get(key)
+            .is_some_and(|s| Arc::ptr_eq(&s.entry, shared))
+        {
+            self.remove(key);
+        }
     }
 
     fn remove(&mut self, key: &Key) {
-        if let Some(entry) = self.entries.remove(key) {
-            self.lru.remove(&entry.tick);
-            self.used -= entry.bytes;
+        if let Some(slot) = self.entries.remove(key) {
+            self.lru.remove(&slot.tick);
+            self.used -= slot.bytes;
         }
     }
 
-    fn put(&mut self, key: Key, entry: Entry, limits: &Limits, now: Instant) {
+    fn put(&mut self, key: Key, mut entry: Entry, limits: &Limits, stats: &Stats, now: Instant) {
         self.remove(&key);
-        self.entries.insert(key.clone(), entry);
+        self.next_epoch += 1;
+        entry.epoch = self.next_epoch;
+        let (bytes, hashes) = (entry.size(key.0.len() + key.1.len()), entry.hash_count());
+        let slot = Slot {
+            entry: Arc::new(Mutex::new(entry)),
+            bytes: 0,
+            hashes,
+            tick: 0,
+        };
+        self.entries.insert(key.clone(), slot);
         self.touch(&key);
-        self.refit(&key, limits, now);
+        self.resize(&key, bytes, hashes);
+        self.fit(&key, limits, stats, now);
     }
 
-    /// Re-measures `key`'s entry, then evicts least recently used partitions until the cache
-    /// fits its budget; suppresses `key` itself when it cannot fit alone.
-    fn refit(&mut self, key: &Key, limits: &Limits, now: Instant) {
-        let Some(entry) = self.entries.get_mut(key) else {
-            return;
-        };
-        let before = entry.bytes;
-        entry.bytes = entry.size(key);
-        self.used = self.used - before + entry.bytes;
+    /// Records the size of `entry` (the entry `key` holds, locked by the caller) and
+    /// enforces the budget.
+    fn measure(
+        &mut self,
+        key: &Key,
+        shared: &Shared,
+        entry: &Entry,
+        limits: &Limits,
+        stats: &Stats,
+        now: Instant,
+    ) {
+        if !self
+            .entries
+            .get(key)
+            .is_some_and(|s| Arc::ptr_eq(&s.entry, shared))
+        {
+            return; // evicted or replaced meanwhile
+        }
+        let bytes = entry.size(key.0.len() + key.1.len());
+        self.resize(key, bytes, entry.hash_count());
+        self.fit(key, limits, stats, now);
+    }
+
+    fn resize(&mut self, key: &Key, bytes: usize, hashes: usize) {
+        if let Some(slot) = self.entries.get_mut(key) {
+            self.used = self.used - slot.bytes + bytes;
+            slot.bytes = bytes;
+            slot.hashes = hashes;
+        }
+    }
+
+    /// Evicts least recently used partitions until the cache fits its budget; suppresses
+    /// `key` itself when it cannot fit alone.
+    fn fit(&mut self, key: &Key, limits: &Limits, stats: &Stats, now: Instant) {
         while self.used > limits.budget_bytes {
-            let victim = self.lru.values().find(|k| *k != key).cloned();
-            match victim {
+            match self.lru.values().find(|k| *k != key).cloned() {
                 Some(victim) => {
-                    self.stats.evictions += 1;
+                    bump(&stats.evictions);
                     self.remove(&victim);
                 }
                 None => {
-                    self.stats.suppressions += 1;
+                    bump(&stats.suppressions);
                     self.remove(key);
                     self.suppressed.retain(|_, until| *until > now);
                     self.suppressed

@@ -52,7 +52,8 @@ impl HashRing {
         self.hot_sorted = false;
         self.hot_newest_us = self.hot_newest_us.max(created_us);
         if self.hot.len() >= BLOCK_HASHES {
-            let mut sealed = std::mem::replace(&mut self.hot, Vec::with_capacity(BLOCK_HASHES));
+            // The next hot buffer grows on demand: most partitions never fill one.
+            let mut sealed = std::mem::take(&mut self.hot);
             sealed.sort_unstable();
             self.blocks.push_back(Block {
                 hashes: sealed.into_boxed_slice(),

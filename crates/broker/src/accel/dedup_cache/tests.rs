@@ -2,6 +2,7 @@
 //! detection, catch-up, metadata refresh, expiry, budget eviction and suppression. The SQL
 //! side (hydration read, probe honouring p_verified) is covered by tests/dedup_cache.rs.
 
+use super::ring::{HashRing, BLOCK_HASHES};
 use super::*;
 
 const SEC: i64 = 1_000_000;
@@ -177,11 +178,11 @@ fn a_missing_partition_is_learned_from_its_first_commit() {
 
 #[test]
 fn expiry_drops_whole_blocks_past_window_and_slack_and_stays_sound() {
-    let old: Vec<u128> = (0..ring::BLOCK_HASHES as u128).collect();
+    let old: Vec<u128> = (0..BLOCK_HASHES as u128).collect();
     let n = old.len() as i64;
     let rows = [(0, NOW - 100 * SEC, old), (n, NOW, vec![1_000_000])];
     let cache = hydrated(limits(), hydration(7, 10, &rows));
-    assert_eq!(cache.metrics()["hashes"], ring::BLOCK_HASHES + 1);
+    assert_eq!(cache.metrics()["hashes"], BLOCK_HASHES + 1);
     // The sealed block is 100 s old, past 10 s + 5 s: dropped at the next use.
     assert_eq!(cache.plan("q", "p", &sidecar(&[5]), true), Plan::Send(n));
     assert_eq!(cache.metrics()["hashes"], 1);
@@ -280,7 +281,7 @@ fn a_disabled_cache_always_asks_for_the_full_probe() {
 #[test]
 fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
     let mut ring = HashRing::new();
-    for base in (0..3 * ring::BLOCK_HASHES as u128).step_by(100) {
+    for base in (0..3 * BLOCK_HASHES as u128).step_by(100) {
         ring.add((base..base + 100).rev(), NOW);
     }
     assert_eq!(ring.hash_count(), 12_300);
@@ -295,4 +296,125 @@ fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
     );
     assert_eq!(ring.expire(NOW + 1), Some(NOW));
     assert_eq!(ring.hash_count(), 0);
+}
+
+/// A stand-in for one partition's sidecar in PostgreSQL: rows in offset order.
+#[derive(Default)]
+struct Truth {
+    rows: Vec<(i64, Vec<u128>)>,
+    offsets: HashMap<u128, i64>,
+    last: i64,
+}
+
+impl Truth {
+    fn append(&mut self, hs: Vec<u128>) -> i64 {
+        let base = self.last + 1;
+        for (k, h) in hs.iter().enumerate() {
+            self.offsets.insert(*h, base + k as i64);
+        }
+        self.last = base + hs.len() as i64 - 1;
+        self.rows.push((base, hs));
+        base
+    }
+
+    /// What `log_dedup_hydrate_v1` answers: the rows ending after `after`, one snapshot.
+    fn read(&self, pid: i64, after: i64) -> Hydration {
+        let rows: Vec<(i64, i64, Vec<u128>)> = self
+            .rows
+            .iter()
+            .filter(|(base, hs)| base + hs.len() as i64 - 1 > after)
+            .map(|(base, hs)| (*base, NOW, hs.clone()))
+            .collect();
+        Hydration {
+            last: self.last,
+            ..hydration(pid, 3600, &rows)
+        }
+    }
+}
+
+#[test]
+fn racing_writers_readers_and_evictions_never_vouch_for_a_stored_hash() {
+    use rand::Rng;
+    use std::sync::atomic::AtomicU64;
+    const PARTITIONS: usize = 4;
+    let truths: Vec<Mutex<Truth>> = (0..PARTITIONS)
+        .map(|_| {
+            Mutex::new(Truth {
+                last: -1,
+                ..Truth::default()
+            })
+        })
+        .collect();
+    // Room for about two of the four partitions at the end: evictions and rehydrations race
+    // with the rest.
+    let cache = DedupCache::new(
+        true,
+        Limits {
+            budget_bytes: 250_000,
+            ..limits()
+        },
+    );
+    let next_hash = AtomicU64::new(1);
+    let violations = AtomicU64::new(0);
+    let vouched = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for worker in 0..8 {
+            let (cache, truths, next_hash) = (&cache, &truths, &next_hash);
+            let (violations, vouched) = (&violations, &vouched);
+            scope.spawn(move || {
+                let mut rng = rand::thread_rng();
+                for _ in 0..600 {
+                    let p = rng.gen_range(0..PARTITIONS);
+                    let name = format!("p{p}");
+                    if worker % 2 == 0 {
+                        // A writer: allocate under the "partition lock", report after it,
+                        // so reports of different writers arrive in any order.
+                        let n = rng.gen_range(1..20);
+                        let first = next_hash.fetch_add(n, Relaxed) as u128;
+                        let hs: Vec<u128> = (first..first + u128::from(n)).collect();
+                        let base = lock(&truths[p]).append(hs.clone());
+                        cache.committed("q", &name, p as i64, base, &sidecar(&hs), NOW);
+                        continue;
+                    }
+                    // A reader probing a stored hash or a fresh one.
+                    let probe = {
+                        let t = lock(&truths[p]);
+                        match t.rows.len() {
+                            0 => u128::MAX,
+                            n if rng.gen_bool(0.5) => t.rows[rng.gen_range(0..n)].1[0],
+                            _ => u128::MAX - 1,
+                        }
+                    };
+                    let mut plan = cache.plan("q", &name, &sidecar(&[probe]), true);
+                    for _ in 0..2 {
+                        let Plan::Fetch(t) = plan else { break };
+                        let read = lock(&truths[p]).read(p as i64, t.after);
+                        if let Installed::NeedsFull(full) = cache.install("q", &name, t, Some(read))
+                        {
+                            let read = lock(&truths[p]).read(p as i64, -1);
+                            cache.install("q", &name, full, Some(read));
+                        }
+                        plan = cache.plan("q", &name, &sidecar(&[probe]), false);
+                    }
+                    if let Plan::Send(v) = plan {
+                        if v >= 0 {
+                            vouched.fetch_add(1, Relaxed);
+                        }
+                        if lock(&truths[p])
+                            .offsets
+                            .get(&probe)
+                            .is_some_and(|&o| o <= v)
+                        {
+                            violations.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(violations.load(Relaxed), 0, "vouched past a stored hash");
+    assert!(vouched.load(Relaxed) > 0, "the race exercised vouching");
+    let m = cache.metrics();
+    assert!(m["bytes"].as_u64() <= Some(250_000), "{m}");
+    println!("race: {m}");
 }
