@@ -21,8 +21,8 @@
 //! (sql/007), which covers changes made while this metadata was still trusted.
 //!
 //! Memory: a global byte budget (`QUEEN_DEDUP_CACHE_MB`) with least-recently-used eviction of
-//! partitions; a partition that cannot fit even alone is "suppressed" (not hydrated, pushes
-//! send -1) for [`SUPPRESS_FOR`].
+//! partitions; a partition that cannot fit even alone, or whose read failed, is "suppressed"
+//! (not hydrated, pushes send -1) for [`SUPPRESS_FOR`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -38,7 +38,8 @@ use entry::{DbClock, Entry, Verdict};
 /// How long partition metadata is trusted without a refresh.
 pub const META_TTL: Duration = Duration::from_secs(30);
 
-/// How long a partition that does not fit the budget is left unhydrated.
+/// How long a partition that does not fit the budget (or whose read failed) is left
+/// unhydrated.
 pub const SUPPRESS_FOR: Duration = Duration::from_secs(30);
 
 /// Sizing of a cache.
@@ -299,9 +300,15 @@ impl DedupCache {
         }
     }
 
-    /// A read asked for by [`plan`](Self::plan) failed; the push goes on with -1.
-    pub fn fetch_failed(&self) {
+    /// A read asked for by [`plan`](Self::plan) failed (the push goes on with -1): the
+    /// partition is suppressed for a while, so a read that keeps failing (say, one that
+    /// outlasts the statement timeout) is not retried by every push.
+    pub fn fetch_failed(&self, queue: &str, partition: &str) {
         bump(&self.stats.fetch_errors);
+        let key = key(queue, partition);
+        let mut st = lock(&self.state);
+        st.remove(&key);
+        st.suppress(key, &self.limits, Instant::now());
     }
 
     /// Reports a committed segment of `hashes` at `base` (any writer of this broker): it
@@ -464,6 +471,12 @@ impl State {
         }
     }
 
+    /// Leaves `key` unhydrated for `limits.suppress_for`.
+    fn suppress(&mut self, key: Key, limits: &Limits, now: Instant) {
+        self.suppressed.retain(|_, until| *until > now);
+        self.suppressed.insert(key, now + limits.suppress_for);
+    }
+
     /// Evicts least recently used partitions until the cache fits its budget; suppresses
     /// `key` itself when it cannot fit alone.
     fn fit(&mut self, key: &Key, limits: &Limits, stats: &Stats, now: Instant) {
@@ -476,9 +489,7 @@ impl State {
                 None => {
                     bump(&stats.suppressions);
                     self.remove(key);
-                    self.suppressed.retain(|_, until| *until > now);
-                    self.suppressed
-                        .insert(key.clone(), now + limits.suppress_for);
+                    self.suppress(key.clone(), limits, now);
                     return;
                 }
             }

@@ -86,8 +86,10 @@ async fn read_and_install(
                 other => other.to_string(),
             };
             tracing::warn!(error = %text, partitions = reads.len(),
-                "dedup cache read failed; these pushes probe the whole window");
-            cache.fetch_failed();
+                "dedup cache read failed; these partitions probe the whole window for a while");
+            for &(i, _) in reads {
+                cache.fetch_failed(segs[i].queue, segs[i].partition);
+            }
             return Vec::new();
         }
     };

@@ -271,6 +271,22 @@ fn a_partition_larger_than_the_budget_is_suppressed_for_a_while() {
 }
 
 #[test]
+fn a_failed_read_suppresses_the_partition_for_a_while() {
+    let cache = DedupCache::new(
+        true,
+        Limits {
+            suppress_for: Duration::from_millis(50),
+            ..limits()
+        },
+    );
+    ticket(cache.plan("q", "p", &sidecar(&[1]), true));
+    cache.fetch_failed("q", "p");
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(ticket(cache.plan("q", "p", &sidecar(&[1]), true)).after, -1);
+}
+
+#[test]
 fn a_disabled_cache_always_asks_for_the_full_probe() {
     let cache = DedupCache::new(false, limits());
     assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
