@@ -28,7 +28,7 @@ pub struct Profile {
     pub push_measure: Duration,
     pub e2e_warmup: Duration,
     pub e2e_measure: Duration,
-    /// How many times an e2e cell whose backlog grew is re-run at half the rate.
+    /// Extra attempts of an e2e cell searching for the highest rate with a stable backlog.
     pub e2e_retries: u32,
     /// Producer rate of e2e cells when no push capacity was measured in this run (msgs/s).
     pub e2e_default_rate: f64,
@@ -105,9 +105,9 @@ impl Profile {
                 groups: vec![1, 5],
                 push_warmup: s(5),
                 push_measure: s(15),
-                e2e_warmup: s(10),
-                e2e_measure: s(30),
-                e2e_retries: 2,
+                e2e_warmup: s(5),
+                e2e_measure: s(20),
+                e2e_retries: 3,
                 e2e_default_rate: 5000.0,
                 drain_timeout: s(300),
                 latency_measure: s(30),
