@@ -1,8 +1,8 @@
-//! Message bodies: 1 KiB of incompressible random bytes (base64 in JSON) plus the message's
-//! sequence number and its scheduled send time, so a consumer can verify delivery and measure
-//! end-to-end latency from the schedule. Producer and consumer share the machine's clock.
+//! Message bodies: 1 KiB of incompressible random bytes (base64 in JSON), distinct for every
+//! message, plus the message's sequence number and its scheduled send time, so a consumer can
+//! verify delivery and measure end-to-end latency from the schedule. Producer and consumer
+//! share the machine's clock.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -11,34 +11,26 @@ use serde::Deserialize;
 
 /// Random bytes per message before base64 (the "1 KiB payload").
 pub const RANDOM_BYTES: usize = 1024;
-/// Distinct random blocks; consecutive messages never share one within a 100-message batch,
-/// so no segment can compress them away.
-const POOL: usize = 1024;
 
-/// Pre-generated random blocks, base64-encoded.
-#[derive(Clone)]
+/// Generates each message's random bytes from its own sequence number: no two messages share
+/// a block, so no segment (however many messages push fusion packs into it) can compress them.
+#[derive(Clone, Copy)]
 pub struct Payloads {
-    blocks: Arc<Vec<String>>,
+    seed: u64,
 }
 
 impl Payloads {
     pub fn new(seed: u64) -> Self {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let blocks = (0..POOL)
-            .map(|_| {
-                let mut raw = vec![0u8; RANDOM_BYTES];
-                rng.fill_bytes(&mut raw);
-                base64::engine::general_purpose::STANDARD.encode(raw)
-            })
-            .collect();
-        Self {
-            blocks: Arc::new(blocks),
-        }
+        Self { seed }
     }
 
     /// The JSON document of message `seq`, scheduled at `sched_us` (µs since the epoch).
     pub fn body(&self, seq: u64, sched_us: i64) -> String {
-        let block = &self.blocks[(seq % POOL as u64) as usize];
+        let mut raw = [0u8; RANDOM_BYTES];
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(self.seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        rng.fill_bytes(&mut raw);
+        let block = base64::engine::general_purpose::STANDARD.encode(raw);
         format!(r#"{{"i":{seq},"t":{sched_us},"b":"{block}"}}"#)
     }
 }
