@@ -12,15 +12,6 @@ use serde_json::{json, Value};
 
 const G: Option<&str> = Some("g");
 
-async fn call(
-    db: &tokio_postgres::Client,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> Value {
-    let row = db.query_one(sql, params).await.expect(sql);
-    serde_json::from_str(row.get::<_, &str>(0)).expect("jsonb answer")
-}
-
 async fn ack_at(
     db: &tokio_postgres::Client,
     pid: i64,

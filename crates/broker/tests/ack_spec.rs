@@ -44,16 +44,6 @@ async fn counters(db: &tokio_postgres::Client, pid: i64, group: &str) -> (i32, O
     (row.get(0), row.get(1), row.get(2))
 }
 
-/// A JSON-answering SQL function call, decoded.
-async fn call(
-    db: &tokio_postgres::Client,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> Value {
-    let row = db.query_one(sql, params).await.expect(sql);
-    serde_json::from_str(row.get::<_, &str>(0)).expect("jsonb answer")
-}
-
 /// An ack item without a leaseId (a lease-less ack).
 fn lease_less(msg: &Value, status: &str) -> Value {
     let mut item = ack_item(msg, status);

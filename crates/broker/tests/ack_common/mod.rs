@@ -197,3 +197,13 @@ pub fn parked_pop(
         (status, body, started.elapsed())
     })
 }
+
+/// A JSON-answering SQL function call, decoded.
+pub async fn call(
+    db: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Value {
+    let row = db.query_one(sql, params).await.expect(sql);
+    serde_json::from_str(row.get::<_, &str>(0)).expect("jsonb answer")
+}
