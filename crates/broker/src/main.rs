@@ -26,7 +26,8 @@ enum Command {
     /// /usr/lib/postgresql/*/bin, then PATH (Debian: apt-get install postgresql-15). It listens
     /// on a Unix socket in that directory only (no TCP port to collide with) with fsync on;
     /// as root it runs as the `postgres` user. The server is supervised as a child: it dies
-    /// with the broker, a stale postmaster.pid left by a crash is recovered, and SIGINT/SIGTERM
+    /// with the broker, a stale postmaster.pid left by a crash is recovered, a server that dies
+    /// while the broker runs is reaped and restarted (with backoff), and SIGINT/SIGTERM
     /// stop the broker gracefully (parked long-polls answer, in-flight requests finish), then
     /// the cluster with a fast shutdown.
     ///
@@ -69,6 +70,8 @@ async fn serve(mut cfg: Config) -> anyhow::Result<()> {
         Some(e) => e.config("postgres"),
         None => server::external_pg_config(&cfg)?,
     };
+    // From here on a server that dies is restarted; the pool reconnects on its own.
+    let embedded = embedded.map(embedded_pg::EmbeddedPg::supervise);
     let running = match server::start(cfg, pg).await {
         Ok(r) => r,
         Err(e) => {

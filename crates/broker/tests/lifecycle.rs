@@ -154,6 +154,79 @@ async fn acknowledged_pushes_survive_broker_and_postgres_crashes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The broker's own embedded PostgreSQL is killed (`kill -9` of the postmaster only, so its
+/// backends linger for a moment) while the broker keeps running: the supervisor reaps it (no
+/// zombie), starts it again, the pool reconnects, and acknowledged work is intact.
+#[tokio::test]
+async fn the_broker_restarts_its_embedded_postgres_after_a_kill9() {
+    let dir = scratch_dir("pgkill");
+    let http = reqwest::Client::new();
+    let port = free_port();
+    let mut queen = spawn_queen(&dir, port);
+    wait_healthy(&http, port).await;
+    let base = format!("http://127.0.0.1:{port}");
+
+    let items: Vec<Value> = (0..5)
+        .map(|n| json!({ "queue": "survivor", "payload": { "n": n } }))
+        .collect();
+    let r = http
+        .post(format!("{base}/api/v1/push"))
+        .json(&json!({ "items": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = http
+        .get(format!(
+            "{base}/api/v1/pop/queue/survivor?batch=2&autoAck=true"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let acked: Value = r.json().await.unwrap();
+    assert_eq!(acked["messages"].as_array().unwrap().len(), 2);
+
+    let old = postmaster_pid(&dir).expect("embedded PostgreSQL is running");
+    unsafe { libc::kill(old, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while postmaster_pid(&dir).is_none_or(|pid| pid == old || !alive(pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "embedded PostgreSQL was never restarted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_healthy(&http, port).await;
+    let stat = std::fs::read_to_string(format!("/proc/{old}/stat")).unwrap_or_default();
+    assert!(
+        !stat.contains(") Z "),
+        "the dead postmaster was reaped: {stat}"
+    );
+
+    let r = http
+        .post(format!("{base}/api/v1/push"))
+        .json(&json!({ "items": [{ "queue": "survivor", "payload": { "n": 5 } }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "pushes work again");
+    let mut seen = drain(&http, port, "survivor").await;
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        vec![2, 3, 4, 5],
+        "acked messages stay acked, the rest is there"
+    );
+
+    let pg_pid = postmaster_pid(&dir).expect("embedded PostgreSQL is running");
+    unsafe { libc::kill(queen.id() as i32, libc::SIGTERM) };
+    let status = queen.wait().unwrap();
+    assert!(status.success(), "queen exits cleanly on SIGTERM: {status}");
+    wait_gone(pg_pid).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn two_brokers_booting_at_once_on_one_database_both_come_up() {
     let pg = common::fresh_database().await;

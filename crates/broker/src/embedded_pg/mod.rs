@@ -7,6 +7,8 @@
 //! supervised child listening on a Unix socket only. A live server found through
 //! `postmaster.pid` was started by someone else (another broker on the directory, an operator):
 //! it is reused but never stopped by us ([`EmbeddedPg::is_supervised`] is false).
+//! [`EmbeddedPg::supervise`] keeps the server running for the broker's life: a server that
+//! dies is reaped and started again (supervisor.rs).
 //!
 //! Connection pooling, schema and broker configuration are not ours: callers get a socket
 //! directory, a port, a [`tokio_postgres::Config`] or a URL.
@@ -20,6 +22,7 @@ mod procfs;
 mod run_as;
 mod server_log;
 mod settings;
+mod supervisor;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,6 +30,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub use binaries::PgBinaries;
+pub use supervisor::Supervisor;
 
 use locks::StartLock;
 use run_as::RunAs;
