@@ -1,9 +1,15 @@
 //! The broker's error type and its one mapping to HTTP: 4xx for what the caller sent, 5xx
-//! (with the cause logged) for what went wrong inside.
+//! (with the cause logged) for what went wrong inside. A database that cannot be reached is
+//! a 503 with `Retry-After`: nothing was done, and the same request will work once it is back.
 
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+
+/// The `Retry-After` of a 503: the official client's own first retry delay.
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -23,6 +29,9 @@ pub enum Error {
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("database error: {0}")]
     Db(#[from] tokio_postgres::Error),
+    /// The database could not be reached and nothing was stored: 503 with `Retry-After`.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -41,11 +50,34 @@ impl Error {
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Pool(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Pool(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Db(e) if connection_lost(e) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Db(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
+
+    /// Whether the failure is the database being unreachable (an outage, a restart), not a
+    /// refusal of what was asked.
+    pub fn is_unavailable(&self) -> bool {
+        self.status() == StatusCode::SERVICE_UNAVAILABLE
+    }
 }
+
+/// A connection that broke or could not be made: closed, an I/O error, or a SQLSTATE of class
+/// 08 (connection exception) or 57P01-57P03 (the server shutting down or starting up).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        let code = code.code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+    }
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// Server failures are logged per request: identical ones at most once per window.
+static INTERNAL_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
@@ -55,11 +87,20 @@ impl IntoResponse for Error {
                 json!({ "error": message, "invalid": option })
             }
             e if status.is_server_error() => {
-                tracing::error!(error = %e, "internal failure");
-                json!({ "error": e.to_string() })
+                let text = e.to_string();
+                if let Some(suppressed) = INTERNAL_FAILURES.admit(&text) {
+                    tracing::error!(error = %text, suppressed, "internal failure");
+                }
+                json!({ "error": text })
             }
             e => json!({ "error": e.to_string() }),
         };
-        (status, axum::Json(body)).into_response()
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+        }
+        response
     }
 }

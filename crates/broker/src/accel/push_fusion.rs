@@ -55,7 +55,26 @@ pub enum FrameOutcome {
         offset: Option<i64>,
     },
     /// Not stored.
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a frame was not stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub error: String,
+    /// The database could not be reached: nothing is wrong with the frame, a retry after a
+    /// pause will store it. Otherwise the broker or the database failed the write.
+    pub unavailable: bool,
+}
+
+impl Failure {
+    /// A failure of the broker itself (not an outage).
+    pub fn internal(error: impl Into<String>) -> FrameOutcome {
+        FrameOutcome::Failed(Failure {
+            error: error.into(),
+            unavailable: false,
+        })
+    }
 }
 
 /// One partition's share of a bundle: frames with distinct hashes, in arrival order.
@@ -146,11 +165,11 @@ impl PushFusion {
             reply,
         };
         if shard.send(arrival).is_err() {
-            return vec![FrameOutcome::Failed("push fusion is shut down".into()); n];
+            return vec![Failure::internal("push fusion is shut down"); n];
         }
         settled
             .await
-            .unwrap_or_else(|_| vec![FrameOutcome::Failed("push flush aborted".into()); n])
+            .unwrap_or_else(|_| vec![Failure::internal("push flush aborted"); n])
     }
 }
 
@@ -392,7 +411,7 @@ impl LaneBatch {
     }
 
     fn reply(self, outcomes: Vec<FrameOutcome>) {
-        let missing = FrameOutcome::Failed("push flush returned no outcome".into());
+        let missing = Failure::internal("push flush returned no outcome");
         for (reply, slots) in self.arrivals {
             let result = slots
                 .iter()

@@ -9,6 +9,7 @@ pub mod messages;
 pub mod pop;
 pub mod push;
 pub mod push_binary;
+pub mod push_commit;
 pub mod push_dedup;
 pub mod push_flush;
 pub mod queues;

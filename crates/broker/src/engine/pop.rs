@@ -21,6 +21,7 @@ use crate::engine::render::{self, RenderContext, Rendered};
 use crate::engine::render_framed;
 use crate::engine::segment_build::INLINE_BUILD_BYTES;
 use crate::error::{Error, Result};
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::state::AppState;
 use crate::store::migrations::db_message;
 use crate::store::pop::{self as sql, ClaimArgs, PopAnswer};
@@ -296,15 +297,21 @@ async fn claim(
     }
 }
 
-/// A failed claim is a server fault: log PostgreSQL's own message, answer `pop failed`.
+/// A failed claim is a server fault: log PostgreSQL's own message (identical ones once per
+/// window), answer `pop failed`, or 503 when the database could not be reached.
 fn pop_failed(e: Error) -> Error {
-    match e {
-        Error::Db(db) => {
-            tracing::error!(error = %db_message(&db), "pop failed");
-            Error::internal("pop failed")
-        }
-        other => other,
+    static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+    let Error::Db(db) = &e else {
+        return e;
+    };
+    let text = db_message(db);
+    if let Some(suppressed) = FAILURES.admit(&text) {
+        tracing::error!(error = %text, suppressed, "pop failed");
     }
+    if e.is_unavailable() {
+        return Error::Unavailable(text);
+    }
+    Error::internal("pop failed")
 }
 
 fn queue_of(shape: &PopShape) -> Option<(&str, Option<&str>)> {

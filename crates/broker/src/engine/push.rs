@@ -1,18 +1,18 @@
 //! The push request logic shared by every push body (JSON here; the binary `QPB1` parser
 //! produces the same [`PushItem`]s): validate the whole request before anything is written,
 //! mint ids, dedup inside the request (layer 1), group by (queue, partition), hand each group
-//! to push fusion (which dedups inside a flush and lets SQL give the authoritative verdict),
-//! and make the pushed queues discoverable to pops before the caller answers.
+//! to push fusion (which dedups inside a flush, lets SQL give the authoritative verdict and
+//! makes the stored messages discoverable to pops), and decide whether the request stored
+//! anything at all ([`require_stored`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use queen_proto::hash::txn_hash;
 use queen_proto::wire::MAX_NAME_BYTES;
 use uuid::Uuid;
 
-use crate::accel::push_fusion::{copy_of, FrameOutcome, FusionFrame};
+use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 
@@ -88,7 +88,7 @@ impl PushResult {
 
     pub fn error(&self) -> Option<&str> {
         match &self.outcome {
-            FrameOutcome::Failed(text) => Some(text),
+            FrameOutcome::Failed(failure) => Some(&failure.error),
             _ => None,
         }
     }
@@ -141,7 +141,9 @@ struct Group {
 }
 
 /// Pushes `items`; results come back in input order. A bad item refuses the whole request
-/// (400) before anything is written; per-item storage failures come back as `Failed`.
+/// (400) before anything is written; per-item storage failures come back as `Failed` (the
+/// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
+/// this returns (the flush's post-commit step wakes their partitions).
 pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
     for (index, item) in items.iter().enumerate() {
         check_item(index, item)?;
@@ -189,7 +191,7 @@ pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResu
             partition,
             transaction_id,
             minted_id,
-            outcome: FrameOutcome::Failed("not pushed".into()),
+            outcome: Failure::internal("not pushed"),
         });
     }
 
@@ -206,17 +208,34 @@ pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResu
     for (index, leader) in followers {
         results[index].outcome = copy_of(&results[leader].outcome);
     }
-
-    // Discoverable before the 201: a wait=false pop right after the answer must see it.
-    let stored: Vec<(&str, &str)> = results
-        .iter()
-        .filter(|r| matches!(r.outcome, FrameOutcome::Queued { .. }))
-        .map(|r| (r.queue.as_str(), r.partition.as_str()))
-        .collect();
-    state.wake.wake_partitions(stored.iter().copied());
-    state
-        .counters
-        .messages_pushed
-        .fetch_add(stored.len() as u64, Relaxed);
     Ok(results)
+}
+
+/// The answer of a push request is per item only when something of it is stored (queued, or
+/// found stored already). When nothing is, a `201` full of `failed` items would be counted as
+/// success by a client that checks the status: it becomes a 503 with `Retry-After` when the
+/// database could not be reached, else a 500, naming the first failure.
+pub fn require_stored(results: &[PushResult]) -> Result<()> {
+    fn failure(r: &PushResult) -> Option<&Failure> {
+        match &r.outcome {
+            FrameOutcome::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+    if results.iter().any(|r| failure(r).is_none()) {
+        return Ok(());
+    }
+    let mut failures = results.iter().filter_map(failure);
+    let Some(first) = failures.next() else {
+        return Ok(()); // an empty request
+    };
+    Err(
+        match std::iter::once(first)
+            .chain(failures)
+            .find(|f| f.unavailable)
+        {
+            Some(f) => Error::Unavailable(f.error.clone()),
+            None => Error::internal(format!("nothing was stored: {}", first.error)),
+        },
+    )
 }

@@ -20,7 +20,6 @@
 //! re-framed and recompressed by push fusion.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use queen_proto::frame::decode_exact;
@@ -29,10 +28,10 @@ use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::{self, check_item, PushItem, PushResult};
-use crate::engine::push_dedup::{report_commits, SegmentKey};
+use crate::engine::push_commit::write_failed;
+use crate::engine::push_dedup::SegmentKey;
 use crate::error::{Error, Result};
 use crate::state::AppState;
-use crate::store::migrations::db_message;
 use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
 
 /// One group of a binary body, decoded into push items.
@@ -214,37 +213,26 @@ async fn store_as_sent(
     }
     .await;
     let written = match written {
-        Ok(written) => {
-            // Reported so the dedup cache's entries stay extendable past these segments.
-            let keys: Vec<SegmentKey<'_>> = writes
-                .iter()
-                .map(|w| SegmentKey {
-                    queue: w.queue,
-                    partition: w.partition,
-                    hashes: w.hashes,
-                })
-                .collect();
-            report_commits(&state.dedup_cache, &keys, &written);
-            written
-        }
+        Ok(written) => written,
         Err(e) => {
-            let text = match &e {
-                Error::Db(db) => format!("database error: {}", db_message(db)),
-                other => other.to_string(),
-            };
-            tracing::error!(error = %text, groups = direct.len(), "binary push write failed");
+            let failed = write_failed(&e, "binary push write", direct.len());
             for &g in direct {
-                settle(groups, g, starts[g], results, |_| {
-                    FrameOutcome::Failed(text.clone())
-                });
+                settle(groups, g, starts[g], results, |_| failed.clone());
             }
             return Ok(Vec::new());
         }
     };
+    let keys: Vec<SegmentKey<'_>> = writes
+        .iter()
+        .map(|w| SegmentKey {
+            queue: w.queue,
+            partition: w.partition,
+            hashes: w.hashes,
+        })
+        .collect();
+    state.commit_effects().committed(&keys, &written);
 
     let mut refused = Vec::new();
-    let mut queued = 0u64;
-    let mut stored: Vec<(&str, &str)> = Vec::new();
     for (&g, result) in direct.iter().zip(written) {
         match result {
             SegmentResult::Queued { base_offset, .. } => {
@@ -252,14 +240,10 @@ async fn store_as_sent(
                     message_id: groups[g].items[k].message_id.unwrap_or_default(),
                     offset: base_offset + k as i64,
                 });
-                queued += groups[g].items.len() as u64;
-                stored.push((&groups[g].queue, &groups[g].partition));
             }
             SegmentResult::Duplicate { .. } => refused.push(g),
         }
     }
-    state.wake.wake_partitions(stored);
-    state.counters.messages_pushed.fetch_add(queued, Relaxed);
     Ok(refused)
 }
 

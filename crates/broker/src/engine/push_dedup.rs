@@ -8,6 +8,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::accel::dedup_cache::{DedupCache, Installed, Plan, Ticket};
 use crate::error::Error;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::dedup_cache::{hydrate, HydrateAsk};
 use crate::store::migrations::db_message;
 use crate::store::push::SegmentResult;
@@ -85,8 +86,11 @@ async fn read_and_install(
                 Error::Db(db) => db_message(db),
                 other => other.to_string(),
             };
-            tracing::warn!(error = %text, partitions = reads.len(),
-                "dedup cache read failed; these partitions probe the whole window for a while");
+            static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+            if let Some(suppressed) = FAILURES.admit(&text) {
+                tracing::warn!(error = %text, partitions = reads.len(), suppressed,
+                    "dedup cache read failed; these partitions probe the whole window for a while");
+            }
             for &(i, _) in reads {
                 cache.fetch_failed(segs[i].queue, segs[i].partition);
             }

@@ -7,8 +7,10 @@
 //! loop ends within frames + 1 rounds. The partitions of a bundle stay "in flight" in the
 //! fusion until this returns, so no other flush of them interleaves.
 //!
-//! Each round asks the dedup cache for every segment's `p_verified` and reports the committed
-//! segments back before the next round (and before the partition's next flush).
+//! Each round asks the dedup cache for every segment's `p_verified`; a committed round goes
+//! through the shared post-commit step (push_commit.rs) before the next round (and before the
+//! partition's next flush), and its frames settle whatever happens afterwards: only frames of
+//! a round that did not commit are ever reported `failed`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -20,13 +22,12 @@ use queen_proto::frame::{decode_exact, Frame};
 use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
-use crate::accel::dedup_cache::DedupCache;
-use crate::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
-use crate::engine::push_dedup::{report_commits, verified_offsets, SegmentKey};
+use crate::accel::push_fusion::{BundleWriter, Failure, FrameOutcome, FusionFrame, LaneFlush};
+use crate::engine::push_commit::{after_commit_trouble, write_failed, CommitEffects};
+use crate::engine::push_dedup::{verified_offsets, SegmentKey};
 use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
-use crate::store::migrations::db_message;
-use crate::store::push::{push_multi, segment_at, SegmentResult, SegmentWrite};
+use crate::store::push::{push_multi, segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
 
 /// Decompression bound when reading a segment back: well above any segment a broker with a
@@ -41,7 +42,7 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 pub struct SegmentWriter {
     store: Store,
     zstd_level: i32,
-    dedup: Arc<DedupCache>,
+    effects: CommitEffects,
     summary: Arc<Summary>,
 }
 
@@ -83,7 +84,7 @@ impl Summary {
 }
 
 impl SegmentWriter {
-    pub fn new(store: Store, zstd_level: i32, dedup: Arc<DedupCache>) -> Self {
+    pub fn new(store: Store, zstd_level: i32, effects: CommitEffects) -> Self {
         let summary = Summary {
             commits: AtomicU64::new(0),
             segments: AtomicU64::new(0),
@@ -93,7 +94,7 @@ impl SegmentWriter {
         SegmentWriter {
             store,
             zstd_level,
-            dedup,
+            effects,
             summary: Arc::new(summary),
         }
     }
@@ -102,28 +103,24 @@ impl SegmentWriter {
         let mut settled: Vec<Vec<Option<FrameOutcome>>> =
             lanes.iter().map(|l| vec![None; l.frames.len()]).collect();
         if let Err(e) = self.settle(&lanes, &mut settled).await {
-            let text = match &e {
-                Error::Db(db) => format!("database error: {}", db_message(db)),
-                other => other.to_string(),
-            };
-            tracing::error!(error = %text, lanes = lanes.len(), "push flush failed");
+            // Only frames of rounds that did not commit are still unsettled.
+            let failed = write_failed(&e, "push flush", lanes.len());
             for slot in settled.iter_mut().flatten().filter(|s| s.is_none()) {
-                *slot = Some(FrameOutcome::Failed(text.clone()));
+                *slot = Some(failed.clone());
             }
         }
         settled
             .into_iter()
             .map(|lane| {
                 lane.into_iter()
-                    .map(|o| {
-                        o.unwrap_or_else(|| FrameOutcome::Failed("push did not settle".into()))
-                    })
+                    .map(|o| o.unwrap_or_else(|| Failure::internal("push did not settle")))
                     .collect()
             })
             .collect()
     }
 
-    /// Writes rounds until every frame is settled; fills `settled` as frames settle.
+    /// Writes rounds until every frame is settled; fills `settled` as frames settle. An error
+    /// means the current round did not commit; every committed round is settled by then.
     async fn settle(
         &self,
         lanes: &[LaneFlush],
@@ -152,7 +149,7 @@ impl SegmentWriter {
                     hashes: &seg.hashes,
                 })
                 .collect();
-            let verified = verified_offsets(&self.dedup, &conn, &keys).await;
+            let verified = verified_offsets(&self.effects.dedup, &conn, &keys).await;
             let writes: Vec<SegmentWrite<'_>> = keys
                 .iter()
                 .zip(&built)
@@ -167,43 +164,22 @@ impl SegmentWriter {
                 })
                 .collect();
             let results = push_multi(&conn, &writes).await?;
-            report_commits(&self.dedup, &keys, &results);
+            // Committed: from here on nothing may fail the round's frames.
+            self.effects.committed(&keys, &results);
             self.summary.record(&built);
             for (&l, result) in round.iter().zip(results) {
                 let frames = &lanes[l].frames;
+                let lane = Lane {
+                    pending: &mut pending[l],
+                    settled: &mut settled[l],
+                };
                 match result {
                     SegmentResult::Queued { base_offset, .. } => {
-                        for (k, &f) in pending[l].iter().enumerate() {
-                            settled[l][f] = Some(FrameOutcome::Queued {
-                                message_id: frames[f].message_id,
-                                offset: base_offset + k as i64,
-                            });
-                        }
-                        pending[l].clear();
+                        lane.queued(frames, base_offset);
                     }
                     SegmentResult::Duplicate { partition_id, dups } => {
-                        let mut dup_frames = Vec::with_capacity(dups.len());
-                        for dup in &dups {
-                            let Some(&f) = pending[l].get(dup.i) else {
-                                return Err(Error::internal(format!(
-                                    "log_push_one_v1 reported frame {} of a {}-frame segment",
-                                    dup.i,
-                                    pending[l].len()
-                                )));
-                            };
-                            let original = originals.resolve(&conn, partition_id, dup.off).await?;
-                            settled[l][f] = Some(FrameOutcome::Duplicate {
-                                message_id: original,
-                                offset: Some(dup.off),
-                            });
-                            dup_frames.push(f);
-                        }
-                        if dup_frames.is_empty() {
-                            return Err(Error::internal(
-                                "log_push_one_v1 reported a duplicate without frames",
-                            ));
-                        }
-                        pending[l].retain(|f| !dup_frames.contains(f));
+                        lane.duplicates(&conn, &mut originals, partition_id, &dups)
+                            .await;
                     }
                 }
             }
@@ -244,6 +220,71 @@ impl SegmentWriter {
 impl BundleWriter for SegmentWriter {
     fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
         Box::pin(self.clone().write_bundle(lanes))
+    }
+}
+
+/// One lane's frames still to write and its outcomes, while a committed round settles them.
+struct Lane<'a> {
+    pending: &'a mut Vec<usize>,
+    settled: &'a mut [Option<FrameOutcome>],
+}
+
+impl Lane<'_> {
+    /// The segment of the pending frames was stored from `base_offset` on.
+    fn queued(self, frames: &[FusionFrame], base_offset: i64) {
+        for (k, &f) in self.pending.iter().enumerate() {
+            self.settled[f] = Some(FrameOutcome::Queued {
+                message_id: frames[f].message_id,
+                offset: base_offset + k as i64,
+            });
+        }
+        self.pending.clear();
+    }
+
+    /// The segment wrote nothing: the `dups` frames are stored already and settle with their
+    /// originals' ids (the nil id when one cannot be read back: the verdict stands, only the
+    /// id is unknown); the others stay pending for the next round. An answer naming no frame,
+    /// or a frame the segment did not have, settles the lane as failed (nothing of it was
+    /// written) rather than loop.
+    async fn duplicates(
+        self,
+        db: &impl deadpool_postgres::GenericClient,
+        originals: &mut OriginalIds,
+        partition_id: i64,
+        dups: &[DupFrame],
+    ) {
+        let count = self.pending.len();
+        if dups.is_empty() || dups.iter().any(|d| d.i >= count) {
+            let trouble =
+                format!("log_push_one_v1 reported duplicates {dups:?} of a {count}-frame segment");
+            after_commit_trouble(&trouble);
+            for &f in self.pending.iter() {
+                self.settled[f] = Some(Failure::internal(trouble.clone()));
+            }
+            self.pending.clear();
+            return;
+        }
+        let mut dup_frames = Vec::with_capacity(dups.len());
+        for dup in dups {
+            let f = self.pending[dup.i];
+            let original = match originals.resolve(db, partition_id, dup.off).await {
+                Ok(id) => id,
+                Err(e) => {
+                    after_commit_trouble(&format!(
+                        "reading the original of a duplicate (partition {partition_id}, \
+                         offset {}): {e}",
+                        dup.off
+                    ));
+                    ZERO_UUID
+                }
+            };
+            self.settled[f] = Some(FrameOutcome::Duplicate {
+                message_id: original,
+                offset: Some(dup.off),
+            });
+            dup_frames.push(f);
+        }
+        self.pending.retain(|f| !dup_frames.contains(f));
     }
 }
 

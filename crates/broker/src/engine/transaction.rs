@@ -8,7 +8,6 @@
 //! the same rules. The DLQ hand-off and long-poll wake-ups happen after the commit.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering::Relaxed;
 
 use queen_proto::frame::Frame;
 use queen_proto::hash::txn_hash;
@@ -17,7 +16,8 @@ use uuid::Uuid;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::dlq;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
-use crate::engine::push_dedup::{report_commits, SegmentKey};
+use crate::engine::push_commit::after_commit_trouble;
+use crate::engine::push_dedup::SegmentKey;
 use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -169,18 +169,17 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
             })
         }
     };
+    // Committed: the shared post-commit step, then the ack work. An answer of the SQL that
+    // makes no sense is logged; the bundle committed, so it is answered as committed.
     if let Some(bad) = committed
         .pushes
         .iter()
         .find(|r| !matches!(r, SegmentResult::Queued { .. }))
     {
-        return Err(Error::internal(format!(
+        after_commit_trouble(&format!(
             "log_transaction_wire_v1 committed a non-queued push: {bad:?}"
-        )));
+        ));
     }
-
-    // Committed: tell the dedup cache (its entries stay extendable past these segments),
-    // make the pushes visible to parked pops, then the post-commit ack work.
     let keys: Vec<SegmentKey<'_>> = pushes
         .iter()
         .map(|p| SegmentKey {
@@ -189,16 +188,7 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
             hashes: p.hashes,
         })
         .collect();
-    report_commits(&state.dedup_cache, &keys, &committed.pushes);
-    state.wake.wake_partitions(
-        plan.segments
-            .iter()
-            .map(|seg| (seg.queue.as_str(), seg.partition.as_str())),
-    );
-    state
-        .counters
-        .messages_pushed
-        .fetch_add(built.iter().map(|b| b.msg_count as u64).sum(), Relaxed);
+    state.commit_effects().committed(&keys, &committed.pushes);
 
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {

@@ -32,6 +32,7 @@ async fn push_json(
     }
     let items = parse_items(&body)?;
     let results = push::push(&st, items).await?;
+    push::require_stored(&results)?;
     Ok(created(&results))
 }
 

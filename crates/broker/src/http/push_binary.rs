@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use queen_proto::push_bin::{parse_push, PushError};
 
+use crate::engine::push::require_stored;
 use crate::engine::push_binary::{counts, push_envelope};
 use crate::error::{Error, Result};
 use crate::http::push::created;
@@ -52,11 +53,12 @@ pub async fn parse_binary<T: Send + 'static>(
 }
 
 /// `POST /api/v1/push` with a `QPB1` body: 201 with one result per message in wire order,
-/// or with flag 2 the counts object.
+/// or with flag 2 the counts object; 503/500 when nothing was stored.
 pub async fn push(st: &AppState, body: Bytes) -> Result<Response> {
     let env = parse_binary(st, body, "push", parse_push).await?;
     let counts_only = env.counts_only();
     let results = push_envelope(st, env).await?;
+    require_stored(&results)?;
     if counts_only {
         return Ok((StatusCode::CREATED, Json(counts(&results))).into_response());
     }

@@ -1,0 +1,75 @@
+//! The step that follows every committed write of segments, shared by the three push paths
+//! (push fusion's flushes, binary groups stored as sent, transactions), and how a write that
+//! did not commit is reported.
+//!
+//! Once PostgreSQL committed a write, its answer is the write's outcome: what comes after
+//! (telling the dedup cache, waking parked pops, counting) cannot fail, and trouble in any
+//! later step is logged, never turned into a `failed` frame, since a client would retry a
+//! frame reported failed and store it twice.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::accel::dedup_cache::DedupCache;
+use crate::accel::push_fusion::{Failure, FrameOutcome};
+use crate::accel::wake::WakeGates;
+use crate::engine::push_dedup::{report_commits, SegmentKey};
+use crate::error::Error;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+use crate::state::Counters;
+use crate::store::migrations::db_message;
+use crate::store::push::SegmentResult;
+
+/// What a committed write touches; cheap to clone (the fusion's writer keeps one).
+#[derive(Clone)]
+pub struct CommitEffects {
+    pub dedup: Arc<DedupCache>,
+    pub wake: Arc<WakeGates>,
+    pub counters: Arc<Counters>,
+}
+
+impl CommitEffects {
+    /// Records a committed write: `results` are PostgreSQL's answers for `segs`, in order.
+    /// The dedup cache learns each stored segment (its entries stay extendable past it), pops
+    /// parked on those partitions wake (before the pushers are answered, so a pop right after
+    /// the answer sees the messages), and the pushed counter counts them.
+    pub fn committed(&self, segs: &[SegmentKey<'_>], results: &[SegmentResult]) {
+        report_commits(&self.dedup, segs, results);
+        let mut stored = Vec::new();
+        let mut messages = 0u64;
+        for (seg, result) in segs.iter().zip(results) {
+            if matches!(result, SegmentResult::Queued { .. }) {
+                stored.push((seg.queue, seg.partition));
+                messages += (seg.hashes.len() / 16) as u64;
+            }
+        }
+        self.wake.wake_partitions(stored);
+        self.counters.messages_pushed.fetch_add(messages, Relaxed);
+    }
+}
+
+/// Failed writes are logged per flush or request: identical ones once per window.
+static WRITE_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+
+/// The outcome of frames whose write did not commit because of `e` (logged here, rate
+/// limited, with PostgreSQL's own message); `what` names the write in the log.
+pub fn write_failed(e: &Error, what: &str, segments: usize) -> FrameOutcome {
+    let error = match e {
+        Error::Db(db) => format!("database error: {}", db_message(db)),
+        other => other.to_string(),
+    };
+    if let Some(suppressed) = WRITE_FAILURES.admit(&error) {
+        tracing::error!(error = %error, segments, suppressed, "{what} failed");
+    }
+    FrameOutcome::Failed(Failure {
+        error,
+        unavailable: e.is_unavailable(),
+    })
+}
+
+/// Logs trouble after a commit (rate limited): the committed frames keep their outcome.
+pub fn after_commit_trouble(trouble: &str) {
+    if let Some(suppressed) = WRITE_FAILURES.admit(trouble) {
+        tracing::error!(error = %trouble, suppressed, "post-commit step failed; the write stands");
+    }
+}
