@@ -18,19 +18,47 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn_queen(data_dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_queen"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("QUEEN_DATA_DIR", data_dir)
-        .env("PORT", port.to_string())
-        .env("HOST", "127.0.0.1")
-        .env("LOG_LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn queen serve")
+/// A `queen serve` child that is killed if a failing test leaves it running (it would keep its
+/// PostgreSQL, and the test's inherited stderr, alive).
+struct Queen(Child);
+
+impl std::ops::Deref for Queen {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Queen {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Queen {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn_queen(data_dir: &Path, port: u16) -> Queen {
+    Queen(
+        Command::new(env!("CARGO_BIN_EXE_queen"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("QUEEN_DATA_DIR", data_dir)
+            .env("PORT", port.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn queen serve"),
+    )
 }
 
 async fn wait_healthy(http: &reqwest::Client, port: u16) {
