@@ -47,21 +47,25 @@ BEGIN
 END $$;
 
 -- The subscription a pop's own parameters ask for: (mode, instant). '__QUEUE_MODE__' never
--- skips backlog; subscriptionFrom=<timestamp> wins over the mode; `new` or
--- subscriptionFrom=now means future only; anything else means everything retained.
+-- skips backlog; `new` (or subscriptionFrom=now) means future only, counted from p_sub_from
+-- when that carries an instant (the broker sends the request's arrival, so a first contact
+-- delayed by a long-poll on a queue that did not exist yet still counts from the request),
+-- else from now(); otherwise subscriptionFrom=<timestamp> is a timestamp subscription;
+-- anything else means everything retained.
 CREATE OR REPLACE FUNCTION queen.log_sub_intent_v1(p_group text, p_sub_mode text, p_sub_from text,
     OUT r_mode text, OUT r_ts timestamptz)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF p_group = '__QUEUE_MODE__' THEN
         r_mode := 'all';
-    ELSIF COALESCE(p_sub_from, '') <> '' AND lower(p_sub_from) <> 'now' THEN
-        r_mode := 'timestamp';
-        r_ts := p_sub_from::timestamptz;
     ELSIF lower(COALESCE(p_sub_mode, '')) IN ('new', 'new-only', 'newonly')
           OR lower(COALESCE(p_sub_from, '')) = 'now' THEN
         r_mode := 'new';
-        r_ts := now();
+        r_ts := CASE WHEN COALESCE(p_sub_from, '') IN ('', 'now') THEN now()
+                     ELSE LEAST(p_sub_from::timestamptz, now()) END;
+    ELSIF COALESCE(p_sub_from, '') <> '' THEN
+        r_mode := 'timestamp';
+        r_ts := p_sub_from::timestamptz;
     ELSE
         r_mode := 'all';
     END IF;
@@ -438,8 +442,10 @@ $$;
 -- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, engine.md §5.2): first-contact
 -- registration and bulk seed, then a coarse candidate scan (write watermark, unleased,
 -- maybe pending; random order spreads consumers; log_pop_claim_v1 re-verifies each under
--- the row lock), then claims until budget or partition cap. A named group's first pop of a
--- missing queue creates it, so its subscription record has a queue row to point at.
+-- the row lock), then claims until budget or partition cap. A missing queue answers empty
+-- and creates nothing: a pop never makes durable state out of a name nobody configured or
+-- pushed to (a `new` subscription still counts from the request's arrival, see
+-- log_sub_intent_v1, so a long-poll that outlives the queue's creation misses nothing).
 CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_bin_v1(
     p_queue text, p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '')
@@ -457,13 +463,9 @@ DECLARE
 BEGIN
     SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
-        IF p_group = '__QUEUE_MODE__' THEN
-            meta := '{"partitions":[]}'; blobs := '{}';
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        PERFORM queen.log_create_queues_v1(ARRAY[p_queue]);
-        SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+        meta := '{"partitions":[]}'; blobs := '{}';
+        RETURN NEXT;
+        RETURN;
     END IF;
 
     SELECT i.r_mode, i.r_ts INTO v_mode, v_ts FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
@@ -667,9 +669,10 @@ END $$;
 -- The cheap probes a pop runs before taking the connection-heavy path. False means
 -- definitively nothing to deliver; true may be stale (leased, deferred), a deliberate
 -- superset. Partitions below the empty-scan floor cannot be pending (see log_empty_scan_v1).
--- A named group that has not registered yet always gets true: its first contact must reach
--- the wildcard procedure and store the subscription now, even on an empty (or missing)
--- queue, or a `new` subscription taken later would skip what is pushed in between.
+-- A named group that has not registered yet on an existing queue always gets true: its
+-- first contact must reach the wildcard procedure and store the subscription now, even on an
+-- empty queue, or a `new` subscription taken later would skip what is pushed in between. A
+-- missing queue has nothing to deliver and nothing to register on.
 CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_queue text, p_group text)
 RETURNS bool LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -678,7 +681,7 @@ DECLARE
 BEGIN
     SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
-        RETURN p_group <> '__QUEUE_MODE__';
+        RETURN false;
     END IF;
     IF p_group <> '__QUEUE_MODE__' AND NOT EXISTS (
         SELECT 1 FROM queen.consumer_groups_metadata m

@@ -72,6 +72,39 @@ impl Gate {
     }
 }
 
+/// A waiter's hold on a gate. Dropping the last handle of a queue's gate removes the gate:
+/// every other reference is taken and released under the gate map's lock, so the count seen
+/// there is exact.
+pub struct GateHandle {
+    gate: Arc<Gate>,
+    /// The map and name the gate is registered under; `None` for the discovery gate.
+    owner: Option<(Arc<Shared>, String)>,
+}
+
+impl std::ops::Deref for GateHandle {
+    type Target = Gate;
+
+    fn deref(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+impl Drop for GateHandle {
+    fn drop(&mut self) {
+        let Some((shared, queue)) = &self.owner else {
+            return;
+        };
+        let mut gates = lock(&shared.gates);
+        // Two references: the map's and ours. Hints and parked wakes die with the gate; both
+        // only ever matter to a waiter.
+        if Arc::strong_count(&self.gate) == 2
+            && gates.get(queue).is_some_and(|g| Arc::ptr_eq(g, &self.gate))
+        {
+            gates.remove(queue);
+        }
+    }
+}
+
 /// Adds `partition` to a hint mailbox unless it is already there, dropping the oldest entry
 /// when full.
 fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
@@ -135,19 +168,33 @@ impl WakeGates {
         }
     }
 
-    /// The gate of `queue`, created on first use by a waiter.
-    pub fn gate(&self, queue: &str) -> Arc<Gate> {
+    /// The gate of `queue`, created on first use by a waiter and freed when the last waiter
+    /// drops its handle, so names polled once cost nothing afterwards.
+    pub fn gate(&self, queue: &str) -> GateHandle {
         self.ensure_started();
-        lock(&self.shared.gates)
+        let gate = lock(&self.shared.gates)
             .entry(queue.to_string())
             .or_default()
-            .clone()
+            .clone();
+        GateHandle {
+            gate,
+            owner: Some((self.shared.clone(), queue.to_string())),
+        }
     }
 
-    /// The gate discovery pops wait on: opened by a wake of any queue. It never holds hints.
-    pub fn any_gate(&self) -> Arc<Gate> {
+    /// The gate discovery pops wait on: opened by a wake of any queue. It never holds hints
+    /// and lives as long as the broker.
+    pub fn any_gate(&self) -> GateHandle {
         self.ensure_started();
-        self.shared.any.clone()
+        GateHandle {
+            gate: self.shared.any.clone(),
+            owner: None,
+        }
+    }
+
+    /// How many per-queue gates exist (one per queue with a waiting pop), for `/metrics`.
+    pub fn gate_count(&self) -> usize {
+        lock(&self.shared.gates).len()
     }
 
     /// Marks `queue` for the next tick: its gate (if anyone ever waited on it), the discovery
@@ -175,16 +222,21 @@ impl WakeGates {
 
     fn mark(&self, queue: &str, partitions: &[&str]) {
         self.ensure_started();
-        let gate = lock(&self.shared.gates).get(queue).cloned();
-        if let Some(gate) = &gate {
-            for p in partitions {
-                gate.hint(p);
+        // Hinted under the map's lock, never through a clone: a gate's reference count must
+        // only move under that lock (see `GateHandle`).
+        let has_gate = match lock(&self.shared.gates).get(queue) {
+            Some(gate) => {
+                for p in partitions {
+                    gate.hint(p);
+                }
+                true
             }
-        }
+            None => false,
+        };
         let first = {
             let mut m = lock(&self.shared.marked);
             let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
-            if gate.is_some() && !m.local.contains(queue) {
+            if has_gate && !m.local.contains(queue) {
                 m.local.insert(queue.to_string());
             }
             m.any = true;
@@ -586,6 +638,25 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), any_woken)
             .await
             .expect("discovery gate opened");
+    }
+
+    #[tokio::test]
+    async fn a_gate_lives_exactly_as_long_as_its_waiters() {
+        let gates = WakeGates::new(Uuid::now_v7(), None);
+        let (first, second) = (gates.gate("q"), gates.gate("q"));
+        let any = gates.any_gate();
+        assert_eq!(gates.gate_count(), 1, "one gate per queue");
+        gates.wake_partitions([("q", "p")]);
+        drop(first);
+        assert_eq!(gates.gate_count(), 1, "a waiter is left");
+        assert_eq!(second.take_hints(), vec!["p".to_string()]);
+        drop(second);
+        assert_eq!(gates.gate_count(), 0, "the last waiter frees the gate");
+        drop(any);
+        let again = gates.gate("q");
+        assert_eq!(gates.gate_count(), 1, "a new waiter makes a new gate");
+        drop(again);
+        assert_eq!(gates.gate_count(), 0);
     }
 
     #[tokio::test]

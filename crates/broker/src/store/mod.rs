@@ -54,6 +54,15 @@ impl Store {
         Ok(self.pool.get().await?)
     }
 
+    /// A pooled connection if one is free before `deadline`, else `None`: a request bounded
+    /// by a deadline (a pop) must not wait out the pool's own 30 s wait timeout.
+    pub async fn conn_before(&self, deadline: tokio::time::Instant) -> Result<Option<Object>> {
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(conn) => Ok(Some(conn?)),
+            Err(_elapsed) => Ok(None),
+        }
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
