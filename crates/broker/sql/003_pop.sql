@@ -8,6 +8,12 @@
 -- the registration committed), and a targeted pop waits on nothing after creating it, so no
 -- wait closes a cycle.
 --
+-- Every row a pop creates references a queue or partition row, whose foreign-key check takes
+-- a key-share lock on it. Writers only take NO KEY UPDATE there, which does not conflict;
+-- only a queue delete (FOR UPDATE, then a cascade over cursor rows) does. A pop holding a
+-- cursor row must not wait for that delete, so before each such insert it takes the
+-- key-share lock itself with SKIP LOCKED and, when the row is being deleted, creates nothing.
+--
 -- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
 -- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
 -- take, msgCount, createdAt (µs since epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
@@ -88,6 +94,12 @@ BEGIN
     IF EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
                WHERE m.consumer_group = p_group AND m.queue_id = p_qid
                  AND m.partition_name = '' AND m.namespace = '' AND m.task = '') THEN
+        RETURN;
+    END IF;
+    -- A queue being deleted gets no registration (see the header); holding the queue's
+    -- key-share lock also keeps the delete from taking any of its partitions meanwhile.
+    PERFORM 1 FROM queen.queues q WHERE q.id = p_qid FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
     INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
@@ -209,6 +221,14 @@ BEGIN
                 SELECT i.r_ts INTO v_ts
                 FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
             END IF;
+        END IF;
+        -- A partition being deleted gets no cursor row (see the header).
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = p_pid FOR KEY SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            r_state := 'leased';
+            r_until := v_now;
+            RETURN NEXT;
+            RETURN;
         END IF;
         v_seed := CASE WHEN v_ts IS NULL THEN -1
                        ELSE queen.log_seed_cursor_v1(p_pid, r_last_off, v_log_start, v_ts) END;
@@ -415,6 +435,11 @@ BEGIN
         RETURN;
     END IF;
     IF NOT pg_try_advisory_xact_lock(hashtextextended(p_qid::text || '/' || p_group, 43)) THEN
+        RETURN;
+    END IF;
+    -- A queue being deleted gets no watermark (see the header).
+    PERFORM 1 FROM queen.queues q WHERE q.id = p_qid FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
     SELECT EXISTS (
