@@ -90,8 +90,10 @@ async fn wake_gates_are_freed_when_their_last_waiter_leaves() {
     let wait_on = |queue: String, timeout: u32| {
         let h = h.clone();
         tokio::spawn(async move {
-            h.get(&format!("/api/v1/pop/queue/{queue}?wait=true&timeout={timeout}"))
-                .await
+            h.get(&format!(
+                "/api/v1/pop/queue/{queue}?wait=true&timeout={timeout}"
+            ))
+            .await
         })
     };
 
@@ -103,7 +105,9 @@ async fn wake_gates_are_freed_when_their_last_waiter_leaves() {
     assert_eq!(gates(), 0, "every gate left with its last waiter");
 
     // Waiters woken by a push: the count sees them while they wait.
-    let woken: Vec<_> = (0..20).map(|i| wait_on(format!("name-{i}"), 30_000)).collect();
+    let woken: Vec<_> = (0..20)
+        .map(|i| wait_on(format!("name-{i}"), 30_000))
+        .collect();
     for _ in 0..3000 {
         if gates() == 20 {
             break;

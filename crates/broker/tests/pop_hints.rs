@@ -80,7 +80,10 @@ fn parked(b: &TestBroker, path: &str) -> tokio::task::JoinHandle<(StatusCode, Va
 /// the hints pushes leave): a targeted pop parked on a partition nobody pushes to, which
 /// takes no hints. Abort it when done.
 fn hold_gate(b: &TestBroker, queue: &str) -> tokio::task::JoinHandle<(StatusCode, Value, Instant)> {
-    parked(b, &format!("/api/v1/pop/queue/{queue}/partition/never?batch=1"))
+    parked(
+        b,
+        &format!("/api/v1/pop/queue/{queue}/partition/never?batch=1"),
+    )
 }
 
 /// Pushes one message per `(partition, payload)` in one request.

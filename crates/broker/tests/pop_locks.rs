@@ -44,14 +44,21 @@ async fn first_pops_complete_while_a_push_transaction_holds_the_partitions() {
 
     // A named group's first wildcard pop registers and seeds cursor rows of both partitions;
     // a targeted pop of a fresh group creates its cursor row lazily.
-    let wildcard = pop(&b, "held", "batch=10&partitions=2&consumerGroup=g&autoAck=true");
+    let wildcard = pop(
+        &b,
+        "held",
+        "batch=10&partitions=2&consumerGroup=g&autoAck=true",
+    );
     let wildcard = tokio::time::timeout(STUCK, wildcard)
         .await
         .expect("the wildcard pop waited on the push transaction");
     let mut got = wildcard.txns();
     got.sort();
     assert_eq!(got, ["b-0", "b-1", "s-0", "s-1"]);
-    let targeted = get(&b, "/api/v1/pop/queue/held/partition/single?consumerGroup=t");
+    let targeted = get(
+        &b,
+        "/api/v1/pop/queue/held/partition/single?consumerGroup=t",
+    );
     let targeted = tokio::time::timeout(STUCK, targeted)
         .await
         .expect("the targeted pop waited on the push transaction");
@@ -100,7 +107,7 @@ async fn consume(h: Handle, me: usize, rounds: usize) -> Vec<Answer> {
     run(rounds, |i| {
         let h = h.clone();
         async move {
-            let (queue, other) = if (me + i) % 2 == 0 {
+            let (queue, other) = if (me + i).is_multiple_of(2) {
                 ("race-a", "race-b")
             } else {
                 ("race-b", "race-a")
@@ -121,7 +128,11 @@ async fn consume(h: Handle, me: usize, rounds: usize) -> Vec<Answer> {
                             "status": "completed", "consumerGroup": group })
                 })
                 .collect();
-            ops.push(push_op(other, &format!("p{}", i % 4), &format!("c{me}-{i}")));
+            ops.push(push_op(
+                other,
+                &format!("p{}", i % 4),
+                &format!("c{me}-{i}"),
+            ));
             seen.push(post(&h, "/api/v1/transaction", json!({ "operations": ops })).await);
             let targeted = h
                 .get(&format!(
@@ -195,5 +206,9 @@ async fn pops_transactions_and_queue_deletes_race_without_a_server_error() {
             assert!(!body.to_string().contains("deadlock"), "{body}");
         }
     }
-    assert_eq!(answers, 6 * 40 * 3 + 3 * 40 + 60, "every request was answered");
+    assert_eq!(
+        answers,
+        6 * 40 * 3 + 3 * 40 + 60,
+        "every request was answered"
+    );
 }

@@ -24,7 +24,9 @@ const CONFLICT_TRIES: u32 = 10;
 /// SQL raises that when a queue delete committed under it (sql/002_push.sql), in which case
 /// nothing was written and the next run finds the name free. Only for single statements
 /// outside an explicit transaction, whose failure leaves nothing behind.
-pub async fn retry_conflicts<T, F, Fut>(mut call: F) -> std::result::Result<T, tokio_postgres::Error>
+pub async fn retry_conflicts<T, F, Fut>(
+    mut call: F,
+) -> std::result::Result<T, tokio_postgres::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -34,7 +36,8 @@ where
         match call().await {
             Err(e)
                 if tries < CONFLICT_TRIES
-                    && e.code() == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) =>
+                    && e.code()
+                        == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) =>
             {
                 tries += 1;
             }
