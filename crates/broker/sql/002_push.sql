@@ -51,14 +51,22 @@ BEGIN
         RETURN;
     END IF;
 
-    PERFORM queen.log_create_queues_v1(p_queues);
-
-    INSERT INTO queen.log_partitions (queue_id, name)
-    SELECT qu.id, d.p
-    FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d
-    JOIN queen.queues qu ON qu.name = d.q
-    ORDER BY qu.id, d.p
-    ON CONFLICT (queue_id, name) DO NOTHING;
+    -- A queue delete can commit between this statement's read of a queue row and the
+    -- partition insert's foreign-key check on it: nothing was written, and a new attempt
+    -- finds the name free, so that is a serialization failure the broker retries (the
+    -- subtransaction costs only this slow path).
+    BEGIN
+        PERFORM queen.log_create_queues_v1(p_queues);
+        INSERT INTO queen.log_partitions (queue_id, name)
+        SELECT qu.id, d.p
+        FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d
+        JOIN queen.queues qu ON qu.name = d.q
+        ORDER BY qu.id, d.p
+        ON CONFLICT (queue_id, name) DO NOTHING;
+    EXCEPTION WHEN foreign_key_violation THEN
+        RAISE EXCEPTION 'log_provision_v1: a queue was deleted while provisioning it'
+            USING ERRCODE = 'serialization_failure';
+    END;
 END
 $$;
 
@@ -115,9 +123,12 @@ BEGIN
 
     IF v_window > 0 THEN
         -- The lock serialises writers of this partition; the probe below is authoritative
-        -- because no other writer can append between it and our insert.
+        -- because no other writer can append between it and our insert. NO KEY UPDATE is the
+        -- allocator's own UPDATE lock: it excludes other writers but not the key-share lock a
+        -- pop's new cursor row takes on the partition through its foreign key, so pops never
+        -- wait on pushes.
         SELECT last_offset, txns_start INTO v_last, v_txns_start
-        FROM queen.log_partitions WHERE id = v_pid FOR UPDATE;
+        FROM queen.log_partitions WHERE id = v_pid FOR NO KEY UPDATE;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
         END IF;
@@ -195,19 +206,39 @@ $$;
 -- Provisions the given (queue, partition) pairs and locks every one of their partition rows
 -- in ascending id, the global partition lock order: what a multi-partition writer does
 -- before its first append. One set-based statement; the row-lock node sits above the sort,
--- so rows lock in id order.
+-- so rows lock in id order. FOR NO KEY UPDATE, the weakest lock that serialises writers:
+-- FOR UPDATE would also block the key-share lock of every cursor row a pop creates on these
+-- partitions, making pops wait on (and deadlock with) open push transactions.
+--
+-- A queue delete committing while we wait for a row removes it, and the row is then skipped.
+-- Retrying here, holding the other rows, could deadlock with writers provisioning the name
+-- afresh; so that is a serialization failure: the whole call rolls back and the broker runs
+-- it again (store::retry_conflicts), when the name is free and the partition comes back
+-- from scratch, as after any delete.
 CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_queues text[], p_partitions text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_wanted int;
+    v_locked int;
 BEGIN
     PERFORM queen.log_provision_v1(p_queues, p_partitions);
-    PERFORM lp.id
-    FROM queen.log_partitions lp
-    JOIN queen.queues q ON q.id = lp.queue_id
-    JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
-      ON d.qn = q.name AND d.pn = lp.name
-    ORDER BY lp.id
-    FOR UPDATE OF lp;
+    SELECT count(*) INTO v_wanted
+    FROM (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d;
+    SELECT count(*) INTO v_locked
+    FROM (
+        SELECT lp.id
+        FROM queen.log_partitions lp
+        JOIN queen.queues q ON q.id = lp.queue_id
+        JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
+          ON d.qn = q.name AND d.pn = lp.name
+        ORDER BY lp.id
+        FOR NO KEY UPDATE OF lp) l;
+    IF v_locked <> v_wanted THEN
+        RAISE EXCEPTION 'log_lock_partitions_v1: % of % partitions were deleted while locking',
+            v_wanted - v_locked, v_wanted
+            USING ERRCODE = 'serialization_failure';
+    END IF;
 END
 $$;
 

@@ -27,7 +27,9 @@ BEGIN
     ON CONFLICT (name) DO NOTHING
     RETURNING true INTO v_created;
 
-    SELECT * INTO v_row FROM queen.queues WHERE name = p_queue FOR UPDATE;
+    -- NO KEY UPDATE: serialises configures without blocking the key-share locks pops and
+    -- partition-creating pushes take on the queue row.
+    SELECT * INTO v_row FROM queen.queues WHERE name = p_queue FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'configure_queue_v1: queue % vanished while configuring', p_queue;
     END IF;
@@ -70,7 +72,10 @@ $$;
 -- Deletes p_queue and everything it owns; returns the number of partitions deleted, or NULL
 -- when the queue does not exist. Lock order: the queue row (which also waits out pushes that
 -- are creating partitions of it: their FK check holds a key-share lock on it), then its
--- partition rows ascending (waits out in-flight appends). The hash sidecar, dead letters and
+-- partition rows ascending (waits out in-flight appends), then its cursor rows ascending.
+-- The only FOR UPDATE on queue and partition rows: pops, which hold cursor rows, never wait
+-- for these locks (they try their key-share locks with SKIP LOCKED, see 003_pop), so the
+-- cascade cannot close a cycle with them. The hash sidecar, dead letters and
 -- traces have no foreign key and are deleted explicitly; segments, cursors, group
 -- registrations and watermarks go by cascade.
 CREATE OR REPLACE FUNCTION queen.delete_queue_v1(p_queue text)
@@ -86,6 +91,14 @@ BEGIN
     END IF;
     SELECT COALESCE(array_agg(id ORDER BY id), '{}') INTO v_pids
     FROM (SELECT id FROM queen.log_partitions WHERE queue_id = v_qid ORDER BY id FOR UPDATE) p;
+    -- The cursor rows in the product's consumer-row order, before the cascade deletes them in
+    -- whatever order it finds them: a transaction acking several of them holds some while
+    -- waiting for the next, in that same order. No cursor row can appear meanwhile: creating
+    -- one needs a key-share lock on a partition row, and we hold them all.
+    PERFORM 1 FROM queen.log_consumers
+    WHERE partition_id = ANY (v_pids)
+    ORDER BY partition_id, consumer_group
+    FOR UPDATE;
 
     DELETE FROM queen.log_txns WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.log_dlq WHERE partition_id = ANY (v_pids);

@@ -8,6 +8,12 @@
 -- the registration committed), and a targeted pop waits on nothing after creating it, so no
 -- wait closes a cycle.
 --
+-- Every row a pop creates references a queue or partition row, whose foreign-key check takes
+-- a key-share lock on it. Writers only take NO KEY UPDATE there, which does not conflict;
+-- only a queue delete (FOR UPDATE, then a cascade over cursor rows) does. A pop holding a
+-- cursor row must not wait for that delete, so before each such insert it takes the
+-- key-share lock itself with SKIP LOCKED and, when the row is being deleted, creates nothing.
+--
 -- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
 -- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
 -- take, msgCount, createdAt (µs since epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
@@ -47,21 +53,25 @@ BEGIN
 END $$;
 
 -- The subscription a pop's own parameters ask for: (mode, instant). '__QUEUE_MODE__' never
--- skips backlog; subscriptionFrom=<timestamp> wins over the mode; `new` or
--- subscriptionFrom=now means future only; anything else means everything retained.
+-- skips backlog; `new` (or subscriptionFrom=now) means future only, counted from p_sub_from
+-- when that carries an instant (the broker sends the request's arrival, so a first contact
+-- delayed by a long-poll on a queue that did not exist yet still counts from the request),
+-- else from now(); otherwise subscriptionFrom=<timestamp> is a timestamp subscription;
+-- anything else means everything retained.
 CREATE OR REPLACE FUNCTION queen.log_sub_intent_v1(p_group text, p_sub_mode text, p_sub_from text,
     OUT r_mode text, OUT r_ts timestamptz)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF p_group = '__QUEUE_MODE__' THEN
         r_mode := 'all';
-    ELSIF COALESCE(p_sub_from, '') <> '' AND lower(p_sub_from) <> 'now' THEN
-        r_mode := 'timestamp';
-        r_ts := p_sub_from::timestamptz;
     ELSIF lower(COALESCE(p_sub_mode, '')) IN ('new', 'new-only', 'newonly')
           OR lower(COALESCE(p_sub_from, '')) = 'now' THEN
         r_mode := 'new';
-        r_ts := now();
+        r_ts := CASE WHEN COALESCE(p_sub_from, '') IN ('', 'now') THEN now()
+                     ELSE LEAST(p_sub_from::timestamptz, now()) END;
+    ELSIF COALESCE(p_sub_from, '') <> '' THEN
+        r_mode := 'timestamp';
+        r_ts := p_sub_from::timestamptz;
     ELSE
         r_mode := 'all';
     END IF;
@@ -84,6 +94,12 @@ BEGIN
     IF EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
                WHERE m.consumer_group = p_group AND m.queue_id = p_qid
                  AND m.partition_name = '' AND m.namespace = '' AND m.task = '') THEN
+        RETURN;
+    END IF;
+    -- A queue being deleted gets no registration (see the header); holding the queue's
+    -- key-share lock also keeps the delete from taking any of its partitions meanwhile.
+    PERFORM 1 FROM queen.queues q WHERE q.id = p_qid FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
     INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
@@ -205,6 +221,14 @@ BEGIN
                 SELECT i.r_ts INTO v_ts
                 FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
             END IF;
+        END IF;
+        -- A partition being deleted gets no cursor row (see the header).
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = p_pid FOR KEY SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            r_state := 'leased';
+            r_until := v_now;
+            RETURN NEXT;
+            RETURN;
         END IF;
         v_seed := CASE WHEN v_ts IS NULL THEN -1
                        ELSE queen.log_seed_cursor_v1(p_pid, r_last_off, v_log_start, v_ts) END;
@@ -413,6 +437,11 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended(p_qid::text || '/' || p_group, 43)) THEN
         RETURN;
     END IF;
+    -- A queue being deleted gets no watermark (see the header).
+    PERFORM 1 FROM queen.queues q WHERE q.id = p_qid FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
     SELECT EXISTS (
         SELECT 1 FROM queen.log_partitions p
         LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
@@ -438,8 +467,10 @@ $$;
 -- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, engine.md §5.2): first-contact
 -- registration and bulk seed, then a coarse candidate scan (write watermark, unleased,
 -- maybe pending; random order spreads consumers; log_pop_claim_v1 re-verifies each under
--- the row lock), then claims until budget or partition cap. A named group's first pop of a
--- missing queue creates it, so its subscription record has a queue row to point at.
+-- the row lock), then claims until budget or partition cap. A missing queue answers empty
+-- and creates nothing: a pop never makes durable state out of a name nobody configured or
+-- pushed to (a `new` subscription still counts from the request's arrival, see
+-- log_sub_intent_v1, so a long-poll that outlives the queue's creation misses nothing).
 CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_bin_v1(
     p_queue text, p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '')
@@ -457,13 +488,9 @@ DECLARE
 BEGIN
     SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
-        IF p_group = '__QUEUE_MODE__' THEN
-            meta := '{"partitions":[]}'; blobs := '{}';
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        PERFORM queen.log_create_queues_v1(ARRAY[p_queue]);
-        SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+        meta := '{"partitions":[]}'; blobs := '{}';
+        RETURN NEXT;
+        RETURN;
     END IF;
 
     SELECT i.r_mode, i.r_ts INTO v_mode, v_ts FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
@@ -667,9 +694,10 @@ END $$;
 -- The cheap probes a pop runs before taking the connection-heavy path. False means
 -- definitively nothing to deliver; true may be stale (leased, deferred), a deliberate
 -- superset. Partitions below the empty-scan floor cannot be pending (see log_empty_scan_v1).
--- A named group that has not registered yet always gets true: its first contact must reach
--- the wildcard procedure and store the subscription now, even on an empty (or missing)
--- queue, or a `new` subscription taken later would skip what is pushed in between.
+-- A named group that has not registered yet on an existing queue always gets true: its
+-- first contact must reach the wildcard procedure and store the subscription now, even on an
+-- empty queue, or a `new` subscription taken later would skip what is pushed in between. A
+-- missing queue has nothing to deliver and nothing to register on.
 CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_queue text, p_group text)
 RETURNS bool LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -678,7 +706,7 @@ DECLARE
 BEGIN
     SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
-        RETURN p_group <> '__QUEUE_MODE__';
+        RETURN false;
     END IF;
     IF p_group <> '__QUEUE_MODE__' AND NOT EXISTS (
         SELECT 1 FROM queen.consumer_groups_metadata m

@@ -9,9 +9,12 @@
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
 -- Lock order, the product's total order: provisioning (queues, then partitions, in key
--- order), every pushed partition row ascending by id, the appends, then consumer rows in
--- ascending (partition_id, group). Consumer locks come only after all partition locks, so the
--- two lock spaces cannot form a cycle.
+-- order), every pushed partition row ascending by id (FOR NO KEY UPDATE, so pops creating
+-- cursor rows never wait on it), the appends, then consumer rows in ascending
+-- (partition_id, group). Consumer locks come only after all partition locks, so the two lock
+-- spaces cannot form a cycle; a queue delete takes the same order (queue, partitions, then
+-- cursor rows ascending). A delete that commits while this waits makes the call fail with
+-- serialization_failure, which the broker reruns (002_push, log_lock_partitions_v1).
 --
 -- Every failure raises and so rolls back everything:
 --   a push duplicating stored data: 'QDUP …; transaction rolled back' (unique_violation);

@@ -6,6 +6,7 @@ mod pop_common;
 
 use std::time::Duration;
 
+use common::count;
 use pop_common::{ack_all, configure, get, pop, push_txns, txns, Handle};
 use serde_json::json;
 
@@ -277,18 +278,20 @@ async fn a_first_contact_on_an_empty_or_missing_queue_still_subscribes_at_that_m
         vec!["next-0"]
     );
 
-    // Missing queue, long-polling: the pop creates the queue to hold its subscription and the
-    // push that creates the first partition wakes it with that message.
+    // Missing queue, long-polling: the pop creates nothing (no queue, no subscription), yet
+    // its `new` subscription counts from its arrival, so the push that creates the queue
+    // wakes it with that message.
     let h = Handle::of(&b);
     let parked = tokio::spawn(async move {
         h.get("/api/v1/pop/queue/notyet?batch=5&consumerGroup=early&subscriptionMode=new&wait=true&timeout=10000").await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        metadata_modes(&db, "early").await,
-        vec!["new"],
-        "subscribed before the first push"
+    assert!(
+        metadata_modes(&db, "early").await.is_empty(),
+        "no subscription without a queue"
     );
+    let queues = "queen.queues WHERE name = 'notyet'";
+    assert_eq!(count(&db, queues).await, 0, "a pop creates no queue");
     push_txns(&b, "notyet", "p1", &txns("first", 1)).await;
     assert_eq!(parked.await.expect("pop task").txns(), vec!["first-0"]);
 

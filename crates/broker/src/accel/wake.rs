@@ -72,6 +72,39 @@ impl Gate {
     }
 }
 
+/// A waiter's hold on a gate. Dropping the last handle of a queue's gate removes the gate:
+/// every other reference is taken and released under the gate map's lock, so the count seen
+/// there is exact.
+pub struct GateHandle {
+    gate: Arc<Gate>,
+    /// The map and name the gate is registered under; `None` for the discovery gate.
+    owner: Option<(Arc<Shared>, String)>,
+}
+
+impl std::ops::Deref for GateHandle {
+    type Target = Gate;
+
+    fn deref(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+impl Drop for GateHandle {
+    fn drop(&mut self) {
+        let Some((shared, queue)) = &self.owner else {
+            return;
+        };
+        let mut gates = lock(&shared.gates);
+        // Two references: the map's and ours. Hints and parked wakes die with the gate; both
+        // only ever matter to a waiter.
+        if Arc::strong_count(&self.gate) == 2
+            && gates.get(queue).is_some_and(|g| Arc::ptr_eq(g, &self.gate))
+        {
+            gates.remove(queue);
+        }
+    }
+}
+
 /// Adds `partition` to a hint mailbox unless it is already there, dropping the oldest entry
 /// when full.
 fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
@@ -135,19 +168,33 @@ impl WakeGates {
         }
     }
 
-    /// The gate of `queue`, created on first use by a waiter.
-    pub fn gate(&self, queue: &str) -> Arc<Gate> {
+    /// The gate of `queue`, created on first use by a waiter and freed when the last waiter
+    /// drops its handle, so names polled once cost nothing afterwards.
+    pub fn gate(&self, queue: &str) -> GateHandle {
         self.ensure_started();
-        lock(&self.shared.gates)
+        let gate = lock(&self.shared.gates)
             .entry(queue.to_string())
             .or_default()
-            .clone()
+            .clone();
+        GateHandle {
+            gate,
+            owner: Some((self.shared.clone(), queue.to_string())),
+        }
     }
 
-    /// The gate discovery pops wait on: opened by a wake of any queue. It never holds hints.
-    pub fn any_gate(&self) -> Arc<Gate> {
+    /// The gate discovery pops wait on: opened by a wake of any queue. It never holds hints
+    /// and lives as long as the broker.
+    pub fn any_gate(&self) -> GateHandle {
         self.ensure_started();
-        self.shared.any.clone()
+        GateHandle {
+            gate: self.shared.any.clone(),
+            owner: None,
+        }
+    }
+
+    /// How many per-queue gates exist (one per queue with a waiting pop), for `/metrics`.
+    pub fn gate_count(&self) -> usize {
+        lock(&self.shared.gates).len()
     }
 
     /// Marks `queue` for the next tick: its gate (if anyone ever waited on it), the discovery
@@ -175,16 +222,21 @@ impl WakeGates {
 
     fn mark(&self, queue: &str, partitions: &[&str]) {
         self.ensure_started();
-        let gate = lock(&self.shared.gates).get(queue).cloned();
-        if let Some(gate) = &gate {
-            for p in partitions {
-                gate.hint(p);
+        // Hinted under the map's lock, never through a clone: a gate's reference count must
+        // only move under that lock (see `GateHandle`).
+        let has_gate = match lock(&self.shared.gates).get(queue) {
+            Some(gate) => {
+                for p in partitions {
+                    gate.hint(p);
+                }
+                true
             }
-        }
+            None => false,
+        };
         let first = {
             let mut m = lock(&self.shared.marked);
             let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
-            if gate.is_some() && !m.local.contains(queue) {
+            if has_gate && !m.local.contains(queue) {
                 m.local.insert(queue.to_string());
             }
             m.any = true;
@@ -470,129 +522,4 @@ fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batch(entries: &[(&str, &[&str])]) -> PeerBatch {
-        entries
-            .iter()
-            .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
-            .collect()
-    }
-
-    /// Every (queue, partition) line of the payloads, checking sender and size.
-    fn received(me: Uuid, sent: &[String]) -> Vec<(String, Option<String>)> {
-        let mut seen = Vec::new();
-        for p in sent {
-            assert!(p.len() < 8000);
-            match parse_payload(p) {
-                Some((sender, PeerWake::Queues(lines))) => {
-                    assert_eq!(sender, me);
-                    seen.extend(
-                        lines
-                            .into_iter()
-                            .map(|(q, p)| (q.to_string(), p.map(str::to_string))),
-                    );
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        seen.sort();
-        seen
-    }
-
-    #[test]
-    fn payloads_round_trip_and_split() {
-        let me = Uuid::now_v7();
-        let names: Vec<String> = (0..2000).map(|i| format!("queue-{i}")).collect();
-        let queues: Vec<(&str, &[&str])> = names.iter().map(|q| (q.as_str(), &[][..])).collect();
-        let sent = payloads(me, &batch(&queues));
-        assert!(sent.len() > 1, "2000 names need several payloads");
-        let mut expected: Vec<(String, Option<String>)> =
-            names.iter().map(|q| (q.clone(), None)).collect();
-        expected.sort();
-        assert_eq!(received(me, &sent), expected);
-    }
-
-    #[test]
-    fn hinted_partitions_travel_as_pairs() {
-        let me = Uuid::now_v7();
-        let long = "p".repeat(7950);
-        let sent = payloads(
-            me,
-            &batch(&[("orders", &["eu", "us"]), ("audit", &[]), ("big", &[&long])]),
-        );
-        let pair = |q: &str, p: Option<&str>| (q.to_string(), p.map(str::to_string));
-        let mut expected = vec![
-            pair("orders", Some("eu")),
-            pair("orders", Some("us")),
-            pair("audit", None),
-            // Too long to fit with its queue: the queue is still woken, without the hint.
-            pair("big", None),
-        ];
-        expected.sort();
-        assert_eq!(received(me, &sent), expected);
-    }
-
-    #[test]
-    fn oversized_names_wake_everything() {
-        let me = Uuid::now_v7();
-        let sent = payloads(me, &batch(&[(&"x".repeat(9000), &["p"])]));
-        assert_eq!(sent.len(), 1);
-        assert_eq!(parse_payload(&sent[0]), Some((me, PeerWake::All)));
-        assert_eq!(parse_payload("garbage"), None);
-        assert_eq!(
-            parse_payload(&format!("{me}\nrepair\nq")),
-            Some((me, PeerWake::All))
-        );
-    }
-
-    #[test]
-    fn the_mailbox_keeps_the_newest_distinct_hints() {
-        let gate = Gate::default();
-        for i in 0..100 {
-            gate.hint(&format!("p{i}"));
-        }
-        gate.hint("p99");
-        let kept = gate.take_hints();
-        let expected: Vec<String> = (36..100).map(|i| format!("p{i}")).collect();
-        assert_eq!(kept, expected, "64 newest, oldest first, no duplicate");
-        assert!(gate.take_hints().is_empty(), "taking drains the mailbox");
-    }
-
-    #[tokio::test]
-    async fn pushes_hint_only_gates_that_exist() {
-        let gates = WakeGates::new(Uuid::now_v7(), None);
-        let gate = gates.gate("q");
-        gates.wake_partitions([("q", "a"), ("q", "b"), ("q", "a"), ("other", "c")]);
-        assert_eq!(gate.take_hints(), vec!["a".to_string(), "b".to_string()]);
-        assert!(!lock(&gates.shared.gates).contains_key("other"));
-        assert!(gates.any_gate().take_hints().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_wake_opens_the_gate_and_the_discovery_gate() {
-        let gates = WakeGates::new(Uuid::now_v7(), None);
-        let gate = gates.gate("q");
-        let any = gates.any_gate();
-        let (queue_woken, any_woken) = (gate.notified(), any.notified());
-        tokio::pin!(queue_woken, any_woken);
-        queue_woken.as_mut().enable();
-        any_woken.as_mut().enable();
-        gates.wake_queue("q");
-        tokio::time::timeout(Duration::from_secs(5), queue_woken)
-            .await
-            .expect("queue gate opened");
-        tokio::time::timeout(Duration::from_secs(5), any_woken)
-            .await
-            .expect("discovery gate opened");
-    }
-
-    #[tokio::test]
-    async fn wakes_of_unpolled_queues_allocate_no_gate() {
-        let gates = WakeGates::new(Uuid::now_v7(), None);
-        gates.wake_queue("nobody-waits-here");
-        tokio::time::sleep(TICK * 4).await;
-        assert!(lock(&gates.shared.gates).is_empty());
-    }
-}
+mod tests;

@@ -7,6 +7,7 @@ pub mod lease;
 pub mod longpoll;
 pub mod messages;
 pub mod pop;
+pub mod pop_state;
 pub mod push;
 pub mod push_binary;
 pub mod push_commit;

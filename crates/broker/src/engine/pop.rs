@@ -5,8 +5,7 @@
 //! wildcard procedure, which carries the group-first-contact bulk seed; a woken wildcard pop
 //! first tries the partitions its wake gate was told were pushed (engine.md §5.2).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::engine::longpoll::{claim_cutoff, Armed, Backoff, Woke};
+use crate::engine::pop_state::{Delivered, Deliveries, MinPopWait};
 use crate::engine::render::{self, RenderContext, Rendered};
 use crate::engine::render_framed;
 use crate::engine::segment_build::INLINE_BUILD_BYTES;
@@ -109,11 +109,25 @@ struct PopStats {
     deadline_margin_skips: AtomicU64,
 }
 
+/// What one claim attempt came to.
+enum Tried {
+    Delivered(Rendered),
+    /// Nothing claimable now.
+    Nothing,
+    /// No connection (or no maintenance answer) came before the attempt's start-by instant:
+    /// nothing was claimed, and nothing may be any more.
+    OutOfTime,
+}
+
 /// Serves one pop: claims now, or parks (with `wait`) until something is claimed or the
-/// deadline passes.
+/// deadline passes. Every wait (pool, maintenance refresh, park) ends by the deadline, and
+/// no claim starts after it.
 pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
     let deadline = Instant::now() + req.timeout;
     let worker = queen_proto::new_v7().to_string();
+    // `new` means "after this request arrived", however long its first contact waits (a
+    // long-poll on a queue nobody created yet registers only once a push creates it).
+    let subscription = subscription_args(&req.subscription, Utc::now());
     let gate = req.wait.then(|| match &req.shape {
         PopShape::Discovery { .. } => st.wake.any_gate(),
         PopShape::Wildcard { queue } | PopShape::Targeted { queue, .. } => st.wake.gate(queue),
@@ -122,20 +136,42 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
     let mut backoff = Backoff::new(&st.cfg);
     // The pushed-partition hints taken on the last wake (wildcard pops only).
     let mut hints: Vec<String> = Vec::new();
+    let mut first = true;
     loop {
-        // A claim whose answer cannot reach the client in time would strand its lease.
-        if req.wait && Instant::now() >= claim_cutoff(deadline) {
+        // The first attempt is what the client asked for and always runs (if a connection
+        // frees before the deadline). A waiting pop's later attempts stop at the claim
+        // cutoff: a claim whose answer cannot reach the client in time would strand its lease.
+        let start_by = if first {
+            deadline
+        } else {
+            claim_cutoff(deadline)
+        };
+        if !first && Instant::now() >= start_by {
             st.pop.stats.deadline_margin_skips.fetch_add(1, Relaxed);
             return Ok(PopOutcome::Empty);
         }
-        if st.pop.maintenance.on(st).await? {
+        first = false;
+        if st.pop.maintenance.on(st, start_by).await? != Some(false) {
             return Ok(PopOutcome::Empty);
         }
         // Armed before the attempt: a push landing between the attempt and the park is kept.
         let armed = gate.as_deref().map(|g| Armed::arm(g.notified()));
         let tried = std::mem::take(&mut hints);
-        if let Some(rendered) = attempt(st, req, &worker, &tried, deadline, &mut closing).await? {
-            return Ok(PopOutcome::Delivered(rendered));
+        let bounds = (start_by, deadline);
+        match attempt(
+            st,
+            req,
+            &worker,
+            &subscription,
+            &tried,
+            bounds,
+            &mut closing,
+        )
+        .await?
+        {
+            Tried::Delivered(rendered) => return Ok(PopOutcome::Delivered(rendered)),
+            Tried::OutOfTime => return Ok(PopOutcome::Empty),
+            Tried::Nothing => {}
         }
         let Some(armed) = armed else {
             return Ok(PopOutcome::Empty);
@@ -157,21 +193,22 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
 }
 
 /// One claim attempt: the hinted partitions first (if any), else the request's own shape.
-/// Every connection it takes is back in the pool when it returns.
+/// It claims only with a connection taken before `start_by` (`bounds.0`); `bounds.1` is the
+/// pop's deadline. Every connection it takes is back in the pool when it returns.
 async fn attempt(
     st: &AppState,
     req: &PopRequest,
     worker: &str,
+    (sub_mode, sub_from): &(&'static str, String),
     hints: &[String],
-    deadline: Instant,
+    (start_by, deadline): (Instant, Instant),
     closing: &mut watch::Receiver<bool>,
-) -> Result<Option<Rendered>> {
+) -> Result<Tried> {
     if let Some((queue, partition)) = queue_of(&req.shape) {
         if let Some(window) = st.pop.min_wait.window(queue) {
             hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
         }
     }
-    let (sub_mode, sub_from) = subscription_args(&req.subscription);
     let args = ClaimArgs {
         group: &req.group,
         budget: req.batch,
@@ -180,15 +217,17 @@ async fn attempt(
         auto_ack: req.auto_ack,
         max_partitions: req.partitions,
         sub_mode,
-        sub_from: &sub_from,
+        sub_from,
     };
     let answer = {
-        let conn = st.store.conn().await?;
+        let Some(conn) = st.store.conn_before(start_by).await? else {
+            return Ok(Tried::OutOfTime);
+        };
         match claim_hinted(st, &conn, req, hints, &args).await? {
             Some(answer) => answer,
             None => {
                 if st.cfg.pop_pending_gate && !has_pending(&conn, req).await.map_err(pop_failed)? {
-                    return Ok(None);
+                    return Ok(Tried::Nothing);
                 }
                 claim(&conn, req, &args).await.map_err(pop_failed)?
             }
@@ -198,15 +237,35 @@ async fn attempt(
         st.pop.min_wait.learn(queue, ms);
     }
     if answer.partitions.is_empty() {
-        return Ok(None);
+        return Ok(Tried::Nothing);
     }
+    let (rendered, delivered) = render_answer(answer, req, worker).await?;
+    st.counters
+        .messages_popped
+        .fetch_add(rendered.messages as u64, Relaxed);
+    if rendered.messages == 0 {
+        return Ok(Tried::Nothing);
+    }
+    st.pop
+        .deliveries
+        .record(delivered, Utc::now().timestamp_micros());
+    Ok(Tried::Delivered(rendered))
+}
+
+/// Renders a claimed answer (JSON or framed), off the async workers when it is big; returns
+/// it with what it delivered per queue.
+async fn render_answer(
+    answer: PopAnswer,
+    req: &PopRequest,
+    worker: &str,
+) -> Result<(Rendered, Delivered)> {
     let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
     let delivered = Delivered::of(&answer);
     let queue = queue_of(&req.shape).map_or("", |(q, _)| q).to_string();
     let lease_id = if req.auto_ack { "" } else { worker }.to_string();
     let (group, frames) = (req.group.clone(), req.frames);
     let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
-    let render_answer = move || {
+    let render = move || {
         let ctx = RenderContext {
             queue: &queue,
             group: &group,
@@ -222,22 +281,13 @@ async fn attempt(
     };
     // Decompressing and rendering a big answer would stall an async worker for milliseconds.
     let rendered = if blob_bytes > INLINE_BUILD_BYTES {
-        tokio::task::spawn_blocking(render_answer)
+        tokio::task::spawn_blocking(render)
             .await
             .map_err(|e| Error::internal(format!("pop render task failed: {e}")))?
     } else {
-        render_answer()
+        render()
     };
-    st.counters
-        .messages_popped
-        .fetch_add(rendered.messages as u64, Relaxed);
-    if rendered.messages == 0 {
-        return Ok(None);
-    }
-    st.pop
-        .deliveries
-        .record(delivered, Utc::now().timestamp_micros());
-    Ok(Some(rendered))
+    Ok((rendered, delivered))
 }
 
 /// A woken wildcard pop's targeted claims on its pushed-partition hints, cheaper than a
@@ -322,12 +372,14 @@ fn queue_of(shape: &PopShape) -> Option<(&str, Option<&str>)> {
     }
 }
 
-/// The `(p_sub_mode, p_sub_from)` arguments of the SQL functions.
-fn subscription_args(sub: &Subscription) -> (&'static str, String) {
+/// The `(p_sub_mode, p_sub_from)` arguments of the SQL functions. `new` carries the instant
+/// the request arrived (`arrived`), from which a first contact counts as future.
+fn subscription_args(sub: &Subscription, arrived: DateTime<Utc>) -> (&'static str, String) {
+    let iso = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Micros, true);
     match sub {
         Subscription::All => ("all", String::new()),
-        Subscription::New => ("new", String::new()),
-        Subscription::From(t) => ("all", t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+        Subscription::New => ("new", iso(&arrived)),
+        Subscription::From(t) => ("all", iso(t)),
     }
 }
 
@@ -349,7 +401,9 @@ async fn hold_underfull(
     loop {
         let armed = Armed::arm(gate.notified());
         let pending = {
-            let conn = st.store.conn().await?;
+            let Some(conn) = st.store.conn_before(until).await? else {
+                return Ok(());
+            };
             sql::pending_estimate(&conn, queue, partition, &req.group, i64::from(req.batch))
                 .await
                 .map_err(pop_failed)?
@@ -360,80 +414,6 @@ async fn hold_underfull(
         if armed.park(window, until, closing).await == Woke::Done {
             return Ok(());
         }
-    }
-}
-
-/// Per-queue delivery metrics (spec "Life of a pop", step 7): answers and messages delivered,
-/// and the delivery lag, i.e. how long the oldest message of an answer waited since its
-/// segment was written (last answer's and the largest seen).
-#[derive(Default)]
-struct Deliveries {
-    by_queue: Mutex<HashMap<String, QueueDeliveries>>,
-}
-
-#[derive(Default)]
-struct QueueDeliveries {
-    pops: u64,
-    messages: u64,
-    last_lag_ms: u64,
-    max_lag_ms: u64,
-}
-
-/// What one answer delivered per queue: (queue, messages, oldest segment timestamp in µs).
-struct Delivered(Vec<(String, u64, i64)>);
-
-impl Delivered {
-    fn of(answer: &PopAnswer) -> Self {
-        let mut per_queue: Vec<(String, u64, i64)> = Vec::new();
-        for part in &answer.partitions {
-            let taken: u64 = part
-                .segments
-                .iter()
-                .map(|s| u64::try_from(s.take).unwrap_or(0))
-                .sum();
-            let oldest = part.segments.iter().map(|s| s.created_at).min();
-            let (Some(oldest), true) = (oldest, taken > 0) else {
-                continue;
-            };
-            match per_queue.iter_mut().find(|(q, ..)| *q == part.queue) {
-                Some(entry) => {
-                    entry.1 += taken;
-                    entry.2 = entry.2.min(oldest);
-                }
-                None => per_queue.push((part.queue.clone(), taken, oldest)),
-            }
-        }
-        Delivered(per_queue)
-    }
-}
-
-impl Deliveries {
-    fn record(&self, delivered: Delivered, now_us: i64) {
-        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        for (queue, messages, oldest_us) in delivered.0 {
-            let lag_ms = u64::try_from(now_us.saturating_sub(oldest_us) / 1000).unwrap_or(0);
-            let q = map.entry(queue).or_default();
-            q.pops += 1;
-            q.messages += messages;
-            q.last_lag_ms = lag_ms;
-            q.max_lag_ms = q.max_lag_ms.max(lag_ms);
-        }
-    }
-
-    fn snapshot(&self) -> Value {
-        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
-            .map(|(queue, q)| {
-                let v = json!({
-                    "pops": q.pops,
-                    "messages": q.messages,
-                    "lastLagMs": q.last_lag_ms,
-                    "maxLagMs": q.max_lag_ms,
-                });
-                (queue.clone(), v)
-            })
-            .collect::<serde_json::Map<String, Value>>()
-            .into()
     }
 }
 
@@ -453,52 +433,26 @@ impl MaintenanceFlag {
             .map(|(_, on)| on)
     }
 
-    async fn on(&self, st: &AppState) -> Result<bool> {
+    /// The flag, or `None` when it cannot be learnt before `until` (the refresh by another
+    /// pop, or a free connection, takes longer): the caller then must not claim.
+    async fn on(&self, st: &AppState, until: Instant) -> Result<Option<bool>> {
         if let Some(on) = self.fresh() {
-            return Ok(on);
+            return Ok(Some(on));
         }
-        let _refreshing = self.refresh.lock().await;
+        let Ok(_refreshing) = tokio::time::timeout_at(until, self.refresh.lock()).await else {
+            return Ok(None);
+        };
         if let Some(on) = self.fresh() {
-            return Ok(on);
+            return Ok(Some(on));
         }
         let on = {
-            let conn = st.store.conn().await?;
+            let Some(conn) = st.store.conn_before(until).await? else {
+                return Ok(None);
+            };
             sql::pop_maintenance(&conn).await.map_err(pop_failed)?
         };
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), on));
-        Ok(on)
-    }
-}
-
-/// `min_pop_wait_time` per queue, learned from the claims' answers. The relaxed flag stays
-/// false on a broker where no queue ever configured it, so the default path pays one load.
-#[derive(Default)]
-struct MinPopWait {
-    any: AtomicBool,
-    by_queue: Mutex<HashMap<String, u64>>,
-}
-
-impl MinPopWait {
-    fn window(&self, queue: &str) -> Option<Duration> {
-        if !self.any.load(Relaxed) {
-            return None;
-        }
-        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(queue).map(|&ms| Duration::from_millis(ms))
-    }
-
-    fn learn(&self, queue: &str, ms: i64) {
-        let ms = u64::try_from(ms).unwrap_or(0);
-        if ms == 0 && !self.any.load(Relaxed) {
-            return;
-        }
-        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        if ms == 0 {
-            map.remove(queue);
-        } else {
-            map.insert(queue.to_string(), ms);
-            self.any.store(true, Relaxed);
-        }
+        Ok(Some(on))
     }
 }
 
@@ -507,72 +461,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn min_wait_is_off_until_some_queue_configures_it() {
-        let w = MinPopWait::default();
-        w.learn("q", 0);
-        assert!(!w.any.load(Relaxed));
-        assert_eq!(w.window("q"), None);
-        w.learn("q", 250);
-        assert_eq!(w.window("q"), Some(Duration::from_millis(250)));
-        assert_eq!(w.window("other"), None);
-        w.learn("q", 0);
-        assert_eq!(w.window("q"), None);
-    }
-
-    #[test]
-    fn deliveries_count_messages_and_the_oldest_wait_per_queue() {
-        use crate::store::pop::{ClaimedPartition, ClaimedSegment};
-        let part = |queue: &str, created: &[(i32, i64)]| ClaimedPartition {
-            partition: "p".into(),
-            partition_id: 1,
-            queue: queue.into(),
-            delivery_attempt: 1,
-            segments: created
-                .iter()
-                .map(|&(take, created_at)| ClaimedSegment {
-                    base: 0,
-                    start_idx: 0,
-                    take,
-                    msg_count: take,
-                    created_at,
-                })
-                .collect(),
-        };
-        let answer = PopAnswer {
-            partitions: vec![
-                part("a", &[(2, 5_000_000), (3, 6_000_000)]),
-                part("b", &[(1, 9_000_000)]),
-                part("a", &[(4, 2_000_000)]),
-            ],
-            min_pop_wait_ms: None,
-            blobs: Vec::new(),
-        };
-        let d = Deliveries::default();
-        d.record(Delivered::of(&answer), 10_000_000);
-        d.record(Delivered::of(&answer), 10_500_000);
-        let v = d.snapshot();
-        assert_eq!(
-            v["a"],
-            json!({"pops": 2, "messages": 18, "lastLagMs": 8500, "maxLagMs": 8500})
-        );
-        assert_eq!(
-            v["b"],
-            json!({"pops": 2, "messages": 2, "lastLagMs": 1500, "maxLagMs": 1500})
-        );
-    }
-
-    #[test]
     fn subscription_arguments() {
-        assert_eq!(
-            subscription_args(&Subscription::New),
-            ("new", String::new())
-        );
         let t = DateTime::parse_from_rfc3339("2026-11-29T11:00:00.123456+01:00")
             .expect("ts")
             .with_timezone(&Utc);
+        let arrived = t + chrono::Duration::seconds(5);
         assert_eq!(
-            subscription_args(&Subscription::From(t)).1,
-            "2026-11-29T10:00:00.123456Z"
+            subscription_args(&Subscription::New, arrived),
+            ("new", "2026-11-29T10:00:05.123456Z".to_string())
         );
+        assert_eq!(
+            subscription_args(&Subscription::From(t), arrived),
+            ("all", "2026-11-29T10:00:00.123456Z".to_string())
+        );
+        assert_eq!(subscription_args(&Subscription::All, arrived).1, "");
     }
 }

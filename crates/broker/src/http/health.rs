@@ -50,6 +50,7 @@ async fn metrics(State(st): State<AppState>) -> Json<Value> {
             "popped": popped,
         },
         "pop": st.pop.metrics(),
+        "wake": { "gates": st.wake.gate_count() },
         "dedupCache": st.dedup_cache.metrics(),
         "database": {
             "poolSize": pool.max_size,

@@ -17,6 +17,35 @@ use tokio_postgres::NoTls;
 
 use crate::error::Result;
 
+/// How many times an autocommit write runs when PostgreSQL answers `serialization_failure`.
+const CONFLICT_TRIES: u32 = 10;
+
+/// Runs one autocommit statement, again when it fails with `serialization_failure`: the push
+/// SQL raises that when a queue delete committed under it (sql/002_push.sql), in which case
+/// nothing was written and the next run finds the name free. Only for single statements
+/// outside an explicit transaction, whose failure leaves nothing behind.
+pub async fn retry_conflicts<T, F, Fut>(
+    mut call: F,
+) -> std::result::Result<T, tokio_postgres::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e)
+                if tries < CONFLICT_TRIES
+                    && e.code()
+                        == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) =>
+            {
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// The broker's handle on PostgreSQL: a lazily filled pool plus the connection settings
 /// (kept for dedicated connections such as the LISTEN channel).
 #[derive(Clone)]
@@ -52,6 +81,15 @@ impl Store {
     /// A pooled connection; dropped back into the pool when the guard goes.
     pub async fn conn(&self) -> Result<Object> {
         Ok(self.pool.get().await?)
+    }
+
+    /// A pooled connection if one is free before `deadline`, else `None`: a request bounded
+    /// by a deadline (a pop) must not wait out the pool's own 30 s wait timeout.
+    pub async fn conn_before(&self, deadline: tokio::time::Instant) -> Result<Option<Object>> {
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(conn) => Ok(Some(conn?)),
+            Err(_elapsed) => Ok(None),
+        }
     }
 
     pub fn pool(&self) -> &Pool {

@@ -56,12 +56,9 @@ pub async fn push_multi(
     let stmt = db
         .prepare_cached("SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6)")
         .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[&queues, &partitions, &counts, &hashes, &verified, &blobs],
-        )
-        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&queues, &partitions, &counts, &hashes, &verified, &blobs];
+    let row = super::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
     let results: serde_json::Value = row.try_get(0)?;
     let results: Vec<SegmentResult> = serde_json::from_value(results).map_err(|e| {
         Error::internal(format!(

@@ -75,7 +75,8 @@ pub async fn transaction_wire(
     let stmt = db
         .prepare_cached("SELECT queen.log_transaction_wire_v1($1, $2, $3)")
         .await?;
-    let row = match db.query_one(&stmt, &[&spec, &hashes, &blobs]).await {
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
+    let row = match super::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
         Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
     };

@@ -1,0 +1,145 @@
+//! Unit tests of the wake gates: peer payloads, hint mailboxes and gate lifetimes.
+
+use super::*;
+
+fn batch(entries: &[(&str, &[&str])]) -> PeerBatch {
+    entries
+        .iter()
+        .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
+        .collect()
+}
+
+/// Every (queue, partition) line of the payloads, checking sender and size.
+fn received(me: Uuid, sent: &[String]) -> Vec<(String, Option<String>)> {
+    let mut seen = Vec::new();
+    for p in sent {
+        assert!(p.len() < 8000);
+        match parse_payload(p) {
+            Some((sender, PeerWake::Queues(lines))) => {
+                assert_eq!(sender, me);
+                seen.extend(
+                    lines
+                        .into_iter()
+                        .map(|(q, p)| (q.to_string(), p.map(str::to_string))),
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    seen.sort();
+    seen
+}
+
+#[test]
+fn payloads_round_trip_and_split() {
+    let me = Uuid::now_v7();
+    let names: Vec<String> = (0..2000).map(|i| format!("queue-{i}")).collect();
+    let queues: Vec<(&str, &[&str])> = names.iter().map(|q| (q.as_str(), &[][..])).collect();
+    let sent = payloads(me, &batch(&queues));
+    assert!(sent.len() > 1, "2000 names need several payloads");
+    let mut expected: Vec<(String, Option<String>)> =
+        names.iter().map(|q| (q.clone(), None)).collect();
+    expected.sort();
+    assert_eq!(received(me, &sent), expected);
+}
+
+#[test]
+fn hinted_partitions_travel_as_pairs() {
+    let me = Uuid::now_v7();
+    let long = "p".repeat(7950);
+    let sent = payloads(
+        me,
+        &batch(&[("orders", &["eu", "us"]), ("audit", &[]), ("big", &[&long])]),
+    );
+    let pair = |q: &str, p: Option<&str>| (q.to_string(), p.map(str::to_string));
+    let mut expected = vec![
+        pair("orders", Some("eu")),
+        pair("orders", Some("us")),
+        pair("audit", None),
+        // Too long to fit with its queue: the queue is still woken, without the hint.
+        pair("big", None),
+    ];
+    expected.sort();
+    assert_eq!(received(me, &sent), expected);
+}
+
+#[test]
+fn oversized_names_wake_everything() {
+    let me = Uuid::now_v7();
+    let sent = payloads(me, &batch(&[(&"x".repeat(9000), &["p"])]));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(parse_payload(&sent[0]), Some((me, PeerWake::All)));
+    assert_eq!(parse_payload("garbage"), None);
+    assert_eq!(
+        parse_payload(&format!("{me}\nrepair\nq")),
+        Some((me, PeerWake::All))
+    );
+}
+
+#[test]
+fn the_mailbox_keeps_the_newest_distinct_hints() {
+    let gate = Gate::default();
+    for i in 0..100 {
+        gate.hint(&format!("p{i}"));
+    }
+    gate.hint("p99");
+    let kept = gate.take_hints();
+    let expected: Vec<String> = (36..100).map(|i| format!("p{i}")).collect();
+    assert_eq!(kept, expected, "64 newest, oldest first, no duplicate");
+    assert!(gate.take_hints().is_empty(), "taking drains the mailbox");
+}
+
+#[tokio::test]
+async fn pushes_hint_only_gates_that_exist() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gate = gates.gate("q");
+    gates.wake_partitions([("q", "a"), ("q", "b"), ("q", "a"), ("other", "c")]);
+    assert_eq!(gate.take_hints(), vec!["a".to_string(), "b".to_string()]);
+    assert!(!lock(&gates.shared.gates).contains_key("other"));
+    assert!(gates.any_gate().take_hints().is_empty());
+}
+
+#[tokio::test]
+async fn a_wake_opens_the_gate_and_the_discovery_gate() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gate = gates.gate("q");
+    let any = gates.any_gate();
+    let (queue_woken, any_woken) = (gate.notified(), any.notified());
+    tokio::pin!(queue_woken, any_woken);
+    queue_woken.as_mut().enable();
+    any_woken.as_mut().enable();
+    gates.wake_queue("q");
+    tokio::time::timeout(Duration::from_secs(5), queue_woken)
+        .await
+        .expect("queue gate opened");
+    tokio::time::timeout(Duration::from_secs(5), any_woken)
+        .await
+        .expect("discovery gate opened");
+}
+
+#[tokio::test]
+async fn a_gate_lives_exactly_as_long_as_its_waiters() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let (first, second) = (gates.gate("q"), gates.gate("q"));
+    let any = gates.any_gate();
+    assert_eq!(gates.gate_count(), 1, "one gate per queue");
+    gates.wake_partitions([("q", "p")]);
+    drop(first);
+    assert_eq!(gates.gate_count(), 1, "a waiter is left");
+    assert_eq!(second.take_hints(), vec!["p".to_string()]);
+    drop(second);
+    assert_eq!(gates.gate_count(), 0, "the last waiter frees the gate");
+    drop(any);
+    let again = gates.gate("q");
+    assert_eq!(gates.gate_count(), 1, "a new waiter makes a new gate");
+    drop(again);
+    assert_eq!(gates.gate_count(), 0);
+}
+
+#[tokio::test]
+async fn wakes_of_unpolled_queues_allocate_no_gate() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    gates.wake_queue("nobody-waits-here");
+    tokio::time::sleep(TICK * 4).await;
+    assert!(lock(&gates.shared.gates).is_empty());
+}
