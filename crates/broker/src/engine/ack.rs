@@ -206,13 +206,16 @@ pub struct PlannedGroup {
     pub fence: Vec<[u8; 16]>,
 }
 
+/// A signal's group slot and transactionId hash.
+type SlotSignal = (usize, [u8; 16]);
+
 /// The request's acks grouped by (partition, group, lease), groups in first-appearance
 /// order, each with its fence.
 pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<PlannedGroup> {
     let mut index: HashMap<(i64, &str, &str), usize> = HashMap::new();
     let mut groups: Vec<PlannedGroup> = Vec::new();
     // Per (partition, group): (slot, hash) of every signal, to fence the other slots.
-    let mut signals: HashMap<(i64, &str), Vec<(usize, [u8; 16])>> = HashMap::new();
+    let mut signals: HashMap<(i64, &str), Vec<SlotSignal>> = HashMap::new();
     let mut cursor_of: Vec<(i64, &str)> = Vec::new();
     for (i, a) in acks.into_iter().enumerate() {
         let key = (a.partition_id, a.group.as_str(), a.lease_id.as_str());

@@ -65,11 +65,7 @@ pub async fn transaction_wire(
                 .zip(&a.statuses)
                 .map(|(h, s)| serde_json::json!({ "h": queen_proto::hash::to_hex(h), "status": s }))
                 .collect();
-            let fence: Vec<String> = a
-                .fence
-                .iter()
-                .map(|h| queen_proto::hash::to_hex(h))
-                .collect();
+            let fence: Vec<String> = a.fence.iter().map(queen_proto::hash::to_hex).collect();
             serde_json::json!({
                 "partitionId": a.partition_id, "group": a.group, "worker": a.worker, "acks": items,
                 "fence": fence,
