@@ -92,6 +92,8 @@ BEGIN
                COALESCE(t.e->>'group', '__QUEUE_MODE__') AS grp,
                COALESCE(t.e->>'worker', '') AS worker
         FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, o)
+        -- Within one consumer row t.o keeps the broker's group order (leased groups before
+        -- lease-less ones, engine::ack::group_by_lease).
         ORDER BY 3, 4, t.o
     LOOP
         IF v_row.e ? 'acks' THEN

@@ -1,7 +1,8 @@
 //! The ack holes of issue 9 ("Honesty under every input"): a lease-less ack of a transactionId
 //! stored twice commits only its lowest copy above the cursor (item 1); within one request a
 //! (partition, group)'s cursor never passes a position the request nacked, even across ack
-//! groups (item 3); and a request whose later group fails after earlier ones committed
+//! groups (item 3), and a lease-less group never ends the lease a leased group of the same
+//! request presents; and a request whose later group fails after earlier ones committed
 //! answers per item instead of hiding the committed work behind a 500 (item 8).
 
 mod ack_common;
@@ -77,27 +78,63 @@ async fn a_nack_is_never_passed_by_another_ack_group_of_the_same_request() {
     }
 }
 
+/// `POST /api/v1/transaction` of `ops`, asserting it committed.
+async fn commit_bundle(b: &common::TestBroker, ops: Vec<Value>) {
+    let (status, answer) = b
+        .post("/api/v1/transaction", &json!({ "operations": ops }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["success"], true, "{answer}");
+}
+
+/// A lease-less `ack` operation of a bundle.
+fn lease_less_op(msg: &Value, status: &str) -> Value {
+    let mut op = lease_less(msg, status);
+    op["type"] = json!("ack");
+    op["consumerGroup"] = json!("g");
+    op
+}
+
+#[tokio::test]
+async fn a_lease_less_group_never_ends_the_lease_a_leased_group_of_the_request_presents() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    for bundle in [false, true] {
+        let q = if bundle { "order-tx" } else { "order" };
+        push_txns(&b, q, "p", &txns(q, 4)).await;
+        let popped = pop(&b, q, Some("p"), G, 4, "").await.expect("four");
+        // The lease-less ack reaches batch_end and ends the lease; run first, it would make
+        // PostgreSQL refuse the leased ack that follows it in the request.
+        if bundle {
+            let ops = vec![
+                lease_less_op(&popped.messages[3], "completed"),
+                ack_op(&popped.messages[0], "completed", G),
+            ];
+            commit_bundle(&b, ops).await;
+        } else {
+            let items = vec![
+                lease_less(&popped.messages[3], "completed"),
+                ack_item(&popped.messages[0], "completed"),
+            ];
+            ack_batch(&b, G, items).await.iter().for_each(assert_ok);
+        }
+        let c = cursor(&db, popped.partition_id(), "g").await;
+        assert_eq!((c.committed, c.worker), (3, None), "{q}");
+    }
+}
+
 #[tokio::test]
 async fn a_bundle_never_passes_a_nack_of_its_other_ack_group() {
     let b = common::broker().await;
     let db = b.sql().await;
     push_txns(&b, "txfence", "p", &txns("txfence", 4)).await;
     let popped = pop(&b, "txfence", Some("p"), G, 4, "").await.expect("four");
-    let mut unleased = lease_less(&popped.messages[3], "completed");
-    unleased["type"] = json!("ack");
-    unleased["consumerGroup"] = json!("g");
-    let (status, answer) = b
-        .post(
-            "/api/v1/transaction",
-            &json!({ "operations": [
-                ack_op(&popped.messages[0], "completed", G),
-                ack_op(&popped.messages[1], "failed", G),
-                unleased,
-            ]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(answer["success"], true, "{answer}");
+    let ops = vec![
+        ack_op(&popped.messages[0], "completed", G),
+        ack_op(&popped.messages[1], "failed", G),
+        lease_less_op(&popped.messages[3], "completed"),
+    ];
+    commit_bundle(&b, ops).await;
     let c = cursor(&db, popped.partition_id(), "g").await;
     assert_eq!((c.committed, c.worker, c.retries), (0, None, 1));
 }

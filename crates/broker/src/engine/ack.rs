@@ -209,14 +209,18 @@ pub struct PlannedGroup {
 /// A signal's group slot and transactionId hash.
 type SlotSignal = (usize, [u8; 16]);
 
-/// The request's acks grouped by (partition, group, lease), groups in first-appearance
-/// order, each with its fence.
+/// The request's acks grouped by (partition, group, lease), each with its fence: groups
+/// holding a lease first, then the lease-less ones, each kind in first-appearance order. A
+/// lease-less group may end the lease (its advance reaches batch_end, or it acts on a nack),
+/// which would refuse a later leased group of the same request; run the other way round,
+/// both are judged on the state the client saw.
 pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<PlannedGroup> {
     let mut index: HashMap<(i64, &str, &str), usize> = HashMap::new();
     let mut groups: Vec<PlannedGroup> = Vec::new();
     // Per (partition, group): (slot, hash) of every signal, to fence the other slots.
     let mut signals: HashMap<(i64, &str), Vec<SlotSignal>> = HashMap::new();
     let mut cursor_of: Vec<(i64, &str)> = Vec::new();
+    let mut lease_less: Vec<bool> = Vec::new();
     for (i, a) in acks.into_iter().enumerate() {
         let key = (a.partition_id, a.group.as_str(), a.lease_id.as_str());
         let slot = *index.entry(key).or_insert_with(|| {
@@ -225,6 +229,7 @@ pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Planne
                 fence: Vec::new(),
             });
             cursor_of.push((a.partition_id, a.group.as_str()));
+            lease_less.push(a.lease_id.is_empty());
             groups.len() - 1
         });
         groups[slot].members.push(i);
@@ -248,7 +253,10 @@ pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Planne
         group.fence.sort_unstable();
         group.fence.dedup();
     }
-    groups
+    // A stable sort: first appearance is kept within each kind.
+    let mut ordered: Vec<(bool, PlannedGroup)> = lease_less.into_iter().zip(groups).collect();
+    ordered.sort_by_key(|&(lease_less, _)| lease_less);
+    ordered.into_iter().map(|(_, g)| g).collect()
 }
 
 /// Per-item outcomes of one group's verdict: a refused group refuses every item; otherwise
@@ -334,20 +342,24 @@ mod tests {
     }
 
     #[test]
-    fn groups_keep_first_appearance_order() {
+    fn leased_groups_come_first_and_nacks_fence_the_others() {
         let mut acks = vec![
             ack("a", AckStatus::Completed),
             ack("b", AckStatus::Completed),
         ];
         acks[1].partition_id = 2;
+        acks.insert(
+            0,
+            Ack {
+                lease_id: String::new(),
+                ..ack("d", AckStatus::Completed)
+            },
+        );
         acks.push(ack("c", AckStatus::Failed));
-        acks.push(Ack {
-            lease_id: String::new(),
-            ..ack("d", AckStatus::Completed)
-        });
         let groups = group_by_lease(&acks);
         let members: Vec<&[usize]> = groups.iter().map(|g| g.members.as_slice()).collect();
-        assert_eq!(members, [&[0, 2][..], &[1], &[3]]);
+        // Leased groups run before lease-less ones.
+        assert_eq!(members, [&[1, 3][..], &[2], &[0]]);
         // The failed "c" fences the lease-less group of its (partition, group) only.
         let fences: Vec<&[[u8; 16]]> = groups.iter().map(|g| g.fence.as_slice()).collect();
         assert_eq!(fences, [&[][..], &[], &[txn_hash("c")]]);
