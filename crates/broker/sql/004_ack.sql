@@ -13,6 +13,19 @@
 -- failed|retry|dlq signal, anything else is ignored. p_worker = '' is a lease-less ack: no
 -- lease validation, and it still advances the cursor.
 --
+-- p_fence: the hashes of the signals the same request carries for this (partition, group) in
+-- its other groups (another lease, or lease-less). They are resolved like signals, the cursor
+-- never reaches the lowest of them, and they never act or appear in the lists: their own
+-- group acts on them. An own signal above a fence does not act either, since only the lowest
+-- signal of a (partition, group) decides. So however a request's groups are ordered, the
+-- cursor never passes a position the request nacked.
+--
+-- Which occurrence an item means (a transactionId can be stored more than once: dedup window
+-- 0, or a re-push after the window): its lowest one in the span. Under a lease the span ends
+-- at batch_end and every copy in it was delivered, so an acknowledgement acks all of them;
+-- a lease-less span has no end, so only that lowest copy is acknowledged: acking the first
+-- copy must not commit the undelivered messages up to a later one.
+--
 -- Result, always {"ok":…}:
 --   {"ok":false,"error":"consumer not found"|"invalid or expired lease"}
 --   {"ok":true,"acked":n,"off":committed,"leaseReleased":b, noop/stale/unresolved lists}
@@ -24,8 +37,11 @@
 -- noopHashes / staleHashes / unresolvedHashes are 32-char lowercase hex tokens in input
 -- order: acknowledgements at or below the cursor, signals at or below the cursor, and hashes
 -- found nowhere in the ackable span.
+-- The form without p_fence, replaced by the DEFAULT below (two would make calls ambiguous).
+DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[]);
 CREATE OR REPLACE FUNCTION queen.log_ack_by_hash_v1(
-    p_partition_id bigint, p_group text, p_worker text, p_hashes bytea[], p_statuses text[])
+    p_partition_id bigint, p_group text, p_worker text, p_hashes bytea[], p_statuses text[],
+    p_fence bytea[] DEFAULT '{}')
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -53,6 +69,7 @@ DECLARE
     v_below bytea[];
     v_sig bigint;
     v_sig_kind text;
+    v_fence bigint;
     v_max_ok bigint;
     v_noop text[];
     v_stale text[];
@@ -106,12 +123,13 @@ BEGIN
     v_lo_base := COALESCE(v_lo_base, v_lo);
 
     -- The resolution, materialised once: every occurrence inside the span of every input
-    -- hash. Per input hash (aligned arrays, in input order) its normalised status and eff,
-    -- the lowest matching offset inside the span: MIN prefers the in-span occurrence, so a
-    -- re-push below the cursor never shadows the copy the client is actually acking, and a
-    -- signal on a transactionId delivered twice stops at its first copy. The acknowledged
-    -- offsets are every occurrence of an acknowledged hash, so acking a transactionId two
-    -- delivered messages share acks both of them.
+    -- and fence hash. Per input hash (aligned arrays, in input order) its normalised status
+    -- and eff, the lowest matching offset inside the span: MIN prefers the in-span
+    -- occurrence, so a re-push below the cursor never shadows the copy the client is
+    -- actually acking, and a signal on a transactionId delivered twice stops at its first
+    -- copy. Under a lease the acknowledged offsets are every in-span occurrence of an
+    -- acknowledged hash (acking a transactionId two delivered messages share acks both);
+    -- lease-less, only each eff (see the header).
     WITH input AS (
         SELECT t.pos, t.h,
                CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
@@ -119,6 +137,9 @@ BEGIN
                     WHEN lower(t.s) IN ('failed', 'retry', 'dlq') THEN lower(t.s)
                END AS kind
         FROM unnest(p_hashes, p_statuses) WITH ORDINALITY AS t(h, s, pos)
+        UNION ALL
+        SELECT cardinality(p_hashes) + f.pos, f.h, 'fence'
+        FROM unnest(COALESCE(p_fence, '{}')) WITH ORDINALITY AS f(h, pos)
     ),
     matched AS MATERIALIZED (
         SELECT i.pos, i.h, i.kind, o.off
@@ -136,13 +157,19 @@ BEGIN
     resolved AS (
         SELECT m.pos, m.h, m.kind, min(m.off) AS eff
         FROM matched m
+        WHERE m.kind <> 'fence'
         GROUP BY m.pos, m.h, m.kind
     )
     SELECT array_agg(r.h ORDER BY r.pos), array_agg(r.kind ORDER BY r.pos),
            array_agg(r.eff ORDER BY r.pos),
-           (SELECT COALESCE(array_agg(DISTINCT m.off), '{}') FROM matched m
-             WHERE m.kind = 'ok' AND m.off IS NOT NULL)
-    INTO v_h, v_kind, v_eff, v_ok_offs
+           CASE WHEN v_by_lease
+                THEN (SELECT COALESCE(array_agg(DISTINCT m.off), '{}') FROM matched m
+                       WHERE m.kind = 'ok' AND m.off IS NOT NULL)
+                ELSE (SELECT COALESCE(array_agg(DISTINCT r2.eff), '{}') FROM resolved r2
+                       WHERE r2.kind = 'ok' AND r2.eff IS NOT NULL)
+           END,
+           (SELECT min(m.off) FROM matched m WHERE m.kind = 'fence')
+    INTO v_h, v_kind, v_eff, v_ok_offs, v_fence
     FROM resolved r;
 
     -- `below` (an occurrence at or below the cursor) only tells a noop or stale item from an
@@ -175,7 +202,8 @@ BEGIN
     )
     SELECT s.eff, s.kind,
            (SELECT max(o.off) FROM unnest(v_ok_offs) AS o(off)
-             WHERE s.eff IS NULL OR o.off < s.eff),
+             WHERE o.off < LEAST(s.eff, v_fence)
+                OR (s.eff IS NULL AND v_fence IS NULL)),
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
              WHERE r.kind = 'ok' AND r.eff IS NULL AND r.below),
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
@@ -189,6 +217,12 @@ BEGIN
     -- The cursor moves to the highest acknowledged offset strictly below the lowest explicit
     -- signal: a nack is never skipped by a later ack of the same call.
     v_new := COALESCE(v_max_ok, v_committed);
+    -- A fence below the own head signal: that lower nack decides (in its own group), so this
+    -- signal only keeps its message ahead of the cursor. At the same position both act (the
+    -- second finds the lease already released), so the lowest nack is never left unacted.
+    IF v_fence < v_sig THEN
+        v_sig := NULL;
+    END IF;
     v_acked := v_new - v_committed;
     v_result := jsonb_build_object(
         'ok', true, 'acked', v_acked, 'off', v_new, 'leaseReleased', false,

@@ -4,7 +4,10 @@
 -- Input (built by the broker):
 --   p = {"pushes":[{"queue","partition","count","verified"?}…],
 --        "acks":[{"partitionId","group","worker","uptoOff","ok","count"}          -- positional
---               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…]}]} -- by hash
+--               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…],
+--                 "fence"?:[hex32…]}]}                                           -- by hash
+--   ("fence": the bundle's signals for that (partition, group) in its other ack groups, see
+--   log_ack_by_hash_v1's p_fence)
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
@@ -39,6 +42,7 @@ DECLARE
     v_r jsonb;
     v_hashes bytea[];
     v_statuses text[];
+    v_fence bytea[];
 BEGIN
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
@@ -91,6 +95,8 @@ BEGIN
                COALESCE(t.e->>'group', '__QUEUE_MODE__') AS grp,
                COALESCE(t.e->>'worker', '') AS worker
         FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, o)
+        -- Within one consumer row t.o keeps the broker's group order (leased groups before
+        -- lease-less ones, engine::ack::group_by_lease).
         ORDER BY 3, 4, t.o
     LOOP
         IF v_row.e ? 'acks' THEN
@@ -98,8 +104,11 @@ BEGIN
                    array_agg(COALESCE(a->>'status', 'completed') ORDER BY i)
             INTO v_hashes, v_statuses
             FROM jsonb_array_elements(v_row.e->'acks') WITH ORDINALITY AS x(a, i);
+            SELECT array_agg(decode(f, 'hex')) INTO v_fence
+            FROM jsonb_array_elements_text(COALESCE(v_row.e->'fence', '[]'::jsonb)) AS y(f);
             v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
-                                            COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'));
+                                            COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'),
+                                            COALESCE(v_fence, '{}'));
             -- Something rides along on this route, so an ack that resolves nowhere aborts it.
             IF (v_r->>'ok')::bool AND jsonb_array_length(v_r->'unresolvedHashes') > 0 THEN
                 RAISE EXCEPTION 'QTXN ack references unknown transactionId; transaction rolled back'

@@ -44,13 +44,6 @@ async fn counters(db: &tokio_postgres::Client, pid: i64, group: &str) -> (i32, O
     (row.get(0), row.get(1), row.get(2))
 }
 
-/// An ack item without a leaseId (a lease-less ack).
-fn lease_less(msg: &Value, status: &str) -> Value {
-    let mut item = ack_item(msg, status);
-    item.as_object_mut().map(|o| o.remove("leaseId"));
-    item
-}
-
 #[tokio::test]
 async fn the_ack_path_never_waits_on_a_partition_row_lock() {
     let b = common::broker().await;

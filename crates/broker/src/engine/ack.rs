@@ -8,10 +8,13 @@ use std::collections::HashMap;
 
 use queen_proto::hash::{to_hex, txn_hash};
 
+use deadpool_postgres::GenericClient;
+
 use crate::engine::dlq;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::ack::{self as store, HashAckVerdict};
+use crate::store::migrations::db_message;
 
 /// The error of an item that can no longer have an effect: its transactionId is unknown to the
 /// partition (or its hash row was purged), or it is a signal for a message below the cursor.
@@ -96,64 +99,164 @@ impl AckOutcome {
 
 /// Applies `acks` (request order) and returns one outcome per ack, in the same order.
 /// Items sharing (partition, group, lease) form one group, resolved by one SQL call, so a
-/// nack and a later completed ack of the same batch are judged together and the nack wins.
+/// nack and a later completed ack of the same batch are judged together and the nack wins;
+/// the fences of [`group_by_lease`] keep that true across groups of one (partition, group).
+///
+/// Each group is its own transaction, so a group that fails (a database error) does not undo
+/// those before it: its items fail with the cause and the later groups still run. Only when
+/// no group reached PostgreSQL at all does the request fail as a whole (nothing happened, so
+/// retrying it is safe).
 pub async fn acknowledge(state: &AppState, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
     }
     let db = state.store.conn().await?;
-    for members in group_by_lease(acks) {
-        let group: Vec<&Ack> = members.iter().map(|&i| &acks[i]).collect();
-        let first = group[0];
-        let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
-        let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
-        let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
-        let verdict = store::ack_by_hash(
-            &db,
-            first.partition_id,
-            &first.group,
-            &first.lease_id,
-            &hash_refs,
-            &statuses,
-        )
-        .await?;
-        let mut settled = settle(&verdict, &group);
-        if verdict.ok && verdict.dlq {
-            dlq::hand_off(
-                state,
-                &db,
-                first.partition_id,
-                &first.group,
-                &verdict,
-                &group,
-                &mut settled,
-            )
-            .await;
-        }
-        if let Some(queue) = &verdict.wake_queue {
-            state.wake.wake_queue(queue);
-        }
-        for (i, outcome) in members.into_iter().zip(settled) {
+    let mut first_failure = None;
+    let mut answered = false;
+    for planned in group_by_lease(acks) {
+        let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
+        let settled = match apply_group(state, &db, &group, &planned.fence).await {
+            Ok(settled) => {
+                answered = true;
+                settled
+            }
+            Err(e) => {
+                let first = group[0];
+                let cause = failure_text(&e);
+                tracing::error!(
+                    partition_id = first.partition_id, group = %first.group, error = %cause,
+                    "ack group failed; its items are answered as not applied"
+                );
+                first_failure.get_or_insert(e);
+                group
+                    .iter()
+                    .map(|_| AckOutcome::refused(format!("ack not applied: {cause}")))
+                    .collect()
+            }
+        };
+        for (i, outcome) in planned.members.into_iter().zip(settled) {
             outcomes[i] = outcome;
         }
     }
-    Ok(outcomes)
+    match first_failure {
+        Some(e) if !answered => Err(e),
+        _ => Ok(outcomes),
+    }
 }
 
-/// Positions of `acks` grouped by (partition, group, lease), groups in first-appearance order.
-pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Vec<usize>> {
+/// One group's SQL call, its verdict mapped to outcomes, the DLQ hand-off and wake-ups.
+async fn apply_group(
+    state: &AppState,
+    db: &impl GenericClient,
+    group: &[&Ack],
+    fence: &[[u8; 16]],
+) -> Result<Vec<AckOutcome>> {
+    let first = group[0];
+    let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
+    let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
+    let fence_refs: Vec<&[u8]> = fence.iter().map(|h| h.as_slice()).collect();
+    let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
+    let verdict = store::ack_by_hash(
+        db,
+        first.partition_id,
+        &first.group,
+        &first.lease_id,
+        &hash_refs,
+        &statuses,
+        &fence_refs,
+    )
+    .await?;
+    let mut settled = settle(&verdict, group);
+    if verdict.ok && verdict.dlq {
+        dlq::hand_off(
+            state,
+            db,
+            first.partition_id,
+            &first.group,
+            &verdict,
+            group,
+            &mut settled,
+        )
+        .await;
+    }
+    if let Some(queue) = &verdict.wake_queue {
+        state.wake.wake_queue(queue);
+    }
+    Ok(settled)
+}
+
+/// The cause of a failed group as its items report it: a database error carries the
+/// server's own message, which the error's display hides.
+fn failure_text(e: &Error) -> String {
+    match e {
+        Error::Db(db) => format!("database error: {}", db_message(db)),
+        other => other.to_string(),
+    }
+}
+
+/// One (partition, group, lease) group of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedGroup {
+    /// Positions of its acks in the request.
+    pub members: Vec<usize>,
+    /// Hashes of the signals (failed, retry, dlq) the request's other groups carry for the
+    /// same (partition, group): `log_ack_by_hash_v1` never moves the cursor onto or past
+    /// them, whatever order the groups run in.
+    pub fence: Vec<[u8; 16]>,
+}
+
+/// A signal's group slot and transactionId hash.
+type SlotSignal = (usize, [u8; 16]);
+
+/// The request's acks grouped by (partition, group, lease), each with its fence: groups
+/// holding a lease first, then the lease-less ones, each kind in first-appearance order. A
+/// lease-less group may end the lease (its advance reaches batch_end, or it acts on a nack),
+/// which would refuse a later leased group of the same request; run the other way round,
+/// both are judged on the state the client saw.
+pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<PlannedGroup> {
     let mut index: HashMap<(i64, &str, &str), usize> = HashMap::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut groups: Vec<PlannedGroup> = Vec::new();
+    // Per (partition, group): (slot, hash) of every signal, to fence the other slots.
+    let mut signals: HashMap<(i64, &str), Vec<SlotSignal>> = HashMap::new();
+    let mut cursor_of: Vec<(i64, &str)> = Vec::new();
+    let mut lease_less: Vec<bool> = Vec::new();
     for (i, a) in acks.into_iter().enumerate() {
         let key = (a.partition_id, a.group.as_str(), a.lease_id.as_str());
         let slot = *index.entry(key).or_insert_with(|| {
-            groups.push(Vec::new());
+            groups.push(PlannedGroup {
+                members: Vec::new(),
+                fence: Vec::new(),
+            });
+            cursor_of.push((a.partition_id, a.group.as_str()));
+            lease_less.push(a.lease_id.is_empty());
             groups.len() - 1
         });
-        groups[slot].push(i);
+        groups[slot].members.push(i);
+        if a.status.is_signal() {
+            let entry = (slot, txn_hash(&a.transaction_id));
+            signals
+                .entry((a.partition_id, &a.group))
+                .or_default()
+                .push(entry);
+        }
     }
-    groups
+    for (slot, group) in groups.iter_mut().enumerate() {
+        let Some(theirs) = signals.get(&cursor_of[slot]) else {
+            continue;
+        };
+        group.fence = theirs
+            .iter()
+            .filter(|(s, _)| *s != slot)
+            .map(|&(_, h)| h)
+            .collect();
+        group.fence.sort_unstable();
+        group.fence.dedup();
+    }
+    // A stable sort: first appearance is kept within each kind.
+    let mut ordered: Vec<(bool, PlannedGroup)> = lease_less.into_iter().zip(groups).collect();
+    ordered.sort_by_key(|&(lease_less, _)| lease_less);
+    ordered.into_iter().map(|(_, g)| g).collect()
 }
 
 /// Per-item outcomes of one group's verdict: a refused group refuses every item; otherwise
@@ -239,18 +342,27 @@ mod tests {
     }
 
     #[test]
-    fn groups_keep_first_appearance_order() {
+    fn leased_groups_come_first_and_nacks_fence_the_others() {
         let mut acks = vec![
             ack("a", AckStatus::Completed),
             ack("b", AckStatus::Completed),
         ];
         acks[1].partition_id = 2;
+        acks.insert(
+            0,
+            Ack {
+                lease_id: String::new(),
+                ..ack("d", AckStatus::Completed)
+            },
+        );
         acks.push(ack("c", AckStatus::Failed));
-        acks.push(Ack {
-            lease_id: String::new(),
-            ..ack("d", AckStatus::Completed)
-        });
-        assert_eq!(group_by_lease(&acks), vec![vec![0, 2], vec![1], vec![3]]);
+        let groups = group_by_lease(&acks);
+        let members: Vec<&[usize]> = groups.iter().map(|g| g.members.as_slice()).collect();
+        // Leased groups run before lease-less ones.
+        assert_eq!(members, [&[1, 3][..], &[2], &[0]]);
+        // The failed "c" fences the lease-less group of its (partition, group) only.
+        let fences: Vec<&[[u8; 16]]> = groups.iter().map(|g| g.fence.as_slice()).collect();
+        assert_eq!(fences, [&[][..], &[], &[txn_hash("c")]]);
     }
 
     #[test]

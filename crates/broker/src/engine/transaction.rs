@@ -132,13 +132,15 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
             TxnOp::Push(_) => None,
         })
         .collect();
-    let ack_groups: Vec<Vec<(usize, &Ack)>> = ack::group_by_lease(acks.iter().map(|&(_, a)| a))
-        .into_iter()
-        .map(|members| members.into_iter().map(|m| acks[m]).collect())
+    let planned = ack::group_by_lease(acks.iter().map(|&(_, a)| a));
+    let ack_groups: Vec<Vec<(usize, &Ack)>> = planned
+        .iter()
+        .map(|g| g.members.iter().map(|&m| acks[m]).collect())
         .collect();
     let wire_acks: Vec<WireAck<'_>> = ack_groups
         .iter()
-        .map(|members| {
+        .zip(planned)
+        .map(|(members, planned)| {
             let first = members[0].1;
             WireAck {
                 partition_id: first.partition_id,
@@ -149,6 +151,7 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
                     .map(|(_, a)| txn_hash(&a.transaction_id))
                     .collect(),
                 statuses: members.iter().map(|(_, a)| a.status.as_sql()).collect(),
+                fence: planned.fence,
             }
         })
         .collect();

@@ -46,7 +46,8 @@ pub struct HashAckVerdict {
     pub wake_queue: Option<String>,
 }
 
-/// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock.
+/// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock. `fence`: hashes of
+/// the request's signals for this (partition, group) in other groups.
 pub async fn ack_by_hash(
     db: &impl GenericClient,
     partition_id: i64,
@@ -54,11 +55,12 @@ pub async fn ack_by_hash(
     worker: &str,
     hashes: &[&[u8]],
     statuses: &[&str],
+    fence: &[&[u8]],
 ) -> Result<HashAckVerdict> {
     verdict(
         db,
-        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5)",
-        &[&partition_id, &group, &worker, &hashes, &statuses],
+        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6)",
+        &[&partition_id, &group, &worker, &hashes, &statuses, &fence],
     )
     .await
 }

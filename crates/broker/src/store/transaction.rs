@@ -25,6 +25,8 @@ pub struct WireAck<'a> {
     pub worker: &'a str,
     pub hashes: Vec<[u8; 16]>,
     pub statuses: Vec<&'static str>,
+    /// The bundle's signals for this (partition, group) in its other ack groups.
+    pub fence: Vec<[u8; 16]>,
 }
 
 /// What a committed bundle did, in input order.
@@ -63,8 +65,10 @@ pub async fn transaction_wire(
                 .zip(&a.statuses)
                 .map(|(h, s)| serde_json::json!({ "h": queen_proto::hash::to_hex(h), "status": s }))
                 .collect();
+            let fence: Vec<String> = a.fence.iter().map(queen_proto::hash::to_hex).collect();
             serde_json::json!({
                 "partitionId": a.partition_id, "group": a.group, "worker": a.worker, "acks": items,
+                "fence": fence,
             })
         })
         .collect();

@@ -34,6 +34,13 @@ impl Popped {
     }
 }
 
+/// An ack item without a leaseId (a lease-less ack).
+pub fn lease_less(msg: &Value, status: &str) -> Value {
+    let mut item = ack_item(msg, status);
+    item.as_object_mut().map(|o| o.remove("leaseId"));
+    item
+}
+
 /// A `wait=false` pop: the targeted route when `partition` is given, else the wildcard one.
 /// `extra` is appended to the query (e.g. `&leaseSeconds=5`). `None` on 204.
 pub async fn pop(
