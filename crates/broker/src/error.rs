@@ -36,6 +36,30 @@ impl Error {
         Error::Internal(msg.into())
     }
 
+    /// This error and every source under it, `": "`-joined. `tokio_postgres::Error` says only
+    /// "db error" itself; PostgreSQL's message and detail live in its source.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(s) = src {
+            let text = s.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            src = s.source();
+        }
+        out
+    }
+
+    /// The SQLSTATE of a database error, when PostgreSQL reported one.
+    fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Db(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
@@ -47,6 +71,12 @@ impl Error {
     }
 }
 
+impl From<queen_proto::NameError> for Error {
+    fn from(e: queen_proto::NameError) -> Self {
+        Error::BadRequest(e.to_string())
+    }
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -55,7 +85,7 @@ impl IntoResponse for Error {
                 json!({ "error": message, "invalid": option })
             }
             e if status.is_server_error() => {
-                tracing::error!(error = %e, "internal failure");
+                tracing::error!(error = %e.chain(), sqlstate = e.sqlstate(), "internal failure");
                 json!({ "error": e.to_string() })
             }
             e => json!({ "error": e.to_string() }),
