@@ -343,3 +343,29 @@ async fn a_group_that_pops_can_ack() {
         "the ack moved the group's cursor"
     );
 }
+
+/// A transaction whose only operation acks under a lease on a partition nobody created
+/// writes nothing: no queue, no partition, no cursor.
+#[tokio::test]
+async fn a_lease_check_on_an_unknown_partition_creates_nothing() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    b.push("edge", "p", &[json!(0)]).await;
+    let pid = common::partition_id(&db, "edge", "p").await.to_string();
+    let before = common::counts(&db, &TABLES).await;
+    for (group, partition) in [
+        (json!(null), "987654"),
+        (json!("g"), "987654"),
+        (json!(null), pid.as_str()),
+        (json!("fresh"), pid.as_str()),
+    ] {
+        let bundle = json!({ "operations": [{
+            "type": "ack", "transactionId": "t", "partitionId": partition, "leaseId": "L",
+            "consumerGroup": group,
+        }], "requiredLeases": ["L"] });
+        let (status, out) = b.post("/api/v1/transaction", &bundle).await;
+        assert_eq!(status, StatusCode::OK, "{out}");
+        assert_eq!(out["success"], false, "{out}");
+        assert_eq!(common::counts(&db, &TABLES).await, before, "{out}");
+    }
+}
