@@ -19,6 +19,9 @@ pub enum Error {
     NotFound(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// A compressed body announcing more than the body limit once inflated: 413.
+    #[error("decompressed request body exceeds the limit of {0} bytes")]
+    DecompressedTooLarge(usize),
     #[error("database unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("database error: {0}")]
@@ -64,7 +67,9 @@ impl Error {
         match self {
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Error::Pool(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Db(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
