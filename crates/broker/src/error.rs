@@ -19,6 +19,9 @@ pub enum Error {
     NotFound(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// The request body did not arrive within the configured time: 408.
+    #[error("request body not received within {0} ms")]
+    BodyTimeout(u64),
     /// A compressed body announcing more than the body limit once inflated: 413.
     #[error("decompressed request body exceeds the limit of {0} bytes")]
     DecompressedTooLarge(usize),
@@ -70,6 +73,7 @@ impl Error {
             Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Pool(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Db(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
