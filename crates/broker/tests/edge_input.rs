@@ -369,3 +369,18 @@ async fn a_lease_check_on_an_unknown_partition_creates_nothing() {
         assert_eq!(common::counts(&db, &TABLES).await, before, "{out}");
     }
 }
+
+/// An internal failure is logged with PostgreSQL's own words, not just "db error".
+#[tokio::test]
+async fn a_database_error_keeps_its_cause() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    let cause = db
+        .query("SELECT 1 / 0", &[])
+        .await
+        .expect_err("division by zero");
+    let e = queen_broker::error::Error::Db(cause);
+    assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!e.to_string().contains("division by zero"), "{e}");
+    assert!(e.chain().contains("division by zero"), "{}", e.chain());
+}
