@@ -173,3 +173,21 @@ async fn connections_beyond_the_cap_wait_for_a_free_slot() {
         "the queued connection was served while the cap was held"
     );
 }
+
+/// The head clock starts whenever the connection is ready for a request, so a keep-alive
+/// connection that never sends its next head is closed by it even with a long idle timeout.
+#[tokio::test]
+async fn the_next_head_is_bounded_too() {
+    let b = common::broker_with(|cfg| {
+        cfg.header_read_timeout_ms = SHORT_MS;
+        cfg.idle_timeout_ms = LONG_MS;
+    })
+    .await;
+    let mut s = connect(&b).await;
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: queen\r\n\r\n")
+        .await
+        .expect("write");
+    let first = one_response(&mut s).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    until_closed(&mut s).await;
+}
