@@ -57,17 +57,17 @@ pub struct Config {
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Milliseconds a connection may take to send a complete request head (request line and
-    /// headers), counted from when it is ready for a request: after it connects and after each
-    /// answer, so it also bounds a keep-alive connection waiting for its next request.
+    /// Milliseconds a request head (request line and headers) may take to arrive, from its
+    /// first byte; past it the connection is closed.
     #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_ms: u64,
     /// Milliseconds a request may take to deliver its whole body; past it the request gets
     /// 408 and the connection is closed.
     #[arg(long, env = "QUEEN_BODY_READ_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_ms: u64,
-    /// Milliseconds a keep-alive connection may stay open with no request in progress before
-    /// the broker closes it (a long-poll in progress is a request in progress).
+    /// Milliseconds a connection may stay open with no request in progress and no new one
+    /// begun (after it connects, and between keep-alive requests) before the broker closes
+    /// it. A long-poll in progress is a request in progress.
     #[arg(long, env = "QUEEN_IDLE_TIMEOUT_MS", default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
     /// Most client connections served at once; further connections wait in the listen

@@ -1,24 +1,32 @@
 //! The HTTP/1.1 listener and what it bounds per connection: at most `max_connections`
 //! served at once (further connections wait in the kernel's listen backlog, unaccepted, until
-//! one closes), a complete request head within `header_read_timeout_ms` of the connection
-//! being ready for a request, and no more than `idle_timeout_ms` open with no request in
-//! progress. A slow client thus holds a connection only for the configured times. The body
-//! read timeout lives where bodies are read (`http::extract::RawBody`).
+//! one closes); a request head complete within `header_read_timeout_ms` of its first byte;
+//! and no more than `idle_timeout_ms` with no request in progress and none begun. A slow
+//! client thus holds a connection only for the configured times. The body read timeout lives
+//! where bodies are read (`http::extract::RawBody`).
+//!
+//! Both clocks are kept here rather than by hyper, whose head timer starts as soon as a
+//! connection waits for a request and so cannot tell an idle keep-alive from a slow head.
+//! The bytes a connection reads between requests mark the start of a head.
 //!
 //! Shutdown stops accepting, lets every connection finish its request in progress (idle ones
 //! close at once), and returns when all are closed.
 
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::config::Config;
 
@@ -96,10 +104,11 @@ async fn serve_connection(
             answer
         }
     });
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read)
-        .serve_connection(TokioIo::new(stream), service);
+    let io = Watched {
+        inner: stream,
+        activity: activity.clone(),
+    };
+    let conn = http1::Builder::new().serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut shutting = false;
     loop {
@@ -115,57 +124,169 @@ async fn serve_connection(
                 conn.as_mut().graceful_shutdown();
                 shutting = true;
             }
-            () = activity.idle_for(limits.idle), if !shutting => {
-                conn.as_mut().graceful_shutdown();
-                shutting = true;
+            // No request in progress: dropping the connection closes it.
+            why = activity.expiry(limits) => {
+                tracing::debug!(why, "closing a connection");
+                return;
             }
         }
     }
 }
 
-/// Requests in progress on one connection, and when the last one ended.
-struct Activity(Mutex<(usize, Instant)>);
+/// One connection's state between requests.
+struct State {
+    /// Requests being handled.
+    in_progress: usize,
+    /// When the connection became ready for a request (accepted, or its last request ended).
+    ready_since: Instant,
+    /// When the first byte of the next request head arrived, if one did.
+    head_since: Option<Instant>,
+}
+
+/// A connection's [`State`], and a signal for the watchdog whenever it changes.
+struct Activity {
+    state: Mutex<State>,
+    changed: Notify,
+}
 
 impl Activity {
     fn new() -> Self {
-        Activity(Mutex::new((0, Instant::now())))
+        Activity {
+            state: Mutex::new(State {
+                in_progress: 0,
+                ready_since: Instant::now(),
+                head_since: None,
+            }),
+            changed: Notify::new(),
+        }
     }
 
-    fn state(&self) -> (usize, Instant) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Resolves once the connection has had no request in progress for `idle`.
-    async fn idle_for(&self, idle: Duration) {
+    /// Applies `f` and wakes the watchdog to recompute its deadline.
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        self.with(f);
+        self.changed.notify_waiters();
+    }
+
+    /// Bytes read while no request is in progress begin the next request's head.
+    fn bytes_arrived(&self) {
+        let begun = self.with(|s| {
+            let begins = s.in_progress == 0 && s.head_since.is_none();
+            if begins {
+                s.head_since = Some(Instant::now());
+            }
+            begins
+        });
+        if begun {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Resolves, naming the limit, once the connection has no request in progress and has
+    /// either been idle for `limits.idle` or spent `limits.header_read` on a head.
+    async fn expiry(&self, limits: Limits) -> &'static str {
         loop {
-            let (in_progress, since) = self.state();
+            // Registered before the state is read, so no change between the two is missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (in_progress, deadline, why) = self.with(|s| match s.head_since {
+                Some(t) => (
+                    s.in_progress,
+                    t + limits.header_read,
+                    "request head timeout",
+                ),
+                None => (s.in_progress, s.ready_since + limits.idle, "idle timeout"),
+            });
             if in_progress > 0 {
-                tokio::time::sleep(idle).await;
+                changed.await;
                 continue;
             }
-            let quiet = since.elapsed();
-            if quiet >= idle {
-                return;
+            if Instant::now() >= deadline {
+                return why;
             }
-            tokio::time::sleep(idle - quiet).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline.into()) => {}
+                () = changed => {}
+            }
         }
     }
 }
 
-/// One request in progress; its end (or its cancellation) is recorded on drop.
+/// One request in progress (its head is complete); its end or cancellation is recorded on
+/// drop.
 struct Busy(Arc<Activity>);
 
 impl Busy {
     fn start(activity: &Arc<Activity>) -> Self {
-        activity.0.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+        activity.update(|s| {
+            s.in_progress += 1;
+            s.head_since = None;
+        });
         Busy(activity.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let mut state = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 = state.0.saturating_sub(1);
-        state.1 = Instant::now();
+        self.0.update(|s| {
+            s.in_progress = s.in_progress.saturating_sub(1);
+            s.ready_since = Instant::now();
+            s.head_since = None;
+        });
+    }
+}
+
+/// The connection's socket, reporting the bytes it reads to its [`Activity`].
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.bytes_arrived();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
