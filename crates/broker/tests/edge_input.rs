@@ -281,6 +281,23 @@ async fn every_route_refuses_what_it_cannot_store() {
     }
 }
 
+/// The largest accepted `leaseSeconds` is served, not failed inside PostgreSQL.
+#[tokio::test]
+async fn the_longest_lease_is_served() {
+    let b = common::broker().await;
+    b.push("edge", "p", &[json!(0)]).await;
+    for path in [
+        "/api/v1/pop/queue/edge?leaseSeconds=2147483647",
+        "/api/v1/pop?task=none&leaseSeconds=2147483647",
+    ] {
+        let (status, out) = b.get(path).await;
+        assert!(
+            status == StatusCode::OK || status == StatusCode::NO_CONTENT,
+            "{path} -> {status} {out}"
+        );
+    }
+}
+
 /// Within an ack request the items are judged one by one (wire.md §8.1): an item whose
 /// strings PostgreSQL cannot hold fails alone, naming the field, and changes nothing.
 #[tokio::test]
