@@ -57,6 +57,23 @@ pub struct Config {
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Milliseconds a request head (request line and headers) may take to arrive, from its
+    /// first byte; past it the connection is closed.
+    #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a request may take to deliver its whole body; past it the request gets
+    /// 408 and the connection is closed.
+    #[arg(long, env = "QUEEN_BODY_READ_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_read_timeout_ms: u64,
+    /// Milliseconds a connection may stay open with no request in progress and no new one
+    /// begun (after it connects, and between keep-alive requests) before the broker closes
+    /// it. A long-poll in progress is a request in progress.
+    #[arg(long, env = "QUEEN_IDLE_TIMEOUT_MS", default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+    /// Most client connections served at once; further connections wait in the listen
+    /// backlog until one closes.
+    #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
     /// Apply the SQL schema files at boot.
     #[arg(long, env = "QUEEN_APPLY_SCHEMA", default_value = "true", value_parser = parse_bool)]
     pub apply_schema: bool,
@@ -133,6 +150,8 @@ impl Config {
         };
         format!(
             "listen={}:{} database={} pool={} data_dir={} log_level={} max_body={} \
+             header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
+             max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
              dedup_cache={} dedup_cache_mb={} dev_unsafe={}",
@@ -143,6 +162,10 @@ impl Config {
             self.data_dir.display(),
             self.log_level,
             self.max_body_bytes,
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.idle_timeout_ms,
+            self.max_connections,
             self.apply_schema,
             self.stmt_timeout_ms,
             self.zstd_level,

@@ -25,6 +25,12 @@ pub enum Error {
     NotFound(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// The request body did not arrive within the configured time: 408.
+    #[error("request body not received within {0} ms")]
+    BodyTimeout(u64),
+    /// A compressed body announcing more than the body limit once inflated: 413.
+    #[error("decompressed request body exceeds the limit of {0} bytes")]
+    DecompressedTooLarge(usize),
     #[error("database unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("database error: {0}")]
@@ -45,11 +51,38 @@ impl Error {
         Error::Internal(msg.into())
     }
 
+    /// This error and every source under it, `": "`-joined. `tokio_postgres::Error` says only
+    /// "db error" itself; PostgreSQL's message and detail live in its source.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(s) = src {
+            let text = s.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            src = s.source();
+        }
+        out
+    }
+
+    /// The SQLSTATE of a database error, when PostgreSQL reported one.
+    fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Db(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Pool(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Db(e) if connection_lost(e) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Db(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -79,6 +112,12 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
 /// Server failures are logged per request: identical ones at most once per window.
 static INTERNAL_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
+impl From<queen_proto::NameError> for Error {
+    fn from(e: queen_proto::NameError) -> Self {
+        Error::BadRequest(e.to_string())
+    }
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -87,11 +126,11 @@ impl IntoResponse for Error {
                 json!({ "error": message, "invalid": option })
             }
             e if status.is_server_error() => {
-                let text = e.to_string();
-                if let Some(suppressed) = INTERNAL_FAILURES.admit(&text) {
-                    tracing::error!(error = %text, suppressed, "internal failure");
+                let chain = e.chain();
+                if let Some(suppressed) = INTERNAL_FAILURES.admit(&chain) {
+                    tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
                 }
-                json!({ "error": text })
+                json!({ "error": e.to_string() })
             }
             e => json!({ "error": e.to_string() }),
         };

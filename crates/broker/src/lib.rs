@@ -8,6 +8,7 @@ pub mod embedded_pg;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod listener;
 pub mod log_limit;
 pub mod server;
 pub mod state;

@@ -16,7 +16,7 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     pub state: AppState,
     stop: oneshot::Sender<()>,
-    join: JoinHandle<std::io::Result<()>>,
+    join: JoinHandle<()>,
 }
 
 /// Builds the pool, applies the schema (when configured) and starts serving on
@@ -32,14 +32,14 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
     let app = crate::http::router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let closing = state.clone();
+    let cfg = state.cfg.clone();
     let join = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-                // Parked long-polls answer now instead of holding the drain for their timeout.
-                closing.begin_shutdown();
-            })
-            .await
+        let stopping = async move {
+            let _ = stopped.await;
+            // Parked long-polls answer now instead of holding the drain for their timeout.
+            closing.begin_shutdown();
+        };
+        crate::listener::serve(listener, app, &cfg, stopping).await;
     });
     tracing::info!(%addr, "queen-rs listening");
     Ok(RunningServer {
@@ -54,10 +54,8 @@ impl RunningServer {
     /// Stops accepting, answers parked long-polls, and waits for in-flight requests.
     pub async fn shutdown(self) {
         let _ = self.stop.send(());
-        match self.join.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server ended with an error"),
-            Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
+        if let Err(e) = self.join.await {
+            tracing::warn!(error = %e, "HTTP server task failed");
         }
     }
 }

@@ -8,6 +8,7 @@
 pub mod frame;
 pub mod hash;
 pub mod ids;
+pub mod name;
 pub mod pop_framed;
 pub mod push_bin;
 mod reader;
@@ -19,3 +20,4 @@ mod writer;
 pub use frame::{Frame, FrameError};
 pub use hash::{from_hex, to_hex, txn_hash};
 pub use ids::{new_v7, ZERO_UUID};
+pub use name::{Name, NameError};

@@ -79,8 +79,31 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 /// Parses an ISO-8601 / RFC 3339 timestamp: `YYYY-MM-DD`, optionally followed by `T` (or `t`
 /// or a space) and `HH:MM[:SS[.fraction]]`, the fraction of any length (digits past
 /// nanoseconds are ignored), then `Z`/`z`, a numeric offset `±HH`, `±HHMM` or `±HH:MM`, or
-/// nothing (UTC). `None` when the text is not such a timestamp.
+/// nothing (UTC). `None` when the text is not such a timestamp, or when the instant lies
+/// outside [`accepted_range`].
 pub fn parse_iso(text: &str) -> Option<DateTime<Utc>> {
+    parse_any_iso(text).filter(|t| {
+        let (first, last) = accepted_range();
+        (first..=last).contains(t)
+    })
+}
+
+/// The instants a client may send: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z UTC.
+/// Every one of them is a PostgreSQL `timestamptz` in both its binary and its text form and
+/// renders as a four-digit ISO year, so a timestamp accepted once (and stored, as a
+/// subscription intent is) can never fail a later statement. PostgreSQL's text input has no
+/// year 0 (`0000-01-01` is an error there) although chrono has one.
+pub fn accepted_range() -> (DateTime<Utc>, DateTime<Utc>) {
+    let first = NaiveDate::from_ymd_opt(1, 1, 1).unwrap_or(NaiveDate::MIN);
+    let last = NaiveDate::from_ymd_opt(9999, 12, 31).unwrap_or(NaiveDate::MAX);
+    let end_of_day = NaiveTime::from_hms_micro_opt(23, 59, 59, 999_999).unwrap_or(NaiveTime::MIN);
+    (
+        first.and_time(NaiveTime::MIN).and_utc(),
+        last.and_time(end_of_day).and_utc(),
+    )
+}
+
+fn parse_any_iso(text: &str) -> Option<DateTime<Utc>> {
     let mut s = Scan(text.as_bytes());
     let year = s.number(4)?;
     s.expect(b'-')?;
@@ -281,6 +304,23 @@ mod tests {
         ] {
             assert_eq!(parse_iso(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn instants_postgresql_cannot_take_are_refused() {
+        for text in [
+            "0000-01-01T00:00:00Z",
+            "0000-12-31",
+            "0001-01-01T00:30:00+01:00",
+            "9999-12-31T23:59:59Z-00:01",
+            "9999-12-31T23:30:00-01:00",
+        ] {
+            assert_eq!(parse_iso(text), None, "{text}");
+        }
+        let (first, last) = accepted_range();
+        assert_eq!(parse_iso("0001-01-01T00:00:00Z"), Some(first));
+        assert_eq!(parse_iso("9999-12-31T23:59:59.999999Z"), Some(last));
+        assert_eq!(parse_iso("0001-01-01T01:00:00+01:00"), Some(first));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use queen_proto::hash::txn_hash;
-use queen_proto::wire::MAX_NAME_BYTES;
+use queen_proto::name::{check_id, Name};
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
@@ -94,40 +94,15 @@ impl PushResult {
     }
 }
 
-/// Checks a queue or partition name: non-empty, at most 65 535 bytes (u16 lengths on the
-/// binary paths), no control characters (names are joined on `\x1f` in internal keys).
-pub fn check_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::bad(format!("{what} must not be empty")));
-    }
-    if name.len() > MAX_NAME_BYTES {
-        return Err(Error::bad(format!(
-            "{what} is {} bytes long; the limit is {MAX_NAME_BYTES}",
-            name.len()
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(Error::bad(format!("{what} contains control characters")));
-    }
-    Ok(())
-}
-
-/// Checks one item of a request (`index` is its position, named in the 400): its names, and
-/// a transactionId of at most 65 535 bytes. Every push body runs this on all items before
-/// anything is written.
+/// Checks one item of a request (`index` is its position, named in the 400) by the edge rules
+/// of [`queen_proto::name`]: its queue and partition are names, its transactionId an id.
+/// Every push body runs this on all items before anything is written.
 pub(crate) fn check_item(index: usize, item: &PushItem) -> Result<()> {
-    let at = |e: Error| Error::bad(format!("item {index}: {e}"));
-    check_name("queue", &item.queue).map_err(at)?;
-    if let Some(p) = item.partition.as_deref().filter(|p| !p.is_empty()) {
-        check_name("partition", p).map_err(at)?;
-    }
+    let at = |e: queen_proto::NameError| Error::bad(format!("item {index}: {e}"));
+    Name::parse("queue", &item.queue).map_err(at)?;
+    Name::optional("partition", item.partition.as_deref()).map_err(at)?;
     if let Some(txn) = &item.transaction_id {
-        if txn.len() > MAX_NAME_BYTES {
-            return Err(at(Error::bad(format!(
-                "transactionId is {} bytes long; the limit is {MAX_NAME_BYTES}",
-                txn.len()
-            ))));
-        }
+        check_id("transactionId", txn).map_err(at)?;
     }
     Ok(())
 }

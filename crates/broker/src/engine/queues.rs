@@ -5,7 +5,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::push::check_name;
+use queen_proto::Name;
+
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::queues::{self, QueueRow};
@@ -13,7 +14,8 @@ use crate::store::queues::{self, QueueRow};
 /// What an option accepts.
 #[derive(Clone, Copy)]
 enum Kind {
-    Text,
+    /// A queue label (namespace, task): a name by the edge rule, or empty.
+    Label,
     Bool,
     /// An integer in `[min, max]`; out-of-range values are refused.
     Int {
@@ -35,8 +37,8 @@ const NON_NEGATIVE: Kind = Kind::Int {
 
 /// Every option: wire name, column, accepted values.
 const OPTIONS: &[(&str, &str, Kind)] = &[
-    ("namespace", "namespace", Kind::Text),
-    ("task", "task", Kind::Text),
+    ("namespace", "namespace", Kind::Label),
+    ("task", "task", Kind::Label),
     (
         "priority",
         "priority",
@@ -104,10 +106,9 @@ pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
         return Err(Error::bad("bad body: expected a JSON object"));
     };
     let queue = match top.get("queue") {
-        Some(Value::String(q)) if !q.is_empty() => q.clone(),
+        Some(Value::String(q)) if !q.is_empty() => Name::parse("queue", q)?.into_string(),
         _ => return Err(Error::bad("queue is required")),
     };
-    check_name("queue", &queue)?;
 
     let mut options = match top.get("options") {
         Some(Value::Object(o)) => o.clone(),
@@ -158,17 +159,12 @@ fn invalid(option: &str, reason: &str) -> Error {
     }
 }
 
-fn validate(wire: &str, kind: Kind, value: &Value) -> Result<Value> {
+fn validate(wire: &'static str, kind: Kind, value: &Value) -> Result<Value> {
     match kind {
-        Kind::Text => match value.as_str() {
-            Some(s) if s.chars().any(char::is_control) => {
-                Err(invalid(wire, "contains control characters"))
-            }
-            Some(s) if s.len() > queen_proto::wire::MAX_NAME_BYTES => {
-                Err(invalid(wire, "is too long"))
-            }
-            Some(_) => Ok(value.clone()),
-            None => Err(invalid(wire, "must be a string")),
+        // A label is a name (discovery pops look it up); "" clears it.
+        Kind::Label => match Name::from_json(wire, Some(value)) {
+            Ok(_) => Ok(value.clone()),
+            Err(e) => Err(invalid(wire, &e.to_string())),
         },
         Kind::Bool => match value {
             Value::Bool(_) => Ok(value.clone()),

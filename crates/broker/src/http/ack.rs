@@ -5,8 +5,10 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use queen_proto::name::{check_id, check_text};
 use queen_proto::time::{iso_millis, parse_iso};
 use queen_proto::wire::QUEUE_MODE;
+use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -32,7 +34,7 @@ async fn ack_one(State(st): State<AppState>, RawBody(body): RawBody) -> Result<J
     let Some(obj) = item.as_object() else {
         return Err(Error::bad("bad body: expected a JSON object"));
     };
-    let group = group_name(obj.get("consumerGroup"));
+    let group = group_name(obj.get("consumerGroup"))?;
     answer(&st, std::slice::from_ref(&item), &group).await
 }
 
@@ -42,7 +44,7 @@ async fn ack_batch(State(st): State<AppState>, RawBody(body): RawBody) -> Result
     let Some(items) = request.get("acknowledgments").and_then(Value::as_array) else {
         return Err(Error::bad("bad body: acknowledgments must be an array"));
     };
-    let group = group_name(request.get("consumerGroup"));
+    let group = group_name(request.get("consumerGroup"))?;
     answer(&st, items, &group).await
 }
 
@@ -84,12 +86,11 @@ fn render_outcome(index: usize, transaction_id: Value, o: &AckOutcome) -> Value 
     })
 }
 
-/// The consumer group of a request: null, absent or empty means queue mode.
-pub(crate) fn group_name(value: Option<&Value>) -> String {
-    match value.and_then(Value::as_str).map(str::trim) {
-        Some(g) if !g.is_empty() => g.to_string(),
-        _ => QUEUE_MODE.to_string(),
-    }
+/// The consumer group of a request: null, absent or empty means queue mode; anything else
+/// must be a name by the same rule as the pop's `consumerGroup` (never trimmed).
+pub(crate) fn group_name(value: Option<&Value>) -> Result<String> {
+    Ok(Name::from_json("consumerGroup", value)?
+        .map_or_else(|| QUEUE_MODE.to_string(), Name::into_string))
 }
 
 /// One acknowledgement object, or the per-item error that refuses it.
@@ -101,6 +102,17 @@ pub(crate) fn parse_ack(item: &Value, group: &str) -> std::result::Result<Ack, S
         Some(Value::String(t)) if !t.is_empty() => t.clone(),
         _ => return Err("transactionId is missing".into()),
     };
+    check_id("transactionId", &transaction_id).map_err(|e| e.to_string())?;
+    let error = obj.get("error").and_then(Value::as_str).map(str::to_string);
+    if let Some(text) = &error {
+        check_text("error", text).map_err(|e| e.to_string())?;
+    }
+    let lease_id = obj
+        .get("leaseId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    check_id("leaseId", &lease_id).map_err(|e| e.to_string())?;
     let partition_id = partition_id(obj)?;
     let status = match obj.get("status") {
         // The clients map True/False to completed/failed; accept the booleans too.
@@ -120,13 +132,9 @@ pub(crate) fn parse_ack(item: &Value, group: &str) -> std::result::Result<Ack, S
         transaction_id,
         partition_id,
         status,
-        error: obj.get("error").and_then(Value::as_str).map(str::to_string),
+        error,
         group: group.to_string(),
-        lease_id: obj
-            .get("leaseId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        lease_id,
     })
 }
 
@@ -153,6 +161,7 @@ async fn extend_lease(
     Path(lease_id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
+    check_id("leaseId", &lease_id)?;
     let seconds = requested_seconds(&body)?;
     let renewal = lease::extend(&st, &lease_id, seconds).await?;
     let expiry = renewal.expires_at.clone();
@@ -209,9 +218,9 @@ async fn list_dlq(State(st): State<AppState>, Query(q): Query<DlqQuery>) -> Resu
     let limit = count_param("limit", q.limit.as_deref(), 100, 1)?;
     let offset = count_param("offset", q.offset.as_deref(), 0, 0)?;
     let filter = DlqFilter {
-        queue: non_empty(&q.queue),
-        group: non_empty(&q.consumer_group),
-        partition: non_empty(&q.partition),
+        queue: filter_name("queue", &q.queue)?,
+        group: filter_name("consumerGroup", &q.consumer_group)?,
+        partition: filter_name("partition", &q.partition)?,
         from: time_param("from", q.from.as_deref())?,
         to: time_param("to", q.to.as_deref())?,
         limit,
@@ -261,8 +270,10 @@ fn render_dead_letter(row: &DlqRow) -> Value {
     })
 }
 
-fn non_empty(v: &Option<String>) -> Option<&str> {
-    v.as_deref().filter(|s| !s.is_empty())
+/// An optional name filter: absent or empty filters nothing.
+fn filter_name<'a>(field: &'static str, v: &'a Option<String>) -> Result<Option<&'a str>> {
+    Name::optional(field, v.as_deref())?;
+    Ok(v.as_deref().filter(|s| !s.is_empty()))
 }
 
 fn count_param(name: &str, text: Option<&str>, default: i32, min: i32) -> Result<i32> {
@@ -336,10 +347,14 @@ mod tests {
 
     #[test]
     fn groups_default_to_queue_mode() {
-        assert_eq!(group_name(None), QUEUE_MODE);
-        assert_eq!(group_name(Some(&Value::Null)), QUEUE_MODE);
-        assert_eq!(group_name(Some(&json!(""))), QUEUE_MODE);
-        assert_eq!(group_name(Some(&json!("billing"))), "billing");
+        let name = |v: Option<&Value>| group_name(v).map_err(|e| e.to_string());
+        assert_eq!(name(None).as_deref(), Ok(QUEUE_MODE));
+        assert_eq!(name(Some(&Value::Null)).as_deref(), Ok(QUEUE_MODE));
+        assert_eq!(name(Some(&json!(""))).as_deref(), Ok(QUEUE_MODE));
+        assert_eq!(name(Some(&json!("billing"))).as_deref(), Ok("billing"));
+        for refused in [json!(7), json!(["g"]), json!(" g"), json!("g\u{0}")] {
+            assert!(name(Some(&refused)).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Request extractors whose rejections speak our JSON error shape instead of axum's text.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_LENGTH;
@@ -9,7 +11,8 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::state::AppState;
 
-/// The raw request body, bounded by `QUEEN_MAX_BODY_BYTES` (413 above it).
+/// The raw request body, bounded by `QUEEN_MAX_BODY_BYTES` (413 above it) and by
+/// `QUEEN_BODY_READ_TIMEOUT_MS` (408 past it).
 pub struct RawBody(pub Bytes);
 
 impl FromRequest<AppState> for RawBody {
@@ -25,7 +28,14 @@ impl FromRequest<AppState> for RawBody {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(Error::PayloadTooLarge(limit));
         }
-        match axum::body::to_bytes(req.into_body(), limit).await {
+        // A body that trickles in is bounded in time as well as in size; on a timeout the
+        // unread body is dropped, which makes hyper close the connection after the 408.
+        let wait = Duration::from_millis(state.cfg.body_read_timeout_ms);
+        let read = axum::body::to_bytes(req.into_body(), limit);
+        let Ok(read) = tokio::time::timeout(wait, read).await else {
+            return Err(Error::BodyTimeout(state.cfg.body_read_timeout_ms));
+        };
+        match read {
             Ok(b) => Ok(RawBody(b)),
             Err(e) if is_length_limit(&e) => Err(Error::PayloadTooLarge(limit)),
             Err(e) => Err(Error::bad(format!("bad body: {e}"))),

@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -61,6 +62,7 @@ async fn lagging(
 }
 
 async fn detail(State(st): State<AppState>, Path(group): Path<String>) -> Result<Json<Value>> {
+    let group = Name::parse("consumerGroup", &group)?;
     groups::detail(&st, &group).await.map(Json)
 }
 
@@ -93,6 +95,7 @@ async fn delete_group(
     Path(group): Path<String>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
+    let group = Name::parse("consumerGroup", &group)?;
     groups::delete(&st, &group, None, q.delete_metadata()?)
         .await
         .map(Json)
@@ -103,6 +106,7 @@ async fn delete_group_on_queue(
     Path((group, queue)): Path<(String, String)>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
+    let (group, queue) = group_queue(&group, &queue)?;
     groups::delete(&st, &group, Some(&queue), q.delete_metadata()?)
         .await
         .map(Json)
@@ -119,6 +123,7 @@ async fn subscription(
     Path(group): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
+    let group = Name::parse("consumerGroup", &group)?;
     let parsed: SubscriptionBody = optional_json(&body)?.unwrap_or(SubscriptionBody {
         subscription_timestamp: None,
     });
@@ -148,6 +153,7 @@ async fn seek_queue(
     Path((group, queue)): Path<(String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
+    let (group, queue) = group_queue(&group, &queue)?;
     let target = SeekBody::target(&body)?;
     groups::seek(&st, &group, &queue, None, target)
         .await
@@ -159,10 +165,20 @@ async fn seek_partition(
     Path((group, queue, partition)): Path<(String, String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
+    let (group, queue) = group_queue(&group, &queue)?;
+    let partition = Name::parse("partition", &partition)?;
     let target = SeekBody::target(&body)?;
     groups::seek(&st, &group, &queue, Some(&partition), target)
         .await
         .map(Json)
+}
+
+/// The group and queue of a path, each a name by the edge rule.
+fn group_queue(group: &str, queue: &str) -> Result<(Name, Name)> {
+    Ok((
+        Name::parse("consumerGroup", group)?,
+        Name::parse("queue", queue)?,
+    ))
 }
 
 /// A JSON body that clients may omit entirely (the Python client sends no body for `{}`).

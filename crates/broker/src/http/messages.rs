@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use queen_proto::name::check_id;
 use serde_json::Value;
 
 use crate::engine::messages;
@@ -21,6 +22,7 @@ async fn detail(
     State(st): State<AppState>,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
+    check_id("transactionId", &transaction_id)?;
     messages::detail(&st, &partition_id, &transaction_id)
         .await
         .map(Json)

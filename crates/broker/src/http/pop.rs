@@ -9,11 +9,10 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use queen_proto::pop_framed;
+use queen_proto::{pop_framed, Name};
 use serde_json::json;
 
 use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
-use crate::engine::push::check_name;
 use crate::error::{Error, Result};
 use crate::http::extract::Query;
 use crate::state::AppState;
@@ -42,8 +41,7 @@ async fn wildcard(
     path: Result<Path<String>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
-    let queue = path_segment(path)?;
-    check_name("queue", &queue)?;
+    let queue = Name::parse("queue", &path_segment(path)?)?.into_string();
     serve(&st, PopShape::Wildcard { queue }, &params).await
 }
 
@@ -53,14 +51,16 @@ async fn targeted(
     Query(params): Params,
 ) -> Result<Response> {
     let (queue, partition) = path_segment(path)?;
-    check_name("queue", &queue)?;
-    check_name("partition", &partition)?;
+    let queue = Name::parse("queue", &queue)?.into_string();
+    let partition = Name::parse("partition", &partition)?.into_string();
     serve(&st, PopShape::Targeted { queue, partition }, &params).await
 }
 
 async fn discovery(State(st): State<AppState>, Query(params): Params) -> Result<Response> {
-    let namespace = param(&params, "namespace").unwrap_or_default().to_string();
-    let task = param(&params, "task").unwrap_or_default().to_string();
+    let label =
+        |field| Name::optional(field, param(&params, field)).map(|n| n.map(Name::into_string));
+    let namespace = label("namespace")?.unwrap_or_default();
+    let task = label("task")?.unwrap_or_default();
     if namespace.is_empty() && task.is_empty() {
         let body =
             json!({ "success": false, "error": "namespace or task is required", "messages": [] });
@@ -128,21 +128,22 @@ fn parse_request(
                 .map_err(|_| invalid("timeout", v, "a non-negative number of milliseconds"))?,
         ),
     };
-    let group = match param(params, "consumerGroup") {
-        None | Some("") => queen_proto::wire::QUEUE_MODE.to_string(),
-        Some(g) => {
-            check_name("consumerGroup", g)?;
-            g.to_string()
-        }
-    };
+    let group = Name::optional("consumerGroup", param(params, "consumerGroup"))?.map_or_else(
+        || queen_proto::wire::QUEUE_MODE.to_string(),
+        Name::into_string,
+    );
     let lease_seconds = match param(params, "leaseSeconds") {
         None | Some("") => None,
         Some(v) => {
-            let secs = v
-                .parse::<i64>()
-                .map_err(|_| invalid("leaseSeconds", v, "an integer number of seconds"))?;
+            let secs = v.parse::<i32>().map_err(|_| {
+                invalid(
+                    "leaseSeconds",
+                    v,
+                    "an integer number of seconds up to 2147483647",
+                )
+            })?;
             // Non-positive values are ignored: the queue's lease time applies.
-            (secs > 0).then(|| i32::try_from(secs).unwrap_or(i32::MAX))
+            (secs > 0).then_some(secs)
         }
     };
     Ok(PopRequest {

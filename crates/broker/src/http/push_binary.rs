@@ -18,9 +18,6 @@ use crate::state::AppState;
 /// The Content-Type of the binary push and transaction bodies.
 pub const CONTENT_TYPE: &str = "application/x-queen-push";
 
-/// How many times the body limit a binary body may decompress to, all zstd frames together.
-const DECOMPRESS_FACTOR: usize = 8;
-
 /// Bodies above this size are parsed (decompressed and validated) on the blocking pool.
 const INLINE_PARSE_BYTES: usize = 256 * 1024;
 
@@ -33,15 +30,21 @@ pub fn is_binary(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(CONTENT_TYPE))
 }
 
-/// Runs `parse` on `body` with the decompression bound of `st`, off the async workers when
-/// the body is large. A parse failure is a 400 `bad binary <what> body: <problem>`.
+/// Runs `parse` on `body`, off the async workers when the body is large. A parse failure is a
+/// 400 `bad binary <what> body: <problem>`.
+///
+/// Decompression is bounded by the same configured body limit as the bytes on the wire, all
+/// zstd frames of the body together: each frame must announce its size (the flag-1 `raw_len`,
+/// a group's zstd content size), an announcement past what is left of the limit is a 413
+/// before anything is inflated, and a frame is inflated into a buffer of exactly its
+/// announced size, so it cannot grow past it.
 pub async fn parse_binary<T: Send + 'static>(
     st: &AppState,
     body: Bytes,
     what: &'static str,
     parse: fn(Bytes, usize) -> Result<T, PushError>,
 ) -> Result<T> {
-    let max = st.cfg.max_body_bytes.saturating_mul(DECOMPRESS_FACTOR);
+    let max = st.cfg.max_body_bytes;
     let parsed = if body.len() > INLINE_PARSE_BYTES {
         tokio::task::spawn_blocking(move || parse(body, max))
             .await
@@ -49,7 +52,13 @@ pub async fn parse_binary<T: Send + 'static>(
     } else {
         parse(body, max)
     };
-    parsed.map_err(|e| Error::bad(format!("bad binary {what} body: {e}")))
+    parsed.map_err(|e| {
+        if e.exceeds_limit() {
+            Error::DecompressedTooLarge(max)
+        } else {
+            Error::bad(format!("bad binary {what} body: {e}"))
+        }
+    })
 }
 
 /// `POST /api/v1/push` with a `QPB1` body: 201 with one result per message in wire order,

@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::routing::{delete, post};
 use axum::{Json, Router};
+use queen_proto::Name;
 use serde_json::{json, Value};
 
 use crate::engine::queues;
@@ -39,10 +40,11 @@ async fn delete_queue(
     State(st): State<AppState>,
     Path(queue): Path<String>,
 ) -> Result<Json<Value>> {
+    let queue = Name::parse("queue", &queue)?;
     match queues::delete(&st, &queue).await? {
         Some(partitions) => Ok(Json(json!({
             "deleted": true,
-            "queue": queue,
+            "queue": queue.as_str(),
             "partitionsDeleted": partitions,
         }))),
         None => Err(Error::NotFound("Queue not found".into())),

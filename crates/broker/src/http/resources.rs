@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -26,6 +27,7 @@ async fn queues(State(st): State<AppState>) -> Result<Json<Value>> {
 }
 
 async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>> {
+    let name = Name::parse("queue", &name)?;
     resources::queue(&st, &name).await.map(Json)
 }
 
@@ -39,6 +41,8 @@ async fn depth(
     Path(name): Path<String>,
     Query(q): Query<DepthParams>,
 ) -> Result<Json<Value>> {
+    let name = Name::parse("queue", &name)?;
+    Name::optional("group", q.group.as_deref())?;
     resources::depth(&st, &name, q.group.as_deref())
         .await
         .map(Json)

@@ -5,6 +5,8 @@
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
+use queen_proto::name::check_id;
+use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -44,6 +46,18 @@ async fn record(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Js
             _ => None,
         })
         .ok_or_else(|| Error::bad("partitionId is required and must be a partition id"))?;
+    check_id("transactionId", &transaction_id)?;
+    Name::optional("consumerGroup", b.consumer_group.as_deref())?;
+    for name in b.trace_names.iter().flatten() {
+        check_id("traceNames", name)?;
+    }
+    if let Some(kind) = &b.event_type {
+        check_id("eventType", kind)?;
+    }
+    if b.data.as_ref().is_some_and(has_nul) {
+        // PostgreSQL's jsonb cannot hold U+0000 in a key or a string.
+        return Err(Error::bad("data contains a NUL character"));
+    }
     let event = TraceEvent {
         transaction_id,
         partition_id,
@@ -53,4 +67,29 @@ async fn record(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Js
         data: b.data.unwrap_or(Value::Null),
     };
     messages::record_trace(&st, event).await.map(Json)
+}
+
+/// Whether any key or string inside `v` holds a NUL character.
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_nul_anywhere_in_the_data() {
+        assert!(!has_nul(&json!({"a": ["b", 1, {"c": null}]})));
+        assert!(has_nul(&json!("x\u{0}")));
+        assert!(has_nul(&json!([1, ["\u{0}"]])));
+        assert!(has_nul(&json!({"k\u{0}": 1})));
+        assert!(has_nul(&json!({"k": {"j": "\u{0}"}})));
+    }
 }

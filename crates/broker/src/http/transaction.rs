@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use queen_proto::name::check_id;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -138,7 +139,7 @@ pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
         .map_err(|_| Error::bad("bad body: operations must be an array"))?;
     let mut req = TxnRequest {
         ops: Vec::with_capacity(ops.len()),
-        required_leases: leases(bundle.required_leases),
+        required_leases: leases(bundle.required_leases)?,
     };
     for (index, raw) in ops.into_iter().enumerate() {
         let at = |e: Error| Error::bad(format!("operation {index}: {e}"));
@@ -163,7 +164,7 @@ pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
             Some("ack") => {
                 let op: Value =
                     serde_json::from_str(raw.get()).map_err(|e| at(Error::bad(e.to_string())))?;
-                let group = group_name(op.get("consumerGroup"));
+                let group = group_name(op.get("consumerGroup")).map_err(at)?;
                 req.ops.push(TxnOp::Ack(
                     parse_ack(&op, &group).map_err(|e| at(Error::bad(e)))?,
                 ));
@@ -175,15 +176,20 @@ pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     Ok(req)
 }
 
-/// `requiredLeases`: the lease ids as strings; anything else is ignored.
-fn leases(value: Option<Value>) -> Vec<String> {
-    match value {
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
+/// `requiredLeases`: the lease ids as strings (each an id by the edge rule); anything else
+/// is ignored.
+fn leases(value: Option<Value>) -> Result<Vec<String>> {
+    let Some(Value::Array(items)) = value else {
+        return Ok(Vec::new());
+    };
+    let ids: Vec<String> = items
+        .into_iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    for id in &ids {
+        check_id("requiredLeases", id)?;
     }
+    Ok(ids)
 }
 
 #[cfg(test)]

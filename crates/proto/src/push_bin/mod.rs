@@ -182,3 +182,19 @@ pub enum PushError {
         reason: String,
     },
 }
+
+impl PushError {
+    /// Whether the body was refused for announcing more decompressed bytes than allowed
+    /// (checked before anything is inflated).
+    pub fn exceeds_limit(&self) -> bool {
+        matches!(
+            self,
+            PushError::RawLenTooLarge { .. }
+                | PushError::Body(SegmentError::TooLarge { .. })
+                | PushError::GroupZstd {
+                    source: SegmentError::TooLarge { .. },
+                    ..
+                }
+        )
+    }
+}
