@@ -41,12 +41,14 @@ pub fn overlapping(log: &Log, v: &mut Vec<Violation>) {
     for a in &log.acks {
         acks.entry((&a.partition_id, &a.group)).or_default().push(a);
     }
+    let mut renewed: HashMap<&str, Micros> = HashMap::new();
+    for e in log.extends.iter().filter(|e| e.renewed) {
+        let until = renewed.entry(&e.lease).or_default();
+        *until = (*until).max(e.sent + e.seconds * 1_000_000);
+    }
     let mut per_row: HashMap<(&str, &str), Vec<Lease>> = HashMap::new();
     for (&(partition, group, id), &(pop_sent, received, secs)) in &claims {
-        let mut expiry = pop_sent + secs * 1_000_000;
-        for e in log.extends.iter().filter(|e| e.lease == id && e.renewed) {
-            expiry = expiry.max(e.sent + e.seconds * 1_000_000);
-        }
+        let expiry = (pop_sent + secs * 1_000_000).max(renewed.get(id).copied().unwrap_or(0));
         let release = acks
             .get(&(partition, group))
             .into_iter()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use queen_client::{AckItem, PushItem, Queen};
+use queen_client::{PushItem, Queen};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use reqwest::Method;
@@ -48,8 +48,9 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
         .build()?;
     let mut findings: BTreeMap<(String, String), Finding> = BTreeMap::new();
     let mut sent = 0usize;
-    for route in ROUTES {
-        let fx = fixture(&Queen::with_client(cluster.url(0), http.clone())).await?;
+    for (i, route) in ROUTES.iter().enumerate() {
+        let queen = Queen::with_client(cluster.url(0), http.clone());
+        let fx = fixture(&queen, &format!("fuzz-g{i}")).await?;
         for _ in 0..profile.fuzz_per_route {
             let req = inputs::generate(route, &mut rng, &fx);
             let before: Vec<i64> = pg.query_one(COUNTS, &[]).await?.get(0);
@@ -123,9 +124,10 @@ async fn restart_if_dead(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
-/// A queue with messages, a named group holding a live lease: real ids for the inputs.
-async fn fixture(queen: &Queen) -> Result<Fixture> {
-    let (queue, partition, group) = ("fuzz-q", "fuzz-p", "fuzz-g");
+/// A queue with messages and `group` (fresh per route: the previous route's fixture still
+/// holds its lease) holding a live lease: real ids for the inputs.
+async fn fixture(queen: &Queen, group: &str) -> Result<Fixture> {
+    let (queue, partition) = ("fuzz-q", "fuzz-p");
     let items: Vec<PushItem> = (0..5)
         .map(|i| PushItem::raw(format!(r#"{{"i":{i}}}"#), None).expect("JSON"))
         .collect();
@@ -142,7 +144,6 @@ async fn fixture(queen: &Queen) -> Result<Fixture> {
     let m = popped
         .and_then(|p| p.messages.into_iter().next())
         .context("the fixture pop claimed nothing")?;
-    let _ = AckItem::completed(&m);
     Ok(Fixture {
         queue: queue.into(),
         partition: partition.into(),
