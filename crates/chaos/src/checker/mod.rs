@@ -132,3 +132,6 @@ fn deliveries_by_key(log: &Log) -> HashMap<(&str, &str, i64), Vec<usize>> {
     }
     map
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,8 @@ use crate::history::{PushOutcome, PushRec};
 const MAX_BATCH: usize = 20;
 /// Long enough to ride out a PostgreSQL restart (backoff caps at 2 s).
 const MAX_ATTEMPTS: u32 = 60;
+/// Share of batches pushed twice.
+const RESEND: f64 = 0.05;
 
 pub async fn run(ctx: Arc<Ctx>, id: usize) {
     let p = &ctx.profile;
@@ -37,7 +39,14 @@ pub async fn run(ctx: Arc<Ctx>, id: usize) {
                 PushItem::raw(payload, Some(txn)).expect("valid JSON")
             })
             .collect();
+        // A client that lost the answer sends the batch again: `duplicate` under the dedup
+        // window, a second stored copy without it.
+        let resend = rand::thread_rng().gen_bool(RESEND);
+        let again = resend.then(|| items.clone());
         push_until_stored(&ctx, queue, &partition, items, binary).await;
+        if let Some(items) = again {
+            push_until_stored(&ctx, queue, &partition, items, binary).await;
+        }
         sent += k;
         // Pace: the quota spreads over the push phase so faults hit a running workload.
         let due = start + p.push_for.mul_f64(sent as f64 / quota as f64);
