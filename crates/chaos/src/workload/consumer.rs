@@ -35,7 +35,8 @@ fn choose(draining: bool) -> Behaviour {
         _ if r < 0.07 => Behaviour::NackHead,
         _ if r < 0.12 => Behaviour::Retry,
         _ if r < 0.14 => Behaviour::Dlq,
-        _ if r < 0.19 => Behaviour::Transaction,
+        // A transaction pushes a new message: not once consumers may be leaving.
+        _ if r < 0.19 && !draining => Behaviour::Transaction,
         _ if r < 0.29 => Behaviour::LeaseLess,
         _ if r < 0.34 => Behaviour::Extend,
         _ => Behaviour::Ack,
