@@ -56,10 +56,7 @@ impl Target {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
         let log = data_dir.join("broker.log");
-        let mut env = vec![(
-            "QUEEN_DATA_DIR".to_string(),
-            data_dir.display().to_string(),
-        )];
+        let mut env = vec![("QUEEN_DATA_DIR".to_string(), data_dir.display().to_string())];
         env.extend_from_slice(extra_env);
         let child = queen_launch::spawn_broker(queen_bin, port, &env, &log)?;
         let broker_pid = child.id();

@@ -117,7 +117,9 @@ impl Cluster {
         env.extend(self.env.iter().cloned());
         let mut child = queen_launch::spawn_broker(&self.queen_bin, port, &env, &log)?;
         let url = format!("http://127.0.0.1:{port}");
-        if let Err(e) = queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await {
+        if let Err(e) =
+            queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await
+        {
             queen_launch::terminate(&mut child, Duration::from_secs(5));
             let tail = queen_launch::log_tail(&log, 20);
             return Err(e.context(format!("broker {slot} log tail:\n{tail}")));

@@ -61,11 +61,19 @@ async fn inject(ctx: &Ctx, fault: Fault) -> Result<()> {
     let start = ctx.now();
     let (kind, outage, detail) = match fault {
         Fault::KillBroker => {
-            let slot = if ctx.cluster.is_up(1) && rand::random::<bool>() { 1 } else { 0 };
+            let slot = if ctx.cluster.is_up(1) && rand::random::<bool>() {
+                1
+            } else {
+                0
+            };
             ctx.cluster.kill9_broker(slot);
             tokio::time::sleep(Duration::from_millis(500)).await;
             ctx.cluster.start_broker(slot).await?;
-            ("kill -9 broker", false, format!("broker {slot} killed and restarted"))
+            (
+                "kill -9 broker",
+                false,
+                format!("broker {slot} killed and restarted"),
+            )
         }
         Fault::TerminateBackends => {
             let pg = ctx.cluster.connect().await?;
@@ -78,18 +86,30 @@ async fn inject(ctx: &Ctx, fault: Fault) -> Result<()> {
                 )
                 .await?;
             let n: i64 = row.get(0);
-            ("pg_terminate_backend", true, format!("{n} connections terminated"))
+            (
+                "pg_terminate_backend",
+                true,
+                format!("{n} connections terminated"),
+            )
         }
         Fault::CrashPostgres => {
             if !ctx.cluster.crash_postgres(PG_DOWN).await? {
                 return Ok(()); // external database: not ours to crash
             }
             wait_brokers_healthy(ctx).await;
-            ("PostgreSQL crash", true, format!("down {PG_DOWN:?}, crash recovery"))
+            (
+                "PostgreSQL crash",
+                true,
+                format!("down {PG_DOWN:?}, crash recovery"),
+            )
         }
         Fault::PoolExhaustion => {
             let n = pool_exhaustion(ctx).await?;
-            ("pool exhaustion", false, format!("{n} concurrent pops behind a {LOCK_HOLD:?} lock"))
+            (
+                "pool exhaustion",
+                false,
+                format!("{n} concurrent pops behind a {LOCK_HOLD:?} lock"),
+            )
         }
         Fault::SecondBroker => {
             if ctx.cluster.is_up(1) {
@@ -97,7 +117,11 @@ async fn inject(ctx: &Ctx, fault: Fault) -> Result<()> {
                 ("second broker stop", false, "SIGTERM".to_string())
             } else {
                 ctx.cluster.start_broker(1).await?;
-                ("second broker start", false, "booted on the live database".to_string())
+                (
+                    "second broker start",
+                    false,
+                    "booted on the live database".to_string(),
+                )
             }
         }
     };

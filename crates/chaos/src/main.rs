@@ -27,7 +27,11 @@ use crate::profile::Profile;
 use crate::workload::{Ctx, NAMED_GROUPS, QUEUE_MODE};
 
 #[derive(Parser)]
-#[command(name = "queen-chaos", version, about = "History checker under faults, and HTTP fuzzer, for Queen-rs")]
+#[command(
+    name = "queen-chaos",
+    version,
+    about = "History checker under faults, and HTTP fuzzer, for Queen-rs"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -70,12 +74,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = rt.block_on(async {
-        let profile = if cli.common.full { Profile::full() } else { Profile::small() };
+        let profile = if cli.common.full {
+            Profile::full()
+        } else {
+            Profile::small()
+        };
         let bin = queen_launch::locate_queen(cli.common.queen_bin.clone())?;
         let env = vec![("DB_POOL_SIZE".to_string(), profile.pool_size.to_string())];
-        let slots = if matches!(cli.cmd, Some(Cmd::FuzzHttp { .. })) { 1 } else { 2 };
-        let cluster =
-            Arc::new(Cluster::start(bin, cli.common.pg_url.clone(), slots, env, cli.common.keep).await?);
+        let slots = if matches!(cli.cmd, Some(Cmd::FuzzHttp { .. })) {
+            1
+        } else {
+            2
+        };
+        let cluster = Arc::new(
+            Cluster::start(bin, cli.common.pg_url.clone(), slots, env, cli.common.keep).await?,
+        );
         cluster.start_broker(0).await?;
         let found = match cli.cmd {
             Some(Cmd::FuzzHttp { seed }) => fuzz::run(&cluster, &profile, seed).await,
@@ -121,7 +134,10 @@ async fn history_run(cluster: Arc<Cluster>, profile: Profile) -> Result<usize> {
         });
     }
     let secs = started.elapsed().as_secs_f64();
-    println!("{}", report::render(profile.name, secs, &log.faults, &verdict));
+    println!(
+        "{}",
+        report::render(profile.name, secs, &log.faults, &verdict)
+    );
     if !verdict.violations.is_empty() {
         for path in cluster.log_paths() {
             let tail = queen_launch::log_tail(&path, 30);

@@ -18,19 +18,34 @@ pub fn render(profile: &str, secs: f64, faults: &[FaultRec], verdict: &Verdict) 
     };
     row("profile", profile.to_string());
     row("duration (s)", format!("{secs:.0}"));
-    row("messages stored (answered queued/duplicate)", s.messages_stored.to_string());
-    row("messages with only unknown push answers", s.messages_unknown_only.to_string());
-    row("push items answered failed (then retried)", s.push_items_failed.to_string());
+    row(
+        "messages stored (answered queued/duplicate)",
+        s.messages_stored.to_string(),
+    );
+    row(
+        "messages with only unknown push answers",
+        s.messages_unknown_only.to_string(),
+    );
+    row(
+        "push items answered failed (then retried)",
+        s.push_items_failed.to_string(),
+    );
     row("deliveries", s.deliveries.to_string());
     for (cause, n) in &s.redeliveries {
         row(&format!("  redelivered: {cause}"), n.to_string());
     }
-    row("transactionIds stored at two offsets", s.stored_twice.to_string());
+    row(
+        "transactionIds stored at two offsets",
+        s.stored_twice.to_string(),
+    );
     for (status, n) in &s.acks {
         row(&format!("ack items `{status}`"), n.to_string());
     }
     row("dead letters (rows)", s.dlq_rows.to_string());
-    row("nacks superseded by lease-less acks", s.nacks_superseded.to_string());
+    row(
+        "nacks superseded by lease-less acks",
+        s.nacks_superseded.to_string(),
+    );
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in faults {
         *kinds.entry(f.kind).or_default() += 1;
@@ -39,7 +54,10 @@ pub fn render(profile: &str, secs: f64, faults: &[FaultRec], verdict: &Verdict) 
     for (k, n) in kinds {
         row(&format!("  {k}"), n.to_string());
     }
-    row("5xx inside outage windows (tolerated)", s.tolerated_5xx.to_string());
+    row(
+        "5xx inside outage windows (tolerated)",
+        s.tolerated_5xx.to_string(),
+    );
     for (k, n) in &s.http {
         row(&format!("  http {k}"), n.to_string());
     }

@@ -42,9 +42,7 @@ pub fn nacks_not_skipped(log: &Log, db: &DbState, v: &mut Vec<Violation>, stats:
         }
         let row = lease_less.get(&(a.partition_id.as_str(), a.group.as_str()));
         let superseded = row.into_iter().flatten().any(|b| {
-            b.offset >= a.offset
-                && b.sent > a.sent
-                && (b.answer.is_none() || accepted(b))
+            b.offset >= a.offset && b.sent > a.sent && (b.answer.is_none() || accepted(b))
         });
         if superseded {
             stats.nacks_superseded += 1;
@@ -87,7 +85,11 @@ pub fn dead_letters(log: &Log, db: &DbState, retry_limit: u32, v: &mut Vec<Viola
             });
         }
     }
-    for a in log.acks.iter().filter(|a| a.answer.as_ref().is_some_and(|x| x.dlq)) {
+    for a in log
+        .acks
+        .iter()
+        .filter(|a| a.answer.as_ref().is_some_and(|x| x.dlq))
+    {
         if !db.dlq.contains(&key(a)) {
             v.push(Violation {
                 property: "dlq answer without row",
@@ -149,7 +151,10 @@ pub fn server_errors(log: &Log, v: &mut Vec<Violation>, stats: &mut Stats) {
             0 => "no answer".to_string(),
             s => format!("{}xx", s / 100),
         };
-        *stats.http.entry(format!("{} {class}", h.route)).or_default() += 1;
+        *stats
+            .http
+            .entry(format!("{} {class}", h.route))
+            .or_default() += 1;
         if h.status < 500 {
             continue;
         }
@@ -162,7 +167,10 @@ pub fn server_errors(log: &Log, v: &mut Vec<Violation>, stats: &mut Stats) {
         } else {
             v.push(Violation {
                 property: "5xx outside an outage",
-                detail: format!("{} answered {} at {} µs: {}", h.route, h.status, h.at, h.detail),
+                detail: format!(
+                    "{} answered {} at {} µs: {}",
+                    h.route, h.status, h.at, h.detail
+                ),
             });
         }
     }

@@ -12,14 +12,26 @@ fn db(dlq: &[(&str, i64, &str)]) -> DbState {
     DbState {
         dlq: dlq
             .iter()
-            .map(|&(g, offset, _)| DlqKey { partition_id: P.into(), group: g.into(), offset })
+            .map(|&(g, offset, _)| DlqKey {
+                partition_id: P.into(),
+                group: g.into(),
+                offset,
+            })
             .collect(),
-        dlq_by_txn: dlq.iter().map(|&(g, _, t)| ("q".into(), t.into(), g.into())).collect(),
+        dlq_by_txn: dlq
+            .iter()
+            .map(|&(g, _, t)| ("q".into(), t.into(), g.into()))
+            .collect(),
     }
 }
 
 fn push(txn: &str) -> PushRec {
-    PushRec { queue: "q".into(), partition: "p".into(), txn: txn.into(), outcome: PushOutcome::Stored("queued".into()) }
+    PushRec {
+        queue: "q".into(),
+        partition: "p".into(),
+        txn: txn.into(),
+        outcome: PushOutcome::Stored("queued".into()),
+    }
 }
 
 fn delivery(group: &str, offset: i64, lease: &str, pop_sent: u64, received: u64) -> Delivery {
@@ -37,7 +49,14 @@ fn delivery(group: &str, offset: i64, lease: &str, pop_sent: u64, received: u64)
     }
 }
 
-fn ack(call: u64, offset: i64, status: &'static str, lease: Option<&str>, sent: u64, answer: Option<(bool, bool)>) -> AckRec {
+fn ack(
+    call: u64,
+    offset: i64,
+    status: &'static str,
+    lease: Option<&str>,
+    sent: u64,
+    answer: Option<(bool, bool)>,
+) -> AckRec {
     AckRec {
         call,
         group: "g".into(),
@@ -49,7 +68,11 @@ fn ack(call: u64, offset: i64, status: &'static str, lease: Option<&str>, sent: 
         via_transaction: false,
         sent,
         answered: sent + 5,
-        answer: answer.map(|(success, dlq)| AckAnswer { success, lease_released: success, dlq }),
+        answer: answer.map(|(success, dlq)| AckAnswer {
+            success,
+            lease_released: success,
+            dlq,
+        }),
     }
 }
 
@@ -64,7 +87,11 @@ fn log(deliveries: Vec<Delivery>, acks: Vec<AckRec>) -> Log {
 }
 
 fn violated(log: &Log, db: &DbState, groups: &[&str]) -> HashSet<&'static str> {
-    check(log, db, groups, 2).violations.iter().map(|v| v.property).collect()
+    check(log, db, groups, 2)
+        .violations
+        .iter()
+        .map(|v| v.property)
+        .collect()
 }
 
 #[test]
@@ -77,10 +104,17 @@ fn a_stored_message_missing_from_a_group_is_lost_unless_dead_lettered() {
 
 #[test]
 fn first_deliveries_must_follow_offsets_but_redeliveries_may_repeat() {
-    let out_of_order = log(vec![delivery("g", 5, "", 0, 1), delivery("g", 3, "", 2, 3)], vec![]);
+    let out_of_order = log(
+        vec![delivery("g", 5, "", 0, 1), delivery("g", 3, "", 2, 3)],
+        vec![],
+    );
     assert!(violated(&out_of_order, &db(&[]), &[]).contains("first deliveries out of offset order"));
     let redelivery = log(
-        vec![delivery("g", 3, "", 0, 1), delivery("g", 5, "", 2, 3), delivery("g", 3, "", 4, 5)],
+        vec![
+            delivery("g", 3, "", 0, 1),
+            delivery("g", 5, "", 2, 3),
+            delivery("g", 3, "", 4, 5),
+        ],
         vec![],
     );
     assert!(!violated(&redelivery, &db(&[]), &[]).contains("first deliveries out of offset order"));
@@ -88,10 +122,19 @@ fn first_deliveries_must_follow_offsets_but_redeliveries_may_repeat() {
 
 #[test]
 fn a_second_lease_while_the_first_is_live_is_reported() {
-    let overlapping = log(vec![delivery("g", 0, "L1", 0, 10), delivery("g", 0, "L2", 900, 1_000)], vec![]);
+    let overlapping = log(
+        vec![
+            delivery("g", 0, "L1", 0, 10),
+            delivery("g", 0, "L2", 900, 1_000),
+        ],
+        vec![],
+    );
     assert!(violated(&overlapping, &db(&[]), &[]).contains("two live leases"));
     let released = log(
-        vec![delivery("g", 0, "L1", 0, 10), delivery("g", 0, "L2", 900, 1_000)],
+        vec![
+            delivery("g", 0, "L1", 0, 10),
+            delivery("g", 0, "L2", 900, 1_000),
+        ],
         vec![ack(1, 0, "retry", Some("L1"), 500, Some((true, false)))],
     );
     assert!(!violated(&released, &db(&[]), &[]).contains("two live leases"));
@@ -102,23 +145,47 @@ fn an_accepted_nack_needs_a_redelivery_a_dead_letter_or_a_lease_less_commit() {
     let nack = || ack(1, 3, "retry", Some("L"), 100, Some((true, false)));
     let skipped = log(vec![delivery("g", 3, "L", 0, 10)], vec![nack()]);
     assert!(violated(&skipped, &db(&[]), &[]).contains("nack skipped"));
-    let redelivered = log(vec![delivery("g", 3, "L", 0, 10), delivery("g", 3, "M", 150, 200)], vec![nack()]);
+    let redelivered = log(
+        vec![
+            delivery("g", 3, "L", 0, 10),
+            delivery("g", 3, "M", 150, 200),
+        ],
+        vec![nack()],
+    );
     assert!(!violated(&redelivered, &db(&[]), &[]).contains("nack skipped"));
     let superseded = log(
         vec![delivery("g", 3, "L", 0, 10)],
-        vec![nack(), ack(2, 5, "completed", None, 150, Some((true, false)))],
+        vec![
+            nack(),
+            ack(2, 5, "completed", None, 150, Some((true, false))),
+        ],
     );
     let verdict = check(&superseded, &db(&[]), &[], 2);
-    assert!(verdict.violations.iter().all(|v| v.property != "nack skipped"));
+    assert!(verdict
+        .violations
+        .iter()
+        .all(|v| v.property != "nack skipped"));
     assert_eq!(verdict.stats.nacks_superseded, 1);
 }
 
 #[test]
 fn a_redelivery_after_an_answered_ack_is_reported_but_not_one_that_raced_it() {
     let acked = || ack(1, 0, "completed", Some("L1"), 20, Some((true, false)));
-    let after = log(vec![delivery("g", 0, "L1", 0, 10), delivery("g", 0, "L2", 40, 50)], vec![acked()]);
+    let after = log(
+        vec![
+            delivery("g", 0, "L1", 0, 10),
+            delivery("g", 0, "L2", 40, 50),
+        ],
+        vec![acked()],
+    );
     assert!(violated(&after, &db(&[]), &[]).contains("redelivered after a successful ack"));
-    let raced = log(vec![delivery("g", 0, "L1", 0, 10), delivery("g", 0, "L2", 22, 50)], vec![acked()]);
+    let raced = log(
+        vec![
+            delivery("g", 0, "L1", 0, 10),
+            delivery("g", 0, "L2", 22, 50),
+        ],
+        vec![acked()],
+    );
     assert!(!violated(&raced, &db(&[]), &[]).contains("redelivered after a successful ack"));
 }
 
@@ -126,7 +193,10 @@ fn a_redelivery_after_an_answered_ack_is_reported_but_not_one_that_raced_it() {
 fn dead_letters_follow_the_retry_budget() {
     let fail = |call, sent, dlq| ack(call, 0, "failed", Some("L"), sent, Some((true, dlq)));
     let d = db(&[("g", 0, "t0")]);
-    let early = log(vec![delivery("g", 0, "L", 0, 1)], vec![fail(1, 10, false), fail(2, 20, true)]);
+    let early = log(
+        vec![delivery("g", 0, "L", 0, 1)],
+        vec![fail(1, 10, false), fail(2, 20, true)],
+    );
     assert!(violated(&early, &d, &[]).contains("dlq budget"));
     let spent = log(
         vec![delivery("g", 0, "L", 0, 1)],
@@ -139,14 +209,28 @@ fn dead_letters_follow_the_retry_budget() {
     );
     assert!(violated(&late, &db(&[]), &[]).contains("dlq budget"));
     assert!(violated(&spent, &db(&[]), &[]).contains("dlq answer without row"));
-    assert!(violated(&log(vec![delivery("g", 0, "L", 0, 1)], vec![]), &d, &[]).contains("dlq row without cause"));
+    assert!(
+        violated(&log(vec![delivery("g", 0, "L", 0, 1)], vec![]), &d, &[])
+            .contains("dlq row without cause")
+    );
 }
 
 #[test]
 fn server_errors_are_tolerated_only_around_an_outage() {
     let mut l = Log::default();
-    l.http.push(HttpRec { route: "pop", status: 500, at: 10_000_000, detail: String::new() });
+    l.http.push(HttpRec {
+        route: "pop",
+        status: 500,
+        at: 10_000_000,
+        detail: String::new(),
+    });
     assert!(violated(&l, &db(&[]), &[]).contains("5xx outside an outage"));
-    l.faults.push(FaultRec { kind: "x", start: 1_000_000, end: 8_000_000, outage: true, detail: String::new() });
+    l.faults.push(FaultRec {
+        kind: "x",
+        start: 1_000_000,
+        end: 8_000_000,
+        outage: true,
+        detail: String::new(),
+    });
     assert!(violated(&l, &db(&[]), &[]).is_empty());
 }

@@ -44,12 +44,33 @@ pub struct Route {
 }
 
 const POP: &[&str] = &[
-    "batch", "wait", "consumerGroup", "autoAck", "leaseSeconds", "subscriptionMode",
-    "subscriptionFrom", "partitions", "frames", "autopilot", "conflation", "namespace", "task",
+    "batch",
+    "wait",
+    "consumerGroup",
+    "autoAck",
+    "leaseSeconds",
+    "subscriptionMode",
+    "subscriptionFrom",
+    "partitions",
+    "frames",
+    "autopilot",
+    "conflation",
+    "namespace",
+    "task",
 ];
 
-const fn r(method: &'static str, path: &'static str, params: &'static [&'static str], body: Body) -> Route {
-    Route { method, path, params, body }
+const fn r(
+    method: &'static str,
+    path: &'static str,
+    params: &'static [&'static str],
+    body: Body,
+) -> Route {
+    Route {
+        method,
+        path,
+        params,
+        body,
+    }
 }
 
 /// Every route of the README's table (and wire.md §2), plus one that does not exist.
@@ -59,22 +80,70 @@ pub const ROUTES: &[Route] = &[
     r("POST", "/api/v1/push", &[], Body::Push),
     r("POST", "/api/v1/push", &[], Body::PushBinary),
     r("GET", "/api/v1/pop/queue/{q}", POP, Body::None),
-    r("GET", "/api/v1/pop/queue/{q}/partition/{p}", POP, Body::None),
+    r(
+        "GET",
+        "/api/v1/pop/queue/{q}/partition/{p}",
+        POP,
+        Body::None,
+    ),
     r("GET", "/api/v1/pop", POP, Body::None),
     r("POST", "/api/v1/ack", &[], Body::Ack),
     r("POST", "/api/v1/ack/batch", &[], Body::AckBatch),
     r("POST", "/api/v1/lease/{lease}/extend", &[], Body::Extend),
     r("POST", "/api/v1/transaction", &[], Body::Transaction),
     r("POST", "/api/v1/transaction", &[], Body::TransactionBinary),
-    r("GET", "/api/v1/dlq", &["queue", "limit", "offset", "consumerGroup", "partition", "from", "to"], Body::None),
+    r(
+        "GET",
+        "/api/v1/dlq",
+        &[
+            "queue",
+            "limit",
+            "offset",
+            "consumerGroup",
+            "partition",
+            "from",
+            "to",
+        ],
+        Body::None,
+    ),
     r("GET", "/api/v1/consumer-groups", &[], Body::None),
-    r("GET", "/api/v1/consumer-groups/lagging", &["minLagSeconds"], Body::None),
+    r(
+        "GET",
+        "/api/v1/consumer-groups/lagging",
+        &["minLagSeconds"],
+        Body::None,
+    ),
     r("GET", "/api/v1/consumer-groups/{g}", &[], Body::None),
-    r("DELETE", "/api/v1/consumer-groups/{g}", &["deleteMetadata"], Body::None),
-    r("POST", "/api/v1/consumer-groups/{g}/subscription", &[], Body::Subscription),
-    r("DELETE", "/api/v1/consumer-groups/{g}/queues/{q}", &["deleteMetadata"], Body::None),
-    r("POST", "/api/v1/consumer-groups/{g}/queues/{q}/seek", &[], Body::Seek),
-    r("POST", "/api/v1/consumer-groups/{g}/queues/{q}/partitions/{p}/seek", &[], Body::Seek),
+    r(
+        "DELETE",
+        "/api/v1/consumer-groups/{g}",
+        &["deleteMetadata"],
+        Body::None,
+    ),
+    r(
+        "POST",
+        "/api/v1/consumer-groups/{g}/subscription",
+        &[],
+        Body::Subscription,
+    ),
+    r(
+        "DELETE",
+        "/api/v1/consumer-groups/{g}/queues/{q}",
+        &["deleteMetadata"],
+        Body::None,
+    ),
+    r(
+        "POST",
+        "/api/v1/consumer-groups/{g}/queues/{q}/seek",
+        &[],
+        Body::Seek,
+    ),
+    r(
+        "POST",
+        "/api/v1/consumer-groups/{g}/queues/{q}/partitions/{p}/seek",
+        &[],
+        Body::Seek,
+    ),
     r("GET", "/api/v1/messages/{pid}/{txn}", &[], Body::None),
     r("GET", "/api/v1/resources/queues", &[], Body::None),
     r("GET", "/api/v1/resources/queues/{q}", &[], Body::None),
@@ -126,9 +195,27 @@ fn encode(s: &str) -> String {
 
 fn query_value(rng: &mut StdRng, fx: &Fixture) -> String {
     const VALUES: &[&str] = &[
-        "", "-1", "0", "1", "20", "2147483648", "9223372036854775808", "abc", "true", "false",
-        "NaN", "1e9", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "294277-01-01T00:00:00Z",
-        "-infinity", "now", "new", "all", "2026-13-45T99:99:99Z", "1970-01-01T00:00:00+99:00",
+        "",
+        "-1",
+        "0",
+        "1",
+        "20",
+        "2147483648",
+        "9223372036854775808",
+        "abc",
+        "true",
+        "false",
+        "NaN",
+        "1e9",
+        "0000-01-01T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+        "294277-01-01T00:00:00Z",
+        "-infinity",
+        "now",
+        "new",
+        "all",
+        "2026-13-45T99:99:99Z",
+        "1970-01-01T00:00:00+99:00",
     ];
     match rng.gen_range(0..4) {
         0 => name(rng, &fx.queue),
@@ -158,7 +245,11 @@ pub fn generate(route: &Route, rng: &mut StdRng, fx: &Fixture) -> Request {
         }
     }
     if rng.gen_bool(0.1) {
-        query.push(format!("{}={}", encode(&name(rng, "k")), encode(&query_value(rng, fx))));
+        query.push(format!(
+            "{}={}",
+            encode(&name(rng, "k")),
+            encode(&query_value(rng, fx))
+        ));
     }
     if route.params.contains(&"wait") {
         // Long-polls stay short so a slow answer is a finding, not the fuzzer's own wait.
@@ -166,17 +257,35 @@ pub fn generate(route: &Route, rng: &mut StdRng, fx: &Fixture) -> Request {
         query.push(format!("wait={}", rng.gen_bool(0.3)));
         query.push("timeout=100".to_string());
     }
-    let target = if query.is_empty() { path } else { format!("{path}?{}", query.join("&")) };
+    let target = if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", query.join("&"))
+    };
     let (body, mut headers) = body(route.body, rng, fx);
     if rng.gen_bool(0.05) {
-        headers.push(("content-encoding", ["gzip", "zstd", "deflate", "br", "x"].choose(rng).unwrap().to_string()));
+        headers.push((
+            "content-encoding",
+            ["gzip", "zstd", "deflate", "br", "x"]
+                .choose(rng)
+                .unwrap()
+                .to_string(),
+        ));
     }
-    Request { method: route.method, target, headers, body }
+    Request {
+        method: route.method,
+        target,
+        headers,
+        body,
+    }
 }
 
 fn body(kind: Body, rng: &mut StdRng, fx: &Fixture) -> (Vec<u8>, Vec<(&'static str, String)>) {
     let json_ct = vec![("content-type", "application/json".to_string())];
-    let bin_ct = vec![("content-type", queen_proto::wire::PUSH_CONTENT_TYPE.to_string())];
+    let bin_ct = vec![(
+        "content-type",
+        queen_proto::wire::PUSH_CONTENT_TYPE.to_string(),
+    )];
     let valid = match kind {
         Body::None => return (Vec::new(), Vec::new()),
         Body::PushBinary => {
@@ -187,8 +296,12 @@ fn body(kind: Body, rng: &mut StdRng, fx: &Fixture) -> (Vec<u8>, Vec<(&'static s
             let valid = txn_binary(rng, fx);
             return (mutate_bytes(rng, valid), bin_ct);
         }
-        Body::Configure => json!({"queue": fx.queue, "options": {"leaseTime": 30, "retryLimit": 1, "dedupWindowSeconds": 60}}),
-        Body::Push => json!({"items": [{"queue": fx.queue, "partition": fx.partition, "payload": {"a": 1}, "transactionId": "fz"}]}),
+        Body::Configure => {
+            json!({"queue": fx.queue, "options": {"leaseTime": 30, "retryLimit": 1, "dedupWindowSeconds": 60}})
+        }
+        Body::Push => {
+            json!({"items": [{"queue": fx.queue, "partition": fx.partition, "payload": {"a": 1}, "transactionId": "fz"}]})
+        }
         Body::Ack => ack(fx),
         Body::AckBatch => json!({"acknowledgments": [ack(fx)], "consumerGroup": fx.group}),
         Body::Extend => json!({"seconds": 5}),
@@ -197,8 +310,10 @@ fn body(kind: Body, rng: &mut StdRng, fx: &Fixture) -> (Vec<u8>, Vec<(&'static s
             ack(fx)], "requiredLeases": [fx.lease]}),
         Body::Seek => json!({"timestamp": "2026-01-01T00:00:00Z"}),
         Body::Subscription => json!({"subscriptionTimestamp": "2026-01-01T00:00:00Z"}),
-        Body::Traces => json!({"transactionId": fx.txn, "partitionId": fx.partition_id, "consumerGroup": fx.group,
-            "traceNames": ["t"], "eventType": "info", "data": {"x": 1}}),
+        Body::Traces => {
+            json!({"transactionId": fx.txn, "partitionId": fx.partition_id, "consumerGroup": fx.group,
+            "traceNames": ["t"], "eventType": "info", "data": {"x": 1}})
+        }
     };
     match rng.gen_range(0..10) {
         0 => (random_bytes(rng), json_ct),
@@ -207,7 +322,10 @@ fn body(kind: Body, rng: &mut StdRng, fx: &Fixture) -> (Vec<u8>, Vec<(&'static s
             let cut = rng.gen_range(0..text.len());
             (text.as_bytes()[..cut].to_vec(), json_ct)
         }
-        2 => (valid.to_string().into_bytes(), vec![("content-type", "text/plain".to_string())]),
+        2 => (
+            valid.to_string().into_bytes(),
+            vec![("content-type", "text/plain".to_string())],
+        ),
         _ => {
             let mut v = valid;
             for _ in 0..rng.gen_range(1..=3) {
@@ -291,11 +409,18 @@ fn mutate_bytes(rng: &mut StdRng, mut b: Vec<u8>) -> Vec<u8> {
 }
 
 fn push_binary(rng: &mut StdRng, fx: &Fixture) -> Vec<u8> {
-    let (q, p, t) = (name(rng, &fx.queue), name(rng, &fx.partition), name(rng, "fzb"));
+    let (q, p, t) = (
+        name(rng, &fx.queue),
+        name(rng, &fx.partition),
+        name(rng, "fzb"),
+    );
     let batch = Batch {
         queue: &q,
         partition: &p,
-        items: vec![BatchItem { transaction_id: Some(&t), payload: br#"{"b":1}"# }],
+        items: vec![BatchItem {
+            transaction_id: Some(&t),
+            payload: br#"{"b":1}"#,
+        }],
     };
     encode_push_plain(&[batch], rng.gen(), rng.gen()).unwrap_or_default()
 }
@@ -306,7 +431,10 @@ fn txn_binary(rng: &mut StdRng, fx: &Fixture) -> Vec<u8> {
     let batch = Batch {
         queue: &q,
         partition: &fx.partition,
-        items: vec![BatchItem { transaction_id: Some(&t), payload: br#"{"c":1}"# }],
+        items: vec![BatchItem {
+            transaction_id: Some(&t),
+            payload: br#"{"c":1}"#,
+        }],
     };
     encode_txn(head.as_bytes(), &[batch], rng.gen()).unwrap_or_default()
 }

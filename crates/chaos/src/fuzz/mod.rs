@@ -26,8 +26,14 @@ const COUNTS: &str = "SELECT ARRAY[(SELECT count(*) FROM queen.queues), \
     (SELECT count(*) FROM queen.consumer_groups_metadata), (SELECT count(*) FROM queen.log_dlq), \
     (SELECT count(*) FROM queen.message_traces)]";
 const TABLES: [&str; 8] = [
-    "queues", "log_partitions", "log_segments", "log_txns", "log_consumers",
-    "consumer_groups_metadata", "log_dlq", "message_traces",
+    "queues",
+    "log_partitions",
+    "log_segments",
+    "log_txns",
+    "log_consumers",
+    "consumer_groups_metadata",
+    "log_dlq",
+    "message_traces",
 ];
 /// Preview length of inputs and answers in the report.
 const PREVIEW: usize = 160;
@@ -40,7 +46,10 @@ struct Finding {
 
 pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Result<usize> {
     let seed = seed.unwrap_or_else(rand::random);
-    eprintln!("queen-chaos fuzz-http: seed {seed}, {} inputs per route", profile.fuzz_per_route);
+    eprintln!(
+        "queen-chaos fuzz-http: seed {seed}, {} inputs per route",
+        profile.fuzz_per_route
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let pg = cluster.connect().await?;
     let http = reqwest::Client::builder()
@@ -68,7 +77,10 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
                         .filter(|(_, (b, a))| b != a)
                         .map(|(t, (b, a))| format!("{t} {b}→{a}"))
                         .collect();
-                    Some((format!("{status} but changed {}", changed.join(", ")), body.clone()))
+                    Some((
+                        format!("{status} but changed {}", changed.join(", ")),
+                        body.clone(),
+                    ))
                 }
                 _ => None,
             };
@@ -90,14 +102,24 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
         for line in log.lines().filter(|l| l.contains("panicked")) {
             let f = findings
                 .entry(("broker log".into(), "panic".into()))
-                .or_insert_with(|| Finding { count: 0, input: String::new(), answer: preview(line.as_bytes()) });
+                .or_insert_with(|| Finding {
+                    count: 0,
+                    input: String::new(),
+                    answer: preview(line.as_bytes()),
+                });
             f.count += 1;
         }
     }
-    println!("fuzz-http: {sent} requests over {} routes, seed {seed}", ROUTES.len());
+    println!(
+        "fuzz-http: {sent} requests over {} routes, seed {seed}",
+        ROUTES.len()
+    );
     println!("findings: {}", findings.len());
     for ((route, what), f) in &findings {
-        println!("- {route} → {what} ({}×)\n    input:  {}\n    answer: {}", f.count, f.input, f.answer);
+        println!(
+            "- {route} → {what} ({}×)\n    input:  {}\n    answer: {}",
+            f.count, f.input, f.answer
+        );
     }
     Ok(findings.len())
 }
@@ -131,7 +153,12 @@ async fn fixture(queen: &Queen, group: &str) -> Result<Fixture> {
     let items: Vec<PushItem> = (0..5)
         .map(|i| PushItem::raw(format!(r#"{{"i":{i}}}"#), None).expect("JSON"))
         .collect();
-    queen.queue(queue).partition(partition).push(&items).await.context("fixture push")?;
+    queen
+        .queue(queue)
+        .partition(partition)
+        .push(&items)
+        .await
+        .context("fixture push")?;
     let popped = queen
         .queue(queue)
         .partition(partition)
@@ -155,15 +182,29 @@ async fn fixture(queen: &Queen, group: &str) -> Result<Fixture> {
 }
 
 fn describe(req: &Request) -> String {
-    let headers: Vec<String> = req.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-    format!("{} {} [{}] {}", req.method, req.target, headers.join("; "), preview(&req.body))
+    let headers: Vec<String> = req
+        .headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    format!(
+        "{} {} [{}] {}",
+        req.method,
+        req.target,
+        headers.join("; "),
+        preview(&req.body)
+    )
 }
 
 /// Printable preview: text escaped (so NULs and control characters show), long input cut.
 fn preview(bytes: &[u8]) -> String {
     let text: String = String::from_utf8_lossy(bytes).escape_debug().collect();
     if text.chars().count() > PREVIEW {
-        format!("{}… ({} bytes)", text.chars().take(PREVIEW).collect::<String>(), bytes.len())
+        format!(
+            "{}… ({} bytes)",
+            text.chars().take(PREVIEW).collect::<String>(),
+            bytes.len()
+        )
     } else {
         text
     }

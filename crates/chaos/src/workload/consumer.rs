@@ -120,15 +120,33 @@ async fn act(
             ack(ctx, group, msgs, all_completed()).await
         }
         Behaviour::NackHead => {
-            let items = with(&|i| if i == 0 { AckStatus::Failed } else { AckStatus::Completed });
+            let items = with(&|i| {
+                if i == 0 {
+                    AckStatus::Failed
+                } else {
+                    AckStatus::Completed
+                }
+            });
             ack(ctx, group, msgs, items).await
         }
         Behaviour::Retry => {
-            let items = with(&|i| if i == pick { AckStatus::Retry } else { AckStatus::Completed });
+            let items = with(&|i| {
+                if i == pick {
+                    AckStatus::Retry
+                } else {
+                    AckStatus::Completed
+                }
+            });
             ack(ctx, group, msgs, items).await
         }
         Behaviour::Dlq => {
-            let items = with(&|i| if i == pick { AckStatus::Dlq } else { AckStatus::Completed });
+            let items = with(&|i| {
+                if i == pick {
+                    AckStatus::Dlq
+                } else {
+                    AckStatus::Completed
+                }
+            });
             ack(ctx, group, msgs, items).await
         }
         Behaviour::Transaction => {
@@ -144,7 +162,13 @@ async fn act(
 }
 
 /// The record of one ack item, before its answer.
-fn ack_rec(call: u64, group: Option<&str>, m: &Message, item: &AckItem, sent: (u64, u64)) -> AckRec {
+fn ack_rec(
+    call: u64,
+    group: Option<&str>,
+    m: &Message,
+    item: &AckItem,
+    sent: (u64, u64),
+) -> AckRec {
     AckRec {
         call,
         group: group.unwrap_or(QUEUE_MODE).to_string(),
@@ -189,9 +213,17 @@ async fn extend(ctx: &Ctx, lease: &str) {
     let seconds = ctx.profile.lease_secs * 2;
     let url = format!("{}/api/v1/lease/{lease}/extend", ctx.cluster.pick_url());
     let sent = ctx.now();
-    let res = ctx.http.post(url).json(&json!({ "seconds": seconds })).send().await;
+    let res = ctx
+        .http
+        .post(url)
+        .json(&json!({ "seconds": seconds }))
+        .send()
+        .await;
     let (status, body) = match res {
-        Ok(r) => (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null)),
+        Ok(r) => (
+            r.status().as_u16(),
+            r.json::<Value>().await.unwrap_or(Value::Null),
+        ),
         Err(e) => {
             ctx.history.http("extend", 0, e.to_string());
             return;
@@ -228,8 +260,10 @@ async fn transaction(ctx: &Ctx, group: Option<&str>, msgs: &[Message], txn: Stri
             op
         })
         .collect();
-    ops.push(json!({"type": "push", "items": [{"queue": queue, "partition": partition,
-        "payload": {"tx": txn}, "transactionId": txn}]}));
+    ops.push(
+        json!({"type": "push", "items": [{"queue": queue, "partition": partition,
+        "payload": {"tx": txn}, "transactionId": txn}]}),
+    );
     let body = json!({"operations": ops, "requiredLeases": [msgs[0].lease_id]});
     let url = format!("{}/api/v1/transaction", ctx.cluster.pick_url());
     let call = ctx.history.next_call();
@@ -263,7 +297,10 @@ async fn transaction(ctx: &Ctx, group: Option<&str>, msgs: &[Message], txn: Stri
         let mut rec = ack_rec(call, group, m, &AckItem::completed(m), sent);
         rec.via_transaction = true;
         rec.answer = committed.map(|ok| AckAnswer {
-            success: ok && answer.as_ref().is_some_and(|a| a["results"][i]["success"] != false),
+            success: ok
+                && answer
+                    .as_ref()
+                    .is_some_and(|a| a["results"][i]["success"] != false),
             lease_released: ok,
             dlq: false,
         });

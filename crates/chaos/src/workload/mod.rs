@@ -82,7 +82,10 @@ pub fn status_of<T>(res: &queen_client::Result<T>, ok: u16) -> u16 {
 }
 
 pub fn error_text<T>(res: &queen_client::Result<T>) -> String {
-    res.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+    res.as_ref()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
 }
 
 /// Recreates the queues (an external database may hold an earlier run's) and registers the

@@ -107,7 +107,8 @@ async fn push_until_stored(
         if pending.is_empty() {
             return;
         }
-        let backoff = Duration::from_millis(100 * u64::from(attempt + 1)).min(Duration::from_secs(2));
+        let backoff =
+            Duration::from_millis(100 * u64::from(attempt + 1)).min(Duration::from_secs(2));
         tokio::time::sleep(backoff).await;
     }
 }
