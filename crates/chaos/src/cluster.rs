@@ -14,7 +14,7 @@ use rand::seq::SliceRandom;
 
 /// Where the brokers' database comes from.
 pub enum Database {
-    Embedded(tokio::sync::Mutex<Option<EmbeddedPg>>),
+    Embedded(Box<tokio::sync::Mutex<Option<EmbeddedPg>>>),
     External,
 }
 
@@ -55,7 +55,10 @@ impl Cluster {
                     .await
                     .context("starting the embedded PostgreSQL")?;
                 let url = pg.url("postgres");
-                (Database::Embedded(tokio::sync::Mutex::new(Some(pg))), url)
+                (
+                    Database::Embedded(Box::new(tokio::sync::Mutex::new(Some(pg)))),
+                    url,
+                )
             }
         };
         let pg: tokio_postgres::Config = pg_url.parse().context("parsing the PostgreSQL URL")?;
