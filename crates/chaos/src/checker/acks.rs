@@ -85,6 +85,20 @@ pub fn dead_letters(log: &Log, db: &DbState, retry_limit: u32, v: &mut Vec<Viola
             });
         }
     }
+    // `dlq` bypasses the budget: accepted under the live lease, the message is filed now.
+    for a in log.acks.iter().filter(|a| {
+        a.status == "dlq"
+            && a.lease.is_some()
+            && a.answer.as_ref().is_some_and(|x| x.success && !x.dlq)
+    }) {
+        v.push(Violation {
+            property: "dlq ack not dead-lettered",
+            detail: format!(
+                "partition {} group {} offset {} ({}): `dlq` accepted at {} µs with dlq:false",
+                a.partition_id, a.group, a.offset, a.txn, a.sent
+            ),
+        });
+    }
     for a in log
         .acks
         .iter()

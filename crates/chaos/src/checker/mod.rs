@@ -17,7 +17,7 @@ use anyhow::Result;
 use crate::history::Log;
 
 /// The properties, in report order.
-pub const PROPERTIES: [&str; 10] = [
+pub const PROPERTIES: [&str; 11] = [
     "lost",
     "first deliveries out of offset order",
     "redelivered after a successful ack",
@@ -25,6 +25,7 @@ pub const PROPERTIES: [&str; 10] = [
     "nack skipped",
     "dlq row without cause",
     "dlq answer without row",
+    "dlq ack not dead-lettered",
     "dlq budget",
     "5xx outside an outage",
     "fault not recovered",

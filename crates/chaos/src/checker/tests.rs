@@ -234,3 +234,18 @@ fn server_errors_are_tolerated_only_around_an_outage() {
     });
     assert!(violated(&l, &db(&[]), &[]).is_empty());
 }
+
+#[test]
+fn an_accepted_dlq_ack_must_dead_letter() {
+    let d = delivery("g", 0, "L", 0, 1);
+    let refused_filing = log(
+        vec![d.clone()],
+        vec![ack(1, 0, "dlq", Some("L"), 10, Some((true, false)))],
+    );
+    assert!(violated(&refused_filing, &db(&[]), &[]).contains("dlq ack not dead-lettered"));
+    let filed = log(
+        vec![d],
+        vec![ack(1, 0, "dlq", Some("L"), 10, Some((true, true)))],
+    );
+    assert!(violated(&filed, &db(&[("g", 0, "t0")]), &[]).is_empty());
+}
