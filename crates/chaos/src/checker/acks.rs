@@ -12,7 +12,7 @@ fn key(a: &AckRec) -> DlqKey {
     DlqKey {
         partition_id: a.partition_id.clone(),
         group: a.group.clone(),
-        offset: a.offset,
+        txn: a.txn.clone(),
     }
 }
 
@@ -79,8 +79,8 @@ pub fn dead_letters(log: &Log, db: &DbState, retry_limit: u32, v: &mut Vec<Viola
             v.push(Violation {
                 property: "dlq row without cause",
                 detail: format!(
-                    "partition {} group {} offset {}: dead-lettered, but no dlq ack and no failed ack answered dlq",
-                    row.partition_id, row.group, row.offset
+                    "partition {} group {} transactionId {}: dead-lettered, but no dlq ack and no failed ack answered dlq",
+                    row.partition_id, row.group, row.txn
                 ),
             });
         }

@@ -94,15 +94,27 @@ pub fn redeliveries(log: &Log, v: &mut Vec<Violation>, stats: &mut Stats) {
             .or_default()
             .push(a);
     }
-    // Same transactionId stored at two offsets (a retried push without dedup).
-    let mut offsets_of: HashMap<(&str, &str), HashSet<(&str, i64)>> = HashMap::new();
+    // Same transactionId stored at two offsets (a resent push without dedup): an ack naming
+    // it may apply to either copy, so its effect is tied to the lowest one it could reach.
+    let mut copies: HashMap<(&str, &str), HashSet<i64>> = HashMap::new();
     for d in &log.deliveries {
-        offsets_of
-            .entry((&d.queue, &d.txn))
+        copies
+            .entry((&d.partition_id, &d.txn))
             .or_default()
-            .insert((&d.partition_id, d.offset));
+            .insert(d.offset);
     }
-    stats.stored_twice = offsets_of.values().filter(|o| o.len() > 1).count();
+    stats.stored_twice = copies.values().filter(|o| o.len() > 1).count();
+    let lowest = |a: &AckRec| {
+        copies
+            .get(&(a.partition_id.as_str(), a.txn.as_str()))
+            .and_then(|o| o.iter().min().copied())
+            .unwrap_or(a.offset)
+    };
+    let twice = |a: &AckRec| {
+        copies
+            .get(&(a.partition_id.as_str(), a.txn.as_str()))
+            .is_some_and(|o| o.len() > 1)
+    };
 
     for (key, idx) in deliveries_by_key(log) {
         for pair in idx.windows(2) {
@@ -120,12 +132,14 @@ pub fn redeliveries(log: &Log, v: &mut Vec<Violation>, stats: &mut Stats) {
             let clamped = |a: &&AckRec| {
                 calls[&a.call]
                     .iter()
-                    .any(|o| is_nack(o) && o.partition_id == a.partition_id && o.offset < a.offset)
+                    .any(|o| is_nack(o) && o.partition_id == a.partition_id && lowest(o) < a.offset)
             };
             let cause = if acks.iter().any(|a| is_nack(a) && ok(a)) {
                 "nacked"
             } else if acks.iter().any(|a| ok(a) && clamped(a)) {
                 "behind a nack in the same call"
+            } else if acks.iter().any(|a| ok(a) && twice(a)) {
+                "acked transactionId stored twice (the other copy took the ack)"
             } else if let Some(a) = acks.iter().find(|a| ok(a) && next.pop_sent >= a.answered) {
                 v.push(Violation {
                     property: "redelivered after a successful ack",

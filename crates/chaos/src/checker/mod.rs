@@ -37,12 +37,14 @@ pub struct Violation {
     pub detail: String,
 }
 
-/// A dead letter as PostgreSQL holds it.
+/// A dead letter as PostgreSQL holds it, keyed by transactionId: an ack names a
+/// transactionId, and when one is stored at two offsets the broker resolves it to either
+/// copy (the same message to the client), so offsets cannot tie acks to rows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DlqKey {
     pub partition_id: String,
     pub group: String,
-    pub offset: i64,
+    pub txn: String,
 }
 
 pub struct DbState {
@@ -56,7 +58,7 @@ pub struct DbState {
 pub async fn read_db(pg: &tokio_postgres::Client) -> Result<DbState> {
     let rows = pg
         .query(
-            "SELECT d.partition_id::text, d.consumer_group, d.\"offset\", \
+            "SELECT d.partition_id::text, d.consumer_group, \
                     coalesce(d.transaction_id, ''), coalesce(q.name, '') \
              FROM queen.log_dlq d \
              JOIN queen.log_partitions p ON p.id = d.partition_id \
@@ -71,9 +73,9 @@ pub async fn read_db(pg: &tokio_postgres::Client) -> Result<DbState> {
         dlq.insert(DlqKey {
             partition_id: r.get(0),
             group: group.clone(),
-            offset: r.get(2),
+            txn: r.get(2),
         });
-        dlq_by_txn.insert((r.get(4), r.get(3), group));
+        dlq_by_txn.insert((r.get(3), r.get(2), group));
     }
     Ok(DbState { dlq, dlq_by_txn })
 }

@@ -12,10 +12,10 @@ fn db(dlq: &[(&str, i64, &str)]) -> DbState {
     DbState {
         dlq: dlq
             .iter()
-            .map(|&(g, offset, _)| DlqKey {
+            .map(|&(g, _, txn)| DlqKey {
                 partition_id: P.into(),
                 group: g.into(),
-                offset,
+                txn: txn.into(),
             })
             .collect(),
         dlq_by_txn: dlq
@@ -248,4 +248,20 @@ fn an_accepted_dlq_ack_must_dead_letter() {
         vec![ack(1, 0, "dlq", Some("L"), 10, Some((true, true)))],
     );
     assert!(violated(&filed, &db(&[("g", 0, "t0")]), &[]).is_empty());
+}
+
+#[test]
+fn an_ack_of_a_transaction_id_stored_twice_may_take_either_copy() {
+    // "tx" sits at offsets 1 and 5; the `dlq` of the copy at 5 is filed (and clamps) at 1.
+    let mut first = delivery("g", 1, "L", 0, 1);
+    let mut second = delivery("g", 5, "L", 0, 1);
+    first.txn = "tx".into();
+    second.txn = "tx".into();
+    let middle = delivery("g", 3, "L", 0, 1);
+    let mut dlq = ack(1, 5, "dlq", Some("L"), 10, Some((true, true)));
+    dlq.txn = "tx".into();
+    let completed = ack(1, 3, "completed", Some("L"), 10, Some((true, false)));
+    let again = delivery("g", 3, "M", 20, 21);
+    let l = log(vec![first, middle, second, again], vec![dlq, completed]);
+    assert!(violated(&l, &db(&[("g", 1, "tx")]), &[]).is_empty());
 }
