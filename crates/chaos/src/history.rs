@@ -1,16 +1,19 @@
 //! The recorded history of a run: every push answer, every delivery (with its lease and the
 //! times around the pop), every ack and lease-extend answer, every HTTP status, and every
 //! injected fault. Times are microseconds since the run started, on one monotonic clock, so
-//! the checker can order events that happened in different tasks.
+//! the checker can order events that happened in different tasks. With `--keep` the log is
+//! written as `history.json` beside the broker logs, for diagnosing what the checker reports.
 
 use std::sync::Mutex;
+
+use serde::Serialize;
 use std::time::Instant;
 
 /// Microseconds since the start of the run.
 pub type Micros = u64;
 
 /// What one push item's answer said.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum PushOutcome {
     /// `queued` or `duplicate`: the broker vouches that the message is stored.
     Stored(String),
@@ -20,7 +23,7 @@ pub enum PushOutcome {
     Unknown,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PushRec {
     pub queue: String,
     pub partition: String,
@@ -28,7 +31,7 @@ pub struct PushRec {
     pub outcome: PushOutcome,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Delivery {
     /// Order in which consumers recorded deliveries; a consumer records before it acts.
     pub seq: u64,
@@ -44,7 +47,7 @@ pub struct Delivery {
 }
 
 /// One ack item as sent and answered. Items of one request share `call`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct AckRec {
     pub call: u64,
     pub group: String,
@@ -61,14 +64,14 @@ pub struct AckRec {
     pub answer: Option<AckAnswer>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct AckAnswer {
     pub success: bool,
     pub lease_released: bool,
     pub dlq: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ExtendRec {
     pub lease: String,
     pub seconds: u64,
@@ -76,7 +79,7 @@ pub struct ExtendRec {
     pub renewed: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct HttpRec {
     pub route: &'static str,
     /// 0: no HTTP answer (connection refused, reset, timeout).
@@ -85,7 +88,7 @@ pub struct HttpRec {
     pub detail: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct FaultRec {
     pub kind: &'static str,
     pub start: Micros,
@@ -95,7 +98,7 @@ pub struct FaultRec {
     pub detail: String,
 }
 
-#[derive(Default)]
+#[derive(Default, Serialize)]
 pub struct Log {
     pub pushes: Vec<PushRec>,
     pub deliveries: Vec<Delivery>,
@@ -103,6 +106,7 @@ pub struct Log {
     pub extends: Vec<ExtendRec>,
     pub http: Vec<HttpRec>,
     pub faults: Vec<FaultRec>,
+    #[serde(skip)]
     next_call: u64,
 }
 

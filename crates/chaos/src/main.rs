@@ -65,7 +65,7 @@ struct Common {
     /// The `queen` binary (default: next to this executable).
     #[arg(long, global = true)]
     queen_bin: Option<PathBuf>,
-    /// Keep the scratch directory (broker logs, embedded cluster).
+    /// Keep the scratch directory (broker logs, embedded cluster, `history.json`).
     #[arg(long, global = true)]
     keep: bool,
 }
@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         cluster.start_broker(0).await?;
         let found = match cli.cmd {
             Some(Cmd::FuzzHttp { seed }) => fuzz::run(&cluster, &profile, seed).await,
-            _ => history_run(cluster.clone(), profile).await,
+            _ => history_run(cluster.clone(), profile, cli.common.keep).await,
         };
         cluster.finish().await;
         found
@@ -109,7 +109,7 @@ fn main() -> ExitCode {
 
 /// Runs the workload with faults, checks the history and prints the table; returns the
 /// number of violations.
-async fn history_run(cluster: Arc<Cluster>, profile: Profile) -> Result<usize> {
+async fn history_run(cluster: Arc<Cluster>, profile: Profile, keep: bool) -> Result<usize> {
     let started = Instant::now();
     let history = Arc::new(History::new());
     let ctx = Arc::new(Ctx::new(cluster.clone(), history.clone(), profile.clone()));
@@ -132,6 +132,12 @@ async fn history_run(cluster: Arc<Cluster>, profile: Profile) -> Result<usize> {
             property: "fault not recovered",
             detail: format!("{e:#}"),
         });
+    }
+    if keep {
+        let path = cluster.dir.join("history.json");
+        let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        serde_json::to_writer(file, &log).context("writing the history")?;
+        eprintln!("history: {}", path.display());
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
