@@ -3,17 +3,14 @@
 //! Either way it yields the HTTP URL, a PostgreSQL connection config for the same cluster, the
 //! broker pid when it is local, and the postmaster pid for CPU accounting.
 
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use tokio_postgres::config::Host;
 
-/// How long a fresh broker may take to `initdb`, start PostgreSQL and apply the schema.
-const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+use queen_launch::BOOT_TIMEOUT;
 
 pub struct Target {
     pub url: String,
@@ -50,7 +47,7 @@ impl Target {
         keep: bool,
         extra_env: &[(String, String)],
     ) -> Result<Self> {
-        let port = free_port()?;
+        let port = queen_launch::free_port()?;
         let data_dir =
             std::env::temp_dir().join(format!("queen-bench-{}-{port}", std::process::id()));
         if data_dir.exists() {
@@ -58,32 +55,10 @@ impl Target {
         }
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
-        let log = std::fs::File::create(data_dir.join("broker.log"))?;
-        let mut cmd = Command::new(queen_bin);
-        cmd.arg("serve")
-            .env("PORT", port.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("QUEEN_DATA_DIR", &data_dir)
-            .env("LOG_LEVEL", "warn")
-            .env_remove("DATABASE_URL")
-            .env_remove("PG_HOST")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        for (k, v) in extra_env {
-            cmd.env(k, v);
-        }
-        // If the bench dies, the broker (and through it its PostgreSQL) shuts down too.
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", queen_bin.display()))?;
+        let log = data_dir.join("broker.log");
+        let mut env = vec![("QUEEN_DATA_DIR".to_string(), data_dir.display().to_string())];
+        env.extend_from_slice(extra_env);
+        let child = queen_launch::spawn_broker(queen_bin, port, &env, &log)?;
         let broker_pid = child.id();
         let mut spawned = Spawned {
             child,
@@ -91,8 +66,8 @@ impl Target {
             keep,
         };
         let url = format!("http://127.0.0.1:{port}");
-        if let Err(e) = wait_healthy(&url, &mut spawned.child).await {
-            let tail = log_tail(&data_dir.join("broker.log"));
+        if let Err(e) = queen_launch::wait_healthy(&url, &mut spawned.child, BOOT_TIMEOUT).await {
+            let tail = queen_launch::log_tail(&log, 20);
             stop(&mut spawned);
             return Err(e.context(format!("broker log tail:\n{tail}")));
         }
@@ -174,56 +149,12 @@ pub async fn connect(cfg: &tokio_postgres::Config) -> Result<tokio_postgres::Cli
 }
 
 fn stop(s: &mut Spawned) {
-    let pid = s.child.id() as libc::pid_t;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match s.child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            _ => {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
-                break;
-            }
-        }
-    }
+    queen_launch::terminate(&mut s.child, Duration::from_secs(60));
     if s.keep {
         eprintln!("kept broker data directory {}", s.data_dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&s.data_dir);
     }
-}
-
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
-}
-
-async fn wait_healthy(url: &str, child: &mut Child) -> Result<()> {
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + BOOT_TIMEOUT;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            bail!("the broker exited during startup ({status})");
-        }
-        if let Ok(r) = http.get(format!("{url}/health")).send().await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("the broker did not become healthy within {BOOT_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// `postmaster.pid`: line 1 pid, line 4 port, line 5 socket directory.
@@ -252,23 +183,4 @@ async fn postmaster_pid_of(pg: &tokio_postgres::Config) -> Result<u32> {
     Ok(read_postmaster_pid(&Path::new(&dir).join("postmaster.pid"))?.0)
 }
 
-/// The `queen` binary next to this executable (same target directory), unless given.
-pub fn locate_queen(explicit: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(p) = explicit {
-        return Ok(p);
-    }
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .ok_or_else(|| anyhow!("no parent of {}", exe.display()))?;
-    // Test binaries live in target/<profile>/deps; the bins one level up.
-    for candidate in [dir.join("queen"), dir.join("..").join("queen")] {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    bail!(
-        "no `queen` binary next to {} — build it (cargo build --release -p queen-broker) or pass --queen-bin",
-        exe.display()
-    )
-}
+pub use queen_launch::locate_queen;

@@ -1,0 +1,60 @@
+//! Run sizes. `small` is the CI profile (1–3 minutes on a debug build); `full` is the proof run
+//! of issue 9 (≥ 1 000 000 messages, ≥ 20 faults).
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: &'static str,
+    /// Messages the producers push (each with its own stable transactionId).
+    pub messages: usize,
+    pub producers: usize,
+    /// The producers spread their pushes over this long; faults are injected meanwhile.
+    pub push_for: Duration,
+    pub fault_every: Duration,
+    pub consumers_per_group: usize,
+    /// Queue `leaseTime`; stalling consumers sleep past it.
+    pub lease_secs: u64,
+    /// Queue `retryLimit`: explicit `failed` acks tolerated before dead-lettering.
+    pub retry_limit: u32,
+    /// After the producers finish, how long consumers may take to drain every group.
+    pub drain_for: Duration,
+    /// `DB_POOL_SIZE` of the brokers (small, so a burst exhausts it).
+    pub pool_size: u32,
+    /// HTTP fuzzer: requests per route.
+    pub fuzz_per_route: usize,
+}
+
+impl Profile {
+    pub fn small() -> Self {
+        Self {
+            name: "small",
+            messages: 6_000,
+            producers: 3,
+            push_for: Duration::from_secs(50),
+            fault_every: Duration::from_secs(6),
+            consumers_per_group: 2,
+            lease_secs: 3,
+            retry_limit: 2,
+            drain_for: Duration::from_secs(60),
+            pool_size: 8,
+            fuzz_per_route: 60,
+        }
+    }
+
+    pub fn full() -> Self {
+        Self {
+            name: "full",
+            messages: 1_000_000,
+            producers: 8,
+            push_for: Duration::from_secs(1_500),
+            fault_every: Duration::from_secs(50),
+            consumers_per_group: 3,
+            lease_secs: 5,
+            retry_limit: 2,
+            drain_for: Duration::from_secs(600),
+            pool_size: 16,
+            fuzz_per_route: 50_000,
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The mixed workload: queues configured with a small lease and retry budget (one with the
+//! dedup window, one without), three groups per queue (queue mode, a named group subscribed
+//! to `all`, one to `new` registered before the first push), producers retrying under stable
+//! transactionIds and consumers choosing a behaviour per batch. Every answer goes to the
+//! [`History`]; nothing here judges it.
+
+mod consumer;
+mod producer;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use queen_client::Queen;
+use serde_json::json;
+
+use crate::cluster::Cluster;
+use crate::history::History;
+use crate::profile::Profile;
+
+/// `dedupWindowSeconds` default (retries answer `duplicate`) and 0 (retries store copies).
+pub const QUEUES: [&str; 2] = ["chaos-dedup", "chaos-nodedup"];
+pub const PARTITIONS: usize = 4;
+pub const QUEUE_MODE: &str = "__QUEUE_MODE__";
+/// Named groups and their first-contact subscription mode.
+pub const NAMED_GROUPS: [(&str, &str); 2] = [("g-all", "all"), ("g-new", "new")];
+/// Consumers leave after this many consecutive empty long-polls once the run is draining.
+const IDLE_ROUNDS: u32 = 4;
+
+/// What every worker shares.
+pub struct Ctx {
+    pub cluster: Arc<Cluster>,
+    pub history: Arc<History>,
+    pub profile: Profile,
+    pub http: reqwest::Client,
+    pub producers_done: AtomicBool,
+    pub faults_done: AtomicBool,
+    pub deadline: Instant,
+}
+
+impl Ctx {
+    pub fn new(cluster: Arc<Cluster>, history: Arc<History>, profile: Profile) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("HTTP client");
+        let deadline = Instant::now() + profile.push_for + profile.drain_for;
+        Self {
+            cluster,
+            history,
+            profile,
+            http,
+            producers_done: AtomicBool::new(false),
+            faults_done: AtomicBool::new(false),
+            deadline,
+        }
+    }
+
+    /// A client on one running broker, chosen per request.
+    pub fn queen(&self) -> Queen {
+        Queen::with_client(self.cluster.pick_url(), self.http.clone())
+    }
+
+    pub fn draining(&self) -> bool {
+        self.producers_done.load(Ordering::Relaxed) && self.faults_done.load(Ordering::Relaxed)
+    }
+
+    pub fn now(&self) -> u64 {
+        self.history.now()
+    }
+}
+
+/// HTTP status of an SDK result, 0 when there was no HTTP answer.
+pub fn status_of<T>(res: &queen_client::Result<T>, ok: u16) -> u16 {
+    match res {
+        Ok(_) => ok,
+        Err(queen_client::Error::Api { status, .. }) => status.as_u16(),
+        Err(queen_client::Error::Decode(_)) => ok,
+        Err(_) => 0,
+    }
+}
+
+pub fn error_text<T>(res: &queen_client::Result<T>) -> String {
+    res.as_ref()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+}
+
+/// Recreates the queues (an external database may hold an earlier run's) and registers the
+/// named groups before anything is pushed.
+pub async fn setup(ctx: &Ctx) -> Result<()> {
+    let queen = ctx.queen();
+    for (i, q) in QUEUES.iter().enumerate() {
+        // 404 when absent; anything else surfaces at `configure`.
+        let _ = queen.queue(*q).delete().await;
+        let mut options = json!({
+            "leaseTime": ctx.profile.lease_secs,
+            "retryLimit": ctx.profile.retry_limit,
+            "deadLetterQueue": true,
+            "dlqAfterMaxRetries": true,
+        });
+        if i == 1 {
+            options["dedupWindowSeconds"] = json!(0);
+        }
+        queen
+            .queue(*q)
+            .configure(options)
+            .await
+            .with_context(|| format!("configuring {q}"))?;
+        for (group, mode) in NAMED_GROUPS {
+            queen
+                .queue(*q)
+                .group(group)
+                .subscription_mode(mode)
+                .wait(false)
+                .pop()
+                .await
+                .with_context(|| format!("registering {group} on {q}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs producers and consumers to the end of the drain; `faults` runs beside them and
+/// must set `faults_done` when its schedule is over.
+pub async fn run(ctx: Arc<Ctx>) -> Result<()> {
+    let mut consumers = Vec::new();
+    let mut id = 0;
+    for q in QUEUES {
+        let groups = std::iter::once(None).chain(NAMED_GROUPS.iter().map(|(g, _)| Some(*g)));
+        for group in groups {
+            for _ in 0..ctx.profile.consumers_per_group {
+                id += 1;
+                consumers.push(tokio::spawn(consumer::run(ctx.clone(), q, group, id)));
+            }
+        }
+    }
+    let mut producers = Vec::new();
+    for p in 0..ctx.profile.producers {
+        producers.push(tokio::spawn(producer::run(ctx.clone(), p)));
+    }
+    for p in producers {
+        p.await.context("producer task")?;
+    }
+    ctx.producers_done.store(true, Ordering::Relaxed);
+    for c in consumers {
+        c.await.context("consumer task")?;
+    }
+    Ok(())
+}
+
+/// True when a consumer should leave: drained (idle for a while) or out of time.
+fn consumer_done(ctx: &Ctx, idle: u32) -> bool {
+    (ctx.draining() && idle >= IDLE_ROUNDS) || Instant::now() > ctx.deadline
+}
