@@ -7,7 +7,7 @@
 #
 #   ours-json        our suite (compat/tests) with the client's defaults
 #   ours-binary      our suite with Queen(url, binary_push=True, push_compression=True, framed_pop=True)
-#   official-json    the official core tests (wire.md §17) with our conftest (official/conftest.py)
+#   official-json    the official core tests (docs/wire.md §17) with our conftest (official/conftest.py)
 #   official-binary  the official core tests again with the binary/framed client
 #
 # Usage: compat/run.sh [PASS...] [-- PYTEST_ARGS...]   (default: all four passes, in that order)
@@ -27,7 +27,7 @@ CLIENT_VERSION="2.6.0"
 SDIST_DIR="$CACHE/queen_mq-$CLIENT_VERSION"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BROKER_BIN="$TARGET_DIR/debug/queen"
-# The official core files of wire.md §16.1/§17 (beyond-core kv/locks/timers/reads excluded).
+# The official core files of docs/wire.md §16.1/§17 (beyond-core kv/locks/timers/reads excluded).
 OFFICIAL_TESTS=(test_queue test_push test_pop test_consume test_transaction test_ack_commit
   test_ack_window test_transaction_lease_fencing test_dlq test_subscription test_complete
   test_docs test_auth)

@@ -1,4 +1,4 @@
-"""conftest.py for the official queen-mq 2.6.0 integration tests (wire.md §17 step 4).
+"""conftest.py for the official queen-mq 2.6.0 integration tests (docs/wire.md §17 step 4).
 
 The sdist ships its tests without their conftest; compat/run.sh copies this file into the
 unpacked sdist's tests/ before every run. One function-scoped `client` fixture, in the wire

@@ -17,7 +17,7 @@ from queen import Queen
 SERVER_URL = os.environ.get("QUEEN_SERVER_URL", "http://localhost:6632")
 
 # json: the client's defaults. binary: QPB1/QTB1 pushes with client-built compressed frames
-# and QPF1 framed pops (wire.md §6, §7.7, §10.4).
+# and QPF1 framed pops (docs/wire.md §6, §7.7, §10.4).
 MODE = os.environ.get("QUEEN_COMPAT_MODE", "json")
 MODES = ("json", "binary")
 if MODE not in MODES:
@@ -57,7 +57,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 
     inner: httpx.AsyncBaseTransport = field(
         default_factory=lambda: httpx.AsyncHTTPTransport(
-            # The client's own pool limits (wire.md §1.1); a custom transport replaces them.
+            # The client's own pool limits (docs/wire.md §1.1); a custom transport replaces them.
             limits=httpx.Limits(max_keepalive_connections=10, max_connections=100)
         )
     )
@@ -106,7 +106,7 @@ def make_client(transport: Optional[RecordingTransport] = None, mode: str = MODE
 
 
 async def pop_now(builder: Any) -> List[Dict[str, Any]]:
-    """One non-waiting pop (wire.md §5.2: a 201 push is visible to it at once)."""
+    """One non-waiting pop (docs/wire.md §5.2: a 201 push is visible to it at once)."""
     return await builder.wait(False).pop()
 
 

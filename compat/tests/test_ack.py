@@ -1,4 +1,4 @@
-"""Ack semantics (wire.md §8): cursor commit, nack clamp, retry without budget, below-cursor
+"""Ack semantics (docs/wire.md §8): cursor commit, nack clamp, retry without budget, below-cursor
 honesty, unresolvable and foreign-lease refusals, lease-less acks."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""The client's admin surface for the routes its core flows call (wire.md §12-§15):
+"""The client's admin surface for the routes its core flows call (docs/wire.md §12-§15):
 queue listing and depth, consumer groups (list, detail, seek, delete), message detail."""
 
 import asyncio

@@ -25,7 +25,7 @@ async def test_each_hands_single_messages_and_acks_them_one_by_one(client):
     rest = await pop_now(client.queue(q).batch(10))
     assert [m["data"]["i"] for m in rest] == [5, 6, 7]
     # The redelivered batch starts at a new offset (the acks moved the cursor), so it counts
-    # as a first attempt (engine.md: attempt_count grows only from the same start offset).
+    # as a first attempt (docs/engine.md §5.3: attempt_count grows only from the same start offset).
     assert {m["deliveryAttempt"] for m in rest} == {1}
 
 

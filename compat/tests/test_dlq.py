@@ -1,4 +1,4 @@
-"""Retries ending in the dead-letter queue (wire.md §8.4, §11), read back with the client's
+"""Retries ending in the dead-letter queue (docs/wire.md §8.4, §11), read back with the client's
 dlq() builder (GET /api/v1/dlq)."""
 
 from support import pop_now, push_payloads, unique

@@ -1,4 +1,4 @@
-"""Named consumer groups (wire.md §12): fan-out, subscription modes decided once, group
+"""Named consumer groups (docs/wire.md §12): fan-out, subscription modes decided once, group
 deletion, per-group acks and retry budgets."""
 
 import asyncio

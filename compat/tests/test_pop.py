@@ -1,4 +1,4 @@
-"""Pop (wire.md §7): empty, after a push, long-poll woken by a push, autoAck, targeted and
+"""Pop (docs/wire.md §7): empty, after a push, long-poll woken by a push, autoAck, targeted and
 discovery shapes, batch caps, one leased batch per partition, lease expiry."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""Push (wire.md §5, and §6 in binary mode): single, batch, buffered, dedup, big and odd
+"""Push (docs/wire.md §5, and §6 in binary mode): single, batch, buffered, dedup, big and odd
 payloads, all observed through pops."""
 
 import uuid

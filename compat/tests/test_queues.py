@@ -1,4 +1,4 @@
-"""Configure and delete (wire.md §3, §4) through the client's queue builder."""
+"""Configure and delete (docs/wire.md §3, §4) through the client's queue builder."""
 
 import httpx
 import pytest

@@ -1,4 +1,4 @@
-"""Transactions (wire.md §10): push+ack bundles commit atomically; any refused part rolls the
+"""Transactions (docs/wire.md §10): push+ack bundles commit atomically; any refused part rolls the
 whole bundle back, pushes included."""
 
 import asyncio

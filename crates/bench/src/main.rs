@@ -254,7 +254,7 @@ async fn run(cli: Cli) -> Result<bool> {
     Ok(failed.is_empty() && problems.is_empty())
 }
 
-/// (table, total bytes, dead tuples) of the broker's tables after the run (performance.md §4.2).
+/// (table, total bytes, dead tuples) of the broker's tables after the run (docs/performance.md §4.2).
 async fn table_stats(admin: &tokio_postgres::Client) -> Vec<(String, i64, i64)> {
     let rows = admin
         .query(

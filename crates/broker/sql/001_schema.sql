@@ -1,4 +1,4 @@
--- 001_schema: tables of the log engine (engine.md §2). Idempotent: applied at every boot
+-- 001_schema: tables of the log engine (docs/engine.md §2). Idempotent: applied at every boot
 -- under the schema advisory lock. Storage parameters are explained next to each table.
 
 CREATE SCHEMA IF NOT EXISTS queen;

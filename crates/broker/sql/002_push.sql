@@ -1,4 +1,4 @@
--- 002_push: the push path (engine.md §4.4): implicit provisioning, the per-partition allocator
+-- 002_push: the push path (docs/engine.md §4.4): implicit provisioning, the per-partition allocator
 -- with the authoritative dedup probe, the bundled multi-partition push, and the segment
 -- lookup that turns an offset back into its covering blob. Idempotent; applied at every boot.
 

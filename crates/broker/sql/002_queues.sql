@@ -1,5 +1,5 @@
 -- 002_queues: queue configuration (create / merge / reset / replace) and queue deletion
--- (wire.md §3, §4). Idempotent; applied at every boot.
+-- (docs/wire.md §3, §4). Idempotent; applied at every boot.
 
 -- Creates or reconfigures p_queue and returns the effective row.
 --

@@ -1,4 +1,4 @@
--- 003_pop: the pop path (spec "Life of a pop" and "Consuming", engine.md §5). PostgreSQL
+-- 003_pop: the pop path (docs/spec/life-of-a-pop.md and docs/spec/consuming.md, docs/engine.md §5). PostgreSQL
 -- decides every claim under the consumer row's lock, and a pop never waits on a claim:
 -- claims use FOR UPDATE SKIP LOCKED, cursor-row creation and the watermark use try-advisory
 -- locks. The remaining waits are on first-contact inserts: a registration insert waits for a
@@ -14,13 +14,13 @@
 -- cursor row must not wait for that delete, so before each such insert it takes the
 -- key-share lock itself with SKIP LOCKED and, when the row is being deleted, creates nothing.
 --
--- Result shape shared by the broker-facing functions (engine.md §5.4): `meta` is
+-- Result shape shared by the broker-facing functions (docs/engine.md §5.4): `meta` is
 -- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
 -- take, msgCount, createdAt (µs since epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
 -- segment blobs in the order the segments appear. The broker decompresses each blob and
 -- slices frames [startIdx, startIdx + take).
 
--- The write watermark a candidate scan applies (spec "Life of a pop"): a partition is worth
+-- The write watermark a candidate scan applies (docs/spec/life-of-a-pop.md): a partition is worth
 -- a look only if last_write_at >= the floor minus two minutes. The slack absorbs the
 -- one-second quantization of last_write_at on the push side; no floor means no filter.
 CREATE OR REPLACE FUNCTION queen.log_write_horizon(p_floor timestamptz)
@@ -118,7 +118,7 @@ BEGIN
     END IF;
 END $$;
 
--- The claim core for one partition (spec steps 2-6). Returns one row: the verdict
+-- The claim core for one partition (docs/spec/life-of-a-pop.md Steps 2-6). Returns one row: the verdict
 -- r_state ('took' | 'empty' | 'leased'; deferral by windowBuffer/delayedProcessing and
 -- lock-skips report 'leased' with the horizon in r_until), the delivery attempt, the
 -- partition's last_offset as read, and the delivered segments as aligned arrays.
@@ -350,7 +350,7 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- The spec's per-partition entry point by names (engine.md §5.3): raw segment rows.
+-- The per-partition entry point of docs/spec/life-of-a-pop.md by names (docs/engine.md §5.3): raw segment rows.
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(
     p_queue text, p_partition text, p_group text, p_budget int, p_lease_seconds int, p_worker text,
     p_auto_ack bool DEFAULT false, p_sub_mode text DEFAULT 'all', p_sub_from text DEFAULT '',
@@ -420,7 +420,7 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- The empty-scan watermark (engine.md §2.7): after a scan that claimed nothing, at most once
+-- The empty-scan watermark (docs/engine.md §2.7): after a scan that claimed nothing, at most once
 -- per 30 s per (queue, group), re-check pending data ignoring leases; advance the floor only
 -- when the queue is genuinely empty, else just record the check so a lease-held backlog is
 -- never stranded. Partitions below the floor were empty when it advanced and only a write
@@ -464,7 +464,7 @@ RETURNS int LANGUAGE sql IMMUTABLE AS $$
                 ELSE LEAST(GREATEST(p_max_partitions * 4, 64), 512) END
 $$;
 
--- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, engine.md §5.2): first-contact
+-- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, docs/engine.md §5.2): first-contact
 -- registration and bulk seed, then a coarse candidate scan (write watermark, unleased,
 -- maybe pending; random order spreads consumers; log_pop_claim_v1 re-verifies each under
 -- the row lock), then claims until budget or partition cap. A missing queue answers empty
@@ -552,7 +552,7 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- The long-poll's pushed-partition hints (engine.md §5.2, §8.1): a woken wildcard pop claims
+-- The long-poll's pushed-partition hints (docs/engine.md §5.2, §8.1): a woken wildcard pop claims
 -- from the partitions pushed since the last drain, like log_pop_list_v1 (hinted order, one
 -- worker id, the global budget and the partition cap, the queue's lease time and visibility
 -- gates), before it pays for a candidate scan. Only once the (queue, group) registration
@@ -755,7 +755,7 @@ RETURNS bool LANGUAGE sql STABLE AS $$
           AND p.last_offset > COALESCE(c.committed, -1))
 $$;
 
--- Pending-message estimate for the minimum pop wait (spec: hold an under-full claim in the
+-- Pending-message estimate for the minimum pop wait (docs/spec/life-of-a-pop.md: hold an under-full claim in the
 -- broker): unleased pending offsets of the queue, or of one partition, counted up to p_cap.
 CREATE OR REPLACE FUNCTION queen.log_pending_estimate_v1(p_queue text, p_partition text, p_group text, p_cap bigint)
 RETURNS bigint LANGUAGE sql STABLE AS $$

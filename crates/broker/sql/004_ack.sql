@@ -1,4 +1,4 @@
--- 004_ack: the ack path (engine.md §6; spec "Ack internals"): the authoritative hash-resolved
+-- 004_ack: the ack path (docs/engine.md §6; docs/spec/ack-internals.md): the authoritative hash-resolved
 -- decision procedure, the DLQ hand-off, the positional variants used by the transaction wire
 -- and the accelerators, lease renewal, and the DLQ listing. Idempotent; applied at every boot.
 --

@@ -1,4 +1,4 @@
--- 005_transaction: POST /api/v1/transaction (engine.md §6.8): pushes and acks in ONE
+-- 005_transaction: POST /api/v1/transaction (docs/engine.md §6.8): pushes and acks in ONE
 -- PostgreSQL transaction, all or nothing. Idempotent; applied at every boot.
 
 -- Input (built by the broker):

@@ -1,7 +1,7 @@
--- 006_admin: the admin surface (wire.md §12–15): consumer-group listings, seeks and deletes,
+-- 006_admin: the admin surface (docs/wire.md §12–15): consumer-group listings, seeks and deletes,
 -- resource counts, message detail and traces. Idempotent; applied at every boot.
 --
--- Every count here is watermark arithmetic on partition and cursor rows (engine.md §10.4),
+-- Every count here is watermark arithmetic on partition and cursor rows (docs/engine.md §10.4),
 -- never a segment scan: pending = GREATEST(last_offset − GREATEST(committed, log_start − 1), 0),
 -- and a group without a cursor row on a partition reads committed = −1. Time lag costs at most
 -- two primary-key probes per lagging partition. Timestamps render as ISO-8601 UTC with a Z.
@@ -136,7 +136,7 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- Consumer groups (wire.md §12)
+-- Consumer groups (docs/wire.md §12)
 -- ---------------------------------------------------------------------------------------
 
 -- GET /api/v1/consumer-groups: one element per group, with its queues.
@@ -335,7 +335,7 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- Resources (wire.md §14)
+-- Resources (docs/wire.md §14)
 -- ---------------------------------------------------------------------------------------
 
 -- Message counts in the wire's shape.
@@ -463,7 +463,7 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- Message detail (wire.md §13) and traces (§15)
+-- Message detail (docs/wire.md §13) and traces (§15)
 -- ---------------------------------------------------------------------------------------
 
 -- The offset of a transactionId's newest occurrence in a partition, through the hash

@@ -1,4 +1,4 @@
--- 007_dedup_cache: what the broker's dedup cache (engine.md §4.2, accel/dedup_cache.rs) needs
+-- 007_dedup_cache: what the broker's dedup cache (docs/engine.md §4.2, accel/dedup_cache.rs) needs
 -- from PostgreSQL: the hydration read, and the record of queues whose dedup horizon moved
 -- under the brokers' feet, which log_push_one_v1 (002) consults before trusting p_verified.
 -- Idempotent; applied at every boot.

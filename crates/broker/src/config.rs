@@ -105,7 +105,7 @@ pub struct Config {
     /// with the embedded PostgreSQL, which serves one broker by construction.
     #[arg(long, env = "QUEEN_PEER_WAKE", default_value = "false", value_parser = parse_bool)]
     pub peer_wake: bool,
-    /// Broker-side dedup cache (engine.md §4.2): pushes vouch for their transactionIds so
+    /// Broker-side dedup cache (docs/engine.md §4.2): pushes vouch for their transactionIds so
     /// PostgreSQL probes only the tail of the dedup window. Off: every push probes the window.
     #[arg(long, env = "QUEEN_DEDUP_CACHE", default_value = "true", value_parser = parse_bool)]
     pub dedup_cache: bool,

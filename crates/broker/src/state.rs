@@ -22,7 +22,7 @@ pub struct Inner {
     pub wake: Arc<WakeGates>,
     /// Pop-path state: maintenance flag cache and learned minimum pop waits.
     pub pop: crate::engine::pop::PopService,
-    /// Coalesces pushed frames into segments and bundles (engine.md §4.3).
+    /// Coalesces pushed frames into segments and bundles (docs/engine.md §4.3).
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
     pub dedup_cache: Arc<DedupCache>,

@@ -1,4 +1,4 @@
-//! Ack semantics over real HTTP and PostgreSQL (wire.md §8, spec "Ack internals"): implicit
+//! Ack semantics over real HTTP and PostgreSQL (docs/wire.md §8, docs/spec/ack-internals.md): implicit
 //! completion, the nack clamp, below-cursor and unresolvable honesty, lease validation,
 //! per-item parse errors.
 

@@ -1,4 +1,4 @@
-//! The positional ack procedures (engine.md §6.5–6.6, §6.8) that the accelerators and the
+//! The positional ack procedures (docs/engine.md §6.5–6.6, §6.8) that the accelerators and the
 //! transaction wire call with a known leased span: `log_ack_at_v1`, `log_ack_v1`,
 //! `log_ack_multi_v1` (verdicts realigned to input order, deterministic lock order) and the
 //! positional form of `log_transaction_wire_v1`. Leases come from real HTTP pops.

@@ -1,4 +1,4 @@
-//! Conformance of the ack path to the spec ("Ack internals", wire.md §8–§11, engine.md §6),
+//! Conformance of the ack path to the spec (docs/spec/ack-internals.md, docs/wire.md §8–§11, docs/engine.md §6),
 //! rule by rule, for the rules the feature tests (ack, dlq, lease, transaction,
 //! ack_positional) leave open: the ack path never takes a partition row lock; resolution
 //! under a lease ends at batch_end; the hash lists of `log_ack_by_hash_v1`; a transactionId
@@ -226,7 +226,7 @@ async fn a_transaction_id_delivered_twice_signals_at_its_first_copy_and_acks_bot
     let c = cursor(&db, pid, "g").await;
     assert_eq!((c.committed, c.worker, c.retries), (-1, None, 1));
 
-    // Acking the shared id acks both offsets (spec: "acking that transactionId acks both
+    // Acking the shared id acks both offsets (docs/spec/ack-internals.md: "acking that transactionId acks both
     // offsets in the SQL model too"), so the batch is fully committed and the lease ends.
     let again = pop(&b, "twice", Some("p"), G, 3, "")
         .await

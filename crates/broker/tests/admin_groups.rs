@@ -1,4 +1,4 @@
-//! Consumer-group administration (wire.md §12) through the real push, pop and ack routes:
+//! Consumer-group administration (docs/wire.md §12) through the real push, pop and ack routes:
 //! seek to the end and back in time, group deletes that make a name start fresh, the
 //! subscription update, listings and lag, the 400s and 404s, and seeks racing consumers.
 

@@ -1,4 +1,4 @@
-//! Resources, message detail, traces and stats refresh (wire.md §13–15), driven through the
+//! Resources, message detail, traces and stats refresh (docs/wire.md §13–15), driven through the
 //! real push, pop and ack routes and checked against what a user would count.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The broker's dedup cache (engine.md §4.2) against real PostgreSQL: with the cache on,
+//! The broker's dedup cache (docs/engine.md §4.2) against real PostgreSQL: with the cache on,
 //! duplicates are still caught — across requests, across two brokers racing on one partition,
 //! after a window raise or a queue re-creation done by another broker, under a budget that
 //! forces evictions, and when transactions and binary pushes write the same partition — and

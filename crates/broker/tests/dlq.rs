@@ -1,4 +1,4 @@
-//! Retries and dead letters (wire.md §8.4, §11): the retry budget, immediate `dlq`, the DLQ
+//! Retries and dead letters (docs/wire.md §8.4, §11): the retry budget, immediate `dlq`, the DLQ
 //! hand-off and its guards, skipping with the DLQ disabled, and `GET /api/v1/dlq`.
 
 mod ack_common;

@@ -298,7 +298,7 @@ async fn the_longest_lease_is_served() {
     }
 }
 
-/// Within an ack request the items are judged one by one (wire.md §8.1): an item whose
+/// Within an ack request the items are judged one by one (docs/wire.md §8.1): an item whose
 /// strings PostgreSQL cannot hold fails alone, naming the field, and changes nothing.
 #[tokio::test]
 async fn ack_items_with_nul_fail_alone() {

@@ -1,4 +1,4 @@
-//! Lease renewal (wire.md §9): `POST /api/v1/lease/:leaseId/extend` extends every live lease of
+//! Lease renewal (docs/wire.md §9): `POST /api/v1/lease/:leaseId/extend` extends every live lease of
 //! the worker, never shortens one, never revives one, and always answers 200.
 
 mod ack_common;

@@ -1,4 +1,4 @@
-//! Framed pop (`frames=true`, `QPF1`, wire.md §7.7) over real HTTP and PostgreSQL: decoded
+//! Framed pop (`frames=true`, `QPF1`, docs/wire.md §7.7) over real HTTP and PostgreSQL: decoded
 //! with queen_proto's decoder (the official Python decoder's twin) it yields exactly the
 //! messages the JSON pop does; stored blobs ship byte for byte and the client trims claims
 //! that start or end inside a segment; empty is a bodiless 204; multi-partition claims;

@@ -1,5 +1,5 @@
-//! Long-poll scheduling on the SQL candidate path (spec "Life of a pop" step 7, engine.md §5.2
-//! and §8.1, wire.md §7.6): a woken wildcard pop first claims from the partitions its wake
+//! Long-poll scheduling on the SQL candidate path (docs/spec/life-of-a-pop.md Step 7, docs/engine.md §5.2
+//! and §8.1, docs/wire.md §7.6): a woken wildcard pop first claims from the partitions its wake
 //! gate was told were pushed (locally or by a peer broker), falls through to the wildcard scan
 //! when they hold nothing, never lets a hint create the cursors of an unregistered group, and
 //! starts no claim after a park inside the deadline margin.

@@ -1,4 +1,4 @@
-//! Rules of "Life of a pop" and "Consuming" that the feature tests left unpinned: the shape of
+//! Rules of docs/spec/life-of-a-pop.md and docs/spec/consuming.md that the feature tests left unpinned: the shape of
 //! the claim's reads (the head probe and a forward scan that stop at the budget), the raw rows
 //! of `log_pop_v1`, the visibility gates' bypass rules, the seal's guard, the creation path's
 //! try-lock, subscription seeding, the SQL candidate scan's cap, horizon and spread, the

@@ -1,4 +1,4 @@
-//! Binary push (`QPB1`, wire.md §6) over real HTTP and PostgreSQL: bodies built by
+//! Binary push (`QPB1`, docs/wire.md §6) over real HTTP and PostgreSQL: bodies built by
 //! queen_proto's encoders (byte-identical to the official Python client's) and by the Python
 //! client itself; every flag; pre-compressed groups stored byte for byte, and re-packed when a
 //! duplicate forbids it; each malformed-body class refused with a 400 and nothing written.

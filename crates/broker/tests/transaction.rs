@@ -1,4 +1,4 @@
-//! `POST /api/v1/transaction` (wire.md §10): pushes and acks in one PostgreSQL transaction,
+//! `POST /api/v1/transaction` (docs/wire.md §10): pushes and acks in one PostgreSQL transaction,
 //! all or nothing; HTTP 200 for both outcomes, 400 for malformed bundles.
 
 mod ack_common;

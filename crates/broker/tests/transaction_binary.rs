@@ -1,4 +1,4 @@
-//! The binary transaction body (`QTB1`, wire.md §10.4) over real HTTP and PostgreSQL: the
+//! The binary transaction body (`QTB1`, docs/wire.md §10.4) over real HTTP and PostgreSQL: the
 //! JSON head's acks and the pre-compressed pushes commit together, with the head's results
 //! first; a refused ack rolls back everything; flag 2 counts; malformed bodies are 400 with
 //! the failure shape and write nothing; the Python client's own body commits.

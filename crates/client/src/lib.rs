@@ -1,4 +1,4 @@
-//! Rust SDK for Queen-rs (and any broker speaking the Queen HTTP API, `wire.md`).
+//! Rust SDK for Queen-rs (and any broker speaking the Queen HTTP API, `docs/wire.md`).
 //!
 //! The shape follows the official clients: a [`Queen`] handle, a fluent [`QueueRef`] builder
 //! per queue (`queen.queue("orders").partition("p1").push(items)`,
@@ -86,7 +86,7 @@ impl Queen {
             consumer_group: group,
         };
         let req = self.http.post(self.path("/api/v1/ack")).json(&body);
-        // The answer is an array of one (wire.md §8.2); older brokers answer the bare object.
+        // The answer is an array of one (docs/wire.md §8.2); older brokers answer the bare object.
         let answer: Value = expect_json(req.send().await?).await?;
         let item = match answer {
             Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),

@@ -104,7 +104,7 @@ impl QueueRef {
         self.partition.as_deref().unwrap_or("Default")
     }
 
-    /// `POST /api/v1/configure` with `options` (camelCase keys, wire.md §3.2); returns the
+    /// `POST /api/v1/configure` with `options` (camelCase keys, docs/wire.md §3.2); returns the
     /// broker's echo of the effective row.
     pub async fn configure(&self, options: Value) -> Result<Value> {
         let body = serde_json::json!({ "queue": self.name, "options": options });
@@ -148,7 +148,7 @@ impl QueueRef {
         check_len(results, items.len())
     }
 
-    /// The same push as a binary `QPB1` body (wire.md §6.2), optionally zstd-compressed.
+    /// The same push as a binary `QPB1` body (docs/wire.md §6.2), optionally zstd-compressed.
     pub async fn push_binary(&self, items: &[PushItem], compress: bool) -> Result<Vec<PushResult>> {
         let batch = Batch {
             queue: &self.name,

@@ -1,4 +1,4 @@
-//! The JSON shapes of push, pop and ack (wire.md §5, §7.3, §8), typed for the SDK.
+//! The JSON shapes of push, pop and ack (docs/wire.md §5, §7.3, §8), typed for the SDK.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -85,7 +85,7 @@ pub struct PopResponse {
     pub messages: Vec<Message>,
 }
 
-/// One delivered message (wire.md §7.3); `data` is the stored JSON, verbatim.
+/// One delivered message (docs/wire.md §7.3); `data` is the stored JSON, verbatim.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
@@ -119,7 +119,7 @@ pub enum AckStatus {
     Dlq,
 }
 
-/// One acknowledgment (wire.md §8.1).
+/// One acknowledgment (docs/wire.md §8.1).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AckItem {

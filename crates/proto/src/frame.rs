@@ -1,4 +1,4 @@
-//! The stored message frame (wire.md §6.5, engine.md §3.1), shared by binary push, segment
+//! The stored message frame (docs/wire.md §6.5, docs/engine.md §3.1), shared by binary push, segment
 //! blobs and framed pop. Little-endian:
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! PostgreSQL's own ceiling for our write patterns, measured in the same run on the same
-//! cluster with the pgbench scripts of performance.md §2 (1 KiB random rows one or 100 per
+//! cluster with the pgbench scripts of docs/performance.md §2 (1 KiB random rows one or 100 per
 //! commit, one 100-message 100 KiB segment per commit, and a consumer-group cursor advance on
 //! 1/10/100 partitions). Runs in a scratch database that is dropped afterwards.
 
@@ -31,7 +31,7 @@ ALTER TABLE seg ALTER COLUMN payload SET STORAGE EXTERNAL;
 CREATE TABLE cursors (grp int, part int, off bigint, lease_until timestamptz, PRIMARY KEY (grp, part))
   WITH (fillfactor = 50);
 INSERT INTO cursors SELECT 1, p, 0, now() FROM generate_series(1, 100) p;
--- The engine-shaped cycle (performance.md §2.3): partition rows, segments with their hash
+-- The engine-shaped cycle (docs/performance.md §2.3): partition rows, segments with their hash
 -- sidecar, and group 2's cursors.
 CREATE TABLE eparts (part int PRIMARY KEY, last_off bigint NOT NULL) WITH (fillfactor = 70);
 INSERT INTO eparts SELECT p, -1 FROM generate_series(1, 10) p;

@@ -1,4 +1,4 @@
-//! Dedup cache (engine.md §4.2): per partition, every transactionId hash committed up to an
+//! Dedup cache (docs/engine.md §4.2): per partition, every transactionId hash committed up to an
 //! offset, so a push can vouch that its hashes are absent up to there and SQL probes only the
 //! tail of the dedup window (`p_verified`) instead of exploding the whole window's sidecar
 //! rows on every push.

@@ -1,4 +1,4 @@
-//! Push fusion (engine.md §4.3): coalesces the frames that many concurrent requests send to
+//! Push fusion (docs/engine.md §4.3): coalesces the frames that many concurrent requests send to
 //! one (queue, partition) into one segment, and the segments of many partitions into one
 //! write (one transaction, one commit, one fsync). Throughput is WAL-flush rate × messages per
 //! flush, and the batch size is emergent: whatever arrived while the previous flush of the
@@ -89,7 +89,7 @@ pub trait BundleWriter: Send + Sync + 'static {
     fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>>;
 }
 
-/// Sizing of the fusion (engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
+/// Sizing of the fusion (docs/engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
 /// `QUEEN_V2_BUNDLE_MAX`, and the push share of admission).
 #[derive(Debug, Clone, Copy)]
 pub struct FusionConfig {

@@ -1,4 +1,4 @@
-//! Long-poll wake gates (engine.md §8): one `Notify` per queue that parked pops wait on, plus
+//! Long-poll wake gates (docs/engine.md §8): one `Notify` per queue that parked pops wait on, plus
 //! one "any queue" gate for discovery pops.
 //!
 //! A wake (`wake_queue`, called after a push, an ack release or a seek has committed) is not
@@ -12,7 +12,7 @@
 //!
 //! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
 //! mailbox of the newest 64 pushed-partition hints (drop-oldest), which a woken wildcard pop
-//! tries with targeted claims before its candidate scan (engine.md §5.2, §8.1). Peer
+//! tries with targeted claims before its candidate scan (docs/engine.md §5.2, §8.1). Peer
 //! notifications carry the same hints as `queue\x1fpartition` lines while they fit.
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -1,5 +1,5 @@
-//! The private PostgreSQL launcher: the "embedded default" of DESIGN.md decision 6 and
-//! engine.md §12.4. This file owns the public API (options, errors, [`start`], the
+//! The private PostgreSQL launcher: the "embedded default" of docs/design.md decision 6 and
+//! docs/engine.md §12.4. This file owns the public API (options, errors, [`start`], the
 //! [`EmbeddedPg`] handle) and the start sequence; the submodules own the steps.
 //!
 //! A cluster belongs to one broker (or one integration-test binary): we find the server

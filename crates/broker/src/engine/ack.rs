@@ -1,4 +1,4 @@
-//! Acknowledgements (spec "Ack internals", wire.md §8): status normalisation, grouping by
+//! Acknowledgements (docs/spec/ack-internals.md, docs/wire.md §8): status normalisation, grouping by
 //! (partition, group, lease), one `queen.log_ack_by_hash_v1` call per group, the mapping of
 //! its hash lists back to per-item verdicts, and the DLQ hand-off a verdict may ask for.
 //!
@@ -22,7 +22,7 @@ use crate::store::migrations::db_message;
 pub const UNSETTLED: &str =
     "transaction is unresolvable, already committed, or acknowledgment is stale";
 
-/// An acknowledgement's status after normalisation (wire.md §8.1).
+/// An acknowledgement's status after normalisation (docs/wire.md §8.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckStatus {
     Completed,

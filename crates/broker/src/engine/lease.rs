@@ -1,4 +1,4 @@
-//! Lease renewal (`POST /api/v1/lease/:leaseId/extend`, wire.md §9): every live lease of one
+//! Lease renewal (`POST /api/v1/lease/:leaseId/extend`, docs/wire.md §9): every live lease of one
 //! worker id is extended, never shortened and never revived. Best effort: the caller reads
 //! `renewed`, the route always answers 200.
 

@@ -1,4 +1,4 @@
-//! Long-poll parking (spec "Life of a pop", step 7; wire.md §7.6): an empty `wait=true` pop
+//! Long-poll parking (docs/spec/life-of-a-pop.md Step 7; docs/wire.md §7.6): an empty `wait=true` pop
 //! waits on a wake gate, holding no connection, until a wake, its backoff interval, its
 //! deadline or the broker's shutdown, whichever comes first; and the deadline margin inside
 //! which a waiting pop no longer starts a claim.
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 
-/// A waiting pop starts no claim with less than this left before its deadline (wire.md §7.6):
+/// A waiting pop starts no claim with less than this left before its deadline (docs/wire.md §7.6):
 /// the claim, the frame walk and the answer's trip to the client must fit before the client
 /// gives up, or the batch is leased to nobody until the lease expires. 50 ms covers a claim
 /// and a loopback or LAN round trip with room to spare; a pop woken later answers 204 and the

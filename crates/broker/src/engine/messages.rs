@@ -1,4 +1,4 @@
-//! Message detail (wire.md §13) and consume-loop traces (§15).
+//! Message detail (docs/wire.md §13) and consume-loop traces (§15).
 //!
 //! Detail resolves a transactionId to an offset through the hash sidecar (the broker hashes,
 //! SQL compares bytes), reads the covering segment and decodes that one frame here, because

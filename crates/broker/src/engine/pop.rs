@@ -1,9 +1,9 @@
-//! One pop request from parameters to answer (spec "Life of a pop", engine.md §5.1): pop
+//! One pop request from parameters to answer (docs/spec/life-of-a-pop.md, docs/engine.md §5.1): pop
 //! maintenance mode, the minimum pop wait, the cheap has-pending probe, the claim in SQL, the
 //! frame walk after the connection is released, and long-poll parking with no connection
 //! held. This is the `QUEEN_HOTLIST=0` candidate path: the wildcard shape asks the SQL
 //! wildcard procedure, which carries the group-first-contact bulk seed; a woken wildcard pop
-//! first tries the partitions its wake gate was told were pushed (engine.md §5.2).
+//! first tries the partitions its wake gate was told were pushed (docs/engine.md §5.2).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -53,7 +53,7 @@ pub enum Subscription {
     From(DateTime<Utc>),
 }
 
-/// A parsed pop request (wire.md §7.2).
+/// A parsed pop request (docs/wire.md §7.2).
 #[derive(Debug, Clone)]
 pub struct PopRequest {
     pub shape: PopShape,
@@ -66,7 +66,7 @@ pub struct PopRequest {
     pub subscription: Subscription,
     /// Per-request lease length; `None` = the queue's.
     pub lease_seconds: Option<i32>,
-    /// `frames=true`: answer `QPF1` (wire.md §7.7) instead of JSON.
+    /// `frames=true`: answer `QPF1` (docs/wire.md §7.7) instead of JSON.
     pub frames: bool,
 }
 

@@ -69,7 +69,7 @@ impl PushResult {
         }
     }
 
-    /// `queued`, `duplicate` or `failed` (wire.md §5.2).
+    /// `queued`, `duplicate` or `failed` (docs/wire.md §5.2).
     pub fn status(&self) -> &'static str {
         match self.outcome {
             FrameOutcome::Queued { .. } => "queued",

@@ -1,9 +1,9 @@
-//! Binary push (`QPB1`, wire.md §6) after parsing: the envelope's groups become pushes.
+//! Binary push (`QPB1`, docs/wire.md §6) after parsing: the envelope's groups become pushes.
 //!
 //! Plain groups (no flag 8) are ordinary push items from here on: the JSON path's dedup,
 //! fusion and answers. Pre-compressed groups (flag 8) are **stored as sent** — the client's
 //! zstd frame becomes the segment blob byte for byte, with no decompress/recompress — when
-//! wire.md §6.3 allows it:
+//! docs/wire.md §6.3 allows it:
 //!
 //! - no payload transformation is needed: this broker has no at-rest encryption and no
 //!   authentication, so no frame is ever encrypted or stamped with a `producerSub`;

@@ -1,4 +1,4 @@
-//! The push paths' side of the dedup cache (accel/dedup_cache.rs, engine.md §4.2): the
+//! The push paths' side of the dedup cache (accel/dedup_cache.rs, docs/engine.md §4.2): the
 //! `p_verified` of each segment about to be written — hydrating or catching up the cache
 //! first, all partitions of a write in one query — and the report of every committed segment,
 //! which is what keeps the cache's entries extendable. A failed read only costs the

@@ -1,4 +1,4 @@
-//! Queue configuration and deletion (wire.md §3, §4). `/configure` options arrive under
+//! Queue configuration and deletion (docs/wire.md §3, §4). `/configure` options arrive under
 //! their camelCase wire names, either in `options` or at the top level; they are validated
 //! here into a patch keyed by column (a value sets, `null` resets to the default, absence
 //! keeps) that `queen.configure_queue_v1` applies under the queue row's lock.
@@ -100,7 +100,7 @@ pub struct ConfigureRequest {
     pub replace: bool,
 }
 
-/// Reads a `/configure` body (wire.md §3.1).
+/// Reads a `/configure` body (docs/wire.md §3.1).
 pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
     let Value::Object(top) = body else {
         return Err(Error::bad("bad body: expected a JSON object"));
@@ -210,7 +210,7 @@ pub async fn delete(state: &AppState, queue: &str) -> Result<Option<i32>> {
     queues::delete(&conn, queue).await
 }
 
-/// The wire echo of every option (wire.md §3.3), in the documented order.
+/// The wire echo of every option (docs/wire.md §3.3), in the documented order.
 pub fn options_json(q: &QueueRow) -> Value {
     serde_json::json!({
         "priority": q.priority,

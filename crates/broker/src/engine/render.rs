@@ -1,4 +1,4 @@
-//! The frame walk and the JSON answer of a pop (wire.md §7.3). Runs after PostgreSQL has
+//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). Runs after PostgreSQL has
 //! answered and the connection is back in the pool: decompress each claimed segment's blob,
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
 //! buffer, splicing each stored payload verbatim.

@@ -1,4 +1,4 @@
-//! The framed pop answer (`QPF1`, wire.md §7.7), asked for with `frames=true`: the stored
+//! The framed pop answer (`QPF1`, docs/wire.md §7.7), asked for with `frames=true`: the stored
 //! segment blobs PostgreSQL returned go out as records unchanged — no decompression, no
 //! per-message rendering — and the client trims each claim to its `start..=end`.
 //!

@@ -1,5 +1,5 @@
-//! Resource listings (wire.md §14) and the stats refresh (§15). Every count is computed live
-//! in SQL from partition and cursor watermarks (engine.md §10.4), never by scanning segments;
+//! Resource listings (docs/wire.md §14) and the stats refresh (§15). Every count is computed live
+//! in SQL from partition and cursor watermarks (docs/engine.md §10.4), never by scanning segments;
 //! so there is no stale cache to refresh, and `refresh` answers the live overview.
 
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! Builds one stored segment from messages: the frames of engine.md §3.1 packed back to back
+//! Builds one stored segment from messages: the frames of docs/engine.md §3.1 packed back to back
 //! and compressed as ONE zstd frame, plus the parallel hash blob for `queen.log_txns`. Every
 //! writer of segments (JSON push fusion, binary push, the transaction route) goes through
 //! [`build_segment`], so the stored layout has exactly one producer.

@@ -1,4 +1,4 @@
-//! Transactions (`POST /api/v1/transaction`, wire.md §10): pushes and acks applied in one
+//! Transactions (`POST /api/v1/transaction`, docs/wire.md §10): pushes and acks applied in one
 //! `queen.log_transaction_wire_v1` call, one PostgreSQL transaction, all or nothing.
 //!
 //! Every body form (JSON now, binary `QTB1` later) parses into a [`TxnRequest`] of flattened
@@ -272,7 +272,7 @@ fn build_planned(plan: &PushPlan, level: i32) -> Result<Vec<BuiltSegment>> {
         .collect()
 }
 
-/// An ack without its own lease borrows the bundle's only required lease (wire.md §10.1).
+/// An ack without its own lease borrows the bundle's only required lease (docs/wire.md §10.1).
 fn lend_leases(req: &mut TxnRequest) {
     let distinct: HashSet<&str> = req
         .required_leases

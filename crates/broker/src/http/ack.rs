@@ -1,4 +1,4 @@
-//! Routes of the ack path: `POST /api/v1/ack`, `POST /api/v1/ack/batch` (wire.md §8),
+//! Routes of the ack path: `POST /api/v1/ack`, `POST /api/v1/ack/batch` (docs/wire.md §8),
 //! `POST /api/v1/lease/:leaseId/extend` (§9) and `GET /api/v1/dlq` (§11). Parsing and
 //! rendering only; the decisions live in `engine::{ack, lease, dlq}` and SQL.
 

@@ -1,4 +1,4 @@
-//! `/api/v1/consumer-groups/...` (wire.md §12): listings, lag, delete, subscription update and
+//! `/api/v1/consumer-groups/...` (docs/wire.md §12): listings, lag, delete, subscription update and
 //! seek. Parses paths, queries and bodies; the rules live in `engine::groups`.
 
 use axum::extract::{Path, State};

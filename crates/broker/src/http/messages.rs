@@ -1,4 +1,4 @@
-//! `GET /api/v1/messages/:partitionId/:transactionId` (wire.md §13): one message with its
+//! `GET /api/v1/messages/:partitionId/:transactionId` (docs/wire.md §13): one message with its
 //! per-group state. The lookup and rendering live in `engine::messages`.
 
 use axum::extract::{Path, State};

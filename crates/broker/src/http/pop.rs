@@ -1,4 +1,4 @@
-//! The three pop routes (wire.md §7): parameter parsing with the broker's defaults, and the
+//! The three pop routes (docs/wire.md §7): parameter parsing with the broker's defaults, and the
 //! two answers: 200 with the JSON envelope, or 204 with no body and no Content-Length.
 
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::http::extract::Query;
 use crate::state::AppState;
 
-/// Content-Type of the framed pop answer (wire.md §7.7).
+/// Content-Type of the framed pop answer (docs/wire.md §7.7).
 const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
 /// Largest `batch` honoured; larger requests are clamped.
 const MAX_BATCH: i64 = 10_000;
@@ -102,7 +102,7 @@ fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Builds the request with the spec's defaults. Unknown parameters (`autopilot`, …) are
+/// Builds the request with the defaults of docs/spec/life-of-a-pop.md. Unknown parameters (`autopilot`, …) are
 /// ignored; `namespace`/`task` matter only to discovery.
 fn parse_request(
     shape: PopShape,

@@ -1,4 +1,4 @@
-//! `POST /api/v1/push` with the JSON body (wire.md §5): parse without re-serialising
+//! `POST /api/v1/push` with the JSON body (docs/wire.md §5): parse without re-serialising
 //! payloads (each payload is a slice of the request body), push, answer 201 with one result
 //! per item in input order. A binary body (`application/x-queen-push`) goes to
 //! [`push_binary`](crate::http::push_binary).
@@ -144,7 +144,7 @@ fn share(body: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
-/// One element of the 201 answer (wire.md §5.2).
+/// One element of the 201 answer (docs/wire.md §5.2).
 #[derive(Serialize)]
 struct ItemOut {
     index: usize,

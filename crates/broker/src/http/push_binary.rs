@@ -1,5 +1,5 @@
 //! The binary bodies of `POST /api/v1/push` and `POST /api/v1/transaction`
-//! (`Content-Type: application/x-queen-push`, wire.md §6 and §10.4): recognising them and
+//! (`Content-Type: application/x-queen-push`, docs/wire.md §6 and §10.4): recognising them and
 //! parsing them off the async workers. A body that does not parse is a 400 naming the
 //! problem, before anything is written.
 

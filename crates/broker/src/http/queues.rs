@@ -18,7 +18,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/resources/queues/{queue}", delete(delete_queue))
 }
 
-/// 200 with the effective row (wire.md §3.3).
+/// 200 with the effective row (docs/wire.md §3.3).
 async fn configure(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Json<Value>> {
     let body: Value = json_body(&body)?;
     let req = queues::parse_configure(&body)?;

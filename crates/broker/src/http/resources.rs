@@ -1,4 +1,4 @@
-//! `/api/v1/resources/{queues,overview}` (wire.md §14) and `POST /api/v1/stats/refresh`
+//! `/api/v1/resources/{queues,overview}` (docs/wire.md §14) and `POST /api/v1/stats/refresh`
 //! (§15). `DELETE /api/v1/resources/queues/:queue` belongs to `http::queues`.
 
 use axum::extract::{Path, State};

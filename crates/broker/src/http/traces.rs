@@ -1,4 +1,4 @@
-//! `POST /api/v1/traces` (wire.md §15): consume-loop trace events, stored in
+//! `POST /api/v1/traces` (docs/wire.md §15): consume-loop trace events, stored in
 //! `queen.message_traces`. The official client swallows failures here, so a bad body gets a
 //! plain 400 and never affects consumption.
 

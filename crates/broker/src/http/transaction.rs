@@ -1,4 +1,4 @@
-//! `POST /api/v1/transaction` with the JSON body (wire.md §10): parse the operations into a
+//! `POST /api/v1/transaction` with the JSON body (docs/wire.md §10): parse the operations into a
 //! `TxnRequest`, run it, and render HTTP 200 for both outcomes (a rollback is a business
 //! outcome, never a 5xx the clients would replay). A malformed bundle is 400 with the same
 //! failure shape. The binary `QTB1` body parses in [`transaction_binary`].

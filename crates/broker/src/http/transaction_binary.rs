@@ -1,4 +1,4 @@
-//! The binary transaction body `QTB1` (wire.md §10.4) of `POST /api/v1/transaction`: a
+//! The binary transaction body `QTB1` (docs/wire.md §10.4) of `POST /api/v1/transaction`: a
 //! JSON head (the bundle without its pushes) followed by pre-compressed push groups. It
 //! parses into the same `TxnRequest` as the JSON body — the head's operations first, then
 //! the pushed messages in wire order, which is the order the answer lists them in — and

@@ -44,7 +44,7 @@ impl Reply {
             .to_string()
     }
 
-    /// Asserts the bodiless 204 of the spec: no body and no Content-Length.
+    /// Asserts the bodiless 204 of docs/spec/consuming.md: no body and no Content-Length.
     pub fn assert_empty(&self) {
         assert_eq!(
             self.status,

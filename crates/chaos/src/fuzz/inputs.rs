@@ -73,7 +73,7 @@ const fn r(
     }
 }
 
-/// Every route of the README's table (and wire.md §2), plus one that does not exist.
+/// Every route of the README's table (and docs/wire.md §2), plus one that does not exist.
 pub const ROUTES: &[Route] = &[
     r("POST", "/api/v1/configure", &[], Body::Configure),
     r("DELETE", "/api/v1/resources/queues/{q}", &[], Body::None),

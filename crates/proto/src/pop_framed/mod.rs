@@ -1,4 +1,4 @@
-//! The framed pop answer `QPF1` (wire.md §7.7): the broker ships stored segment blobs as
+//! The framed pop answer `QPF1` (docs/wire.md §7.7): the broker ships stored segment blobs as
 //! records and the client trims them to the claim's `start..=end`. Little-endian:
 //!
 //! ```text

@@ -1,5 +1,5 @@
-//! The binary push body `QPB1` (wire.md §6.1–6.3) and the binary transaction body `QTB1`
-//! (wire.md §10.4): the types both decode into, their errors, and the codecs in
+//! The binary push body `QPB1` (docs/wire.md §6.1–6.3) and the binary transaction body `QTB1`
+//! (docs/wire.md §10.4): the types both decode into, their errors, and the codecs in
 //! [`decode`](self::decode) and [`encode`](self::encode).
 //!
 //! ```text

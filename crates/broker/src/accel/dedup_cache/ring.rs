@@ -1,4 +1,4 @@
-//! One partition's cached hashes (engine.md §4.2 storage): a ring of immutable sorted blocks
+//! One partition's cached hashes (docs/engine.md §4.2 storage): a ring of immutable sorted blocks
 //! of about 4096 hashes, oldest first, plus one hot buffer that takes new hashes and is
 //! sealed into a block when full. Expiry drops whole blocks, never single hashes, so it is a
 //! pop from the front.
