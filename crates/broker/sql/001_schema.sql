@@ -156,6 +156,9 @@ CREATE TABLE IF NOT EXISTS queen.consumer_watermarks (
 );
 
 -- Dead letters keep a payload copy and no foreign key: retention never drops them.
+-- The copy is `json` (the document's text), not `jsonb`: a push accepts any JSON document,
+-- and jsonb refuses the `\u0000` escape, so a jsonb copy made such a message impossible to
+-- dead-letter.
 CREATE TABLE IF NOT EXISTS queen.log_dlq (
     id UUID PRIMARY KEY DEFAULT gen_random_uuid(),
     partition_id BIGINT NOT NULL,
@@ -163,11 +166,21 @@ CREATE TABLE IF NOT EXISTS queen.log_dlq (
     "offset" BIGINT NOT NULL,
     message_id UUID,
     transaction_id TEXT,
-    payload JSONB,
+    payload JSON,
     error TEXT,
     retry_count INT DEFAULT 0,
     failed_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- Databases created while the copy was jsonb: convert once (every jsonb value is valid json).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns
+               WHERE table_schema = 'queen' AND table_name = 'log_dlq'
+                 AND column_name = 'payload' AND data_type = 'jsonb') THEN
+        ALTER TABLE queen.log_dlq ALTER COLUMN payload TYPE json USING payload::json;
+    END IF;
+END
+$$;
 CREATE INDEX IF NOT EXISTS idx_log_dlq_partition ON queen.log_dlq (partition_id, failed_at DESC);
 CREATE INDEX IF NOT EXISTS idx_log_dlq_failed ON queen.log_dlq (failed_at DESC);
 

@@ -310,9 +310,11 @@ $$;
 -- other pop has claimed the span since the ack, so an expiry in the few milliseconds of the
 -- hand-off does not have to throw the verdict away. A second call finds the lease released
 -- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
+-- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
     p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload jsonb, p_error text)
+    p_txn text, p_payload json, p_error text)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -337,7 +339,7 @@ BEGIN
     INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
                                transaction_id, payload, error, retry_count)
     VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
-            COALESCE(p_payload, 'null'::jsonb), p_error, v_retries)
+            COALESCE(p_payload, 'null'::json), p_error, v_retries)
     RETURNING id INTO v_id;
 
     UPDATE queen.log_consumers
@@ -507,10 +509,12 @@ $$;
 -- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
 -- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
 -- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
+-- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
+DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
 CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
     p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
     p_limit int, p_offset int)
-RETURNS jsonb
+RETURNS json
 LANGUAGE sql STABLE AS $$
     WITH matching AS (
         SELECT d.*, lp.name AS partition_name, q.name AS queue_name
@@ -528,10 +532,10 @@ LANGUAGE sql STABLE AS $$
         ORDER BY failed_at DESC, "offset" DESC, id
         LIMIT GREATEST(p_limit, 1) OFFSET GREATEST(p_offset, 0)
     )
-    SELECT jsonb_build_object(
+    SELECT json_build_object(
         'total', (SELECT count(*) FROM matching),
         'rows', COALESCE((
-            SELECT jsonb_agg(jsonb_build_object(
+            SELECT json_agg(json_build_object(
                 'id', p.id, 'partitionId', p.partition_id::text, 'queue', p.queue_name,
                 'partition', p.partition_name, 'consumerGroup', p.consumer_group,
                 'offset', p."offset", 'messageId', p.message_id,
@@ -540,5 +544,5 @@ LANGUAGE sql STABLE AS $$
                 'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
                 ORDER BY p.failed_at DESC, p."offset" DESC, p.id)
-            FROM page p), '[]'::jsonb))
+            FROM page p), '[]'::json))
 $$;

@@ -424,7 +424,7 @@ async fn an_empty_payload_is_filed_as_json_null_and_dead_letters_have_no_foreign
     .await;
     assert_eq!(filed["ok"], true, "{filed}");
     let kind: Option<String> = db
-        .query_one("SELECT jsonb_typeof(payload) FROM queen.log_dlq", &[])
+        .query_one("SELECT json_typeof(payload) FROM queen.log_dlq", &[])
         .await
         .expect("the row")
         .get(0);

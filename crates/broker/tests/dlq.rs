@@ -272,3 +272,92 @@ async fn the_dlq_listing_filters_pages_and_counts() {
         assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{bad}: {body}");
     }
 }
+
+#[tokio::test]
+async fn a_payload_holding_a_nul_escape_is_dead_lettered_verbatim() {
+    let b = common::broker().await;
+    // Any JSON document the push accepted, `\u0000` included (jsonb cannot hold it).
+    let payload = json!({ "a": "x\u{0000}y" });
+    b.push("nul", "p", std::slice::from_ref(&payload)).await;
+    let popped = pop(&b, "nul", Some("p"), G, 1, "")
+        .await
+        .expect("one message");
+    assert_eq!(popped.messages[0]["data"], payload);
+    let r = ack_batch(&b, G, vec![ack_item(&popped.messages[0], "dlq")]).await;
+    assert_ok(&r[0]);
+    assert_eq!(
+        (r[0]["dlq"].clone(), r[0]["leaseReleased"].clone()),
+        (json!(true), json!(true))
+    );
+    let listing = dlq(&b, "queue=nul").await;
+    assert_eq!(listing["total"], 1, "{listing}");
+    assert_eq!(listing["messages"][0]["data"], payload);
+}
+
+#[tokio::test]
+async fn a_hand_off_the_database_refuses_is_not_answered_as_success() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    push_txns(&b, "refuse", "p", &txns("refuse", 1)).await;
+    // A real refusal by PostgreSQL of this one dead letter, after the ack has committed.
+    db.batch_execute(
+        "ALTER TABLE queen.log_dlq ADD CONSTRAINT refuse_one CHECK (error <> 'refuse me')",
+    )
+    .await
+    .expect("constraint");
+    let popped = pop(&b, "refuse", Some("p"), G, 1, "")
+        .await
+        .expect("one message");
+    let mut item = ack_item(&popped.messages[0], "dlq");
+    item["error"] = json!("refuse me");
+    let r = ack_batch(&b, G, vec![item]).await;
+    assert_refused(&r[0], "dead-letter");
+    assert_eq!(
+        (r[0]["dlq"].clone(), r[0]["leaseReleased"].clone()),
+        (json!(false), json!(false))
+    );
+    let c = cursor(&db, popped.partition_id(), "g").await;
+    assert_eq!(
+        (c.committed, c.worker.as_deref()),
+        (-1, Some(popped.lease_id.as_str())),
+        "nothing moved: the message redelivers once its lease expires"
+    );
+    assert_eq!(dlq(&b, "queue=refuse").await["total"], 0);
+}
+
+#[tokio::test]
+async fn a_jsonb_dead_letter_table_from_before_is_converted_at_boot() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    let payload_type = || async {
+        db.query_one(
+            "SELECT data_type::text FROM information_schema.columns
+             WHERE table_schema = 'queen' AND table_name = 'log_dlq' AND column_name = 'payload'",
+            &[],
+        )
+        .await
+        .expect("payload column")
+        .get::<_, String>(0)
+    };
+    assert_eq!(payload_type().await, "json");
+    // A database laid out before the fix, holding a dead letter.
+    db.batch_execute(
+        "ALTER TABLE queen.log_dlq ALTER COLUMN payload TYPE jsonb USING payload::jsonb;
+         INSERT INTO queen.log_dlq (partition_id, consumer_group, \"offset\", payload)
+         VALUES (1, 'g', 0, '{\"kept\": true}')",
+    )
+    .await
+    .expect("old layout");
+    let rebooted = b.sibling(|_| {}).await;
+    assert_eq!(payload_type().await, "json");
+    let again = rebooted.sibling(|_| {}).await;
+    assert_eq!(payload_type().await, "json", "a second boot is a no-op");
+    let kept: String = db
+        .query_one("SELECT payload::text FROM queen.log_dlq", &[])
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(kept, r#"{"kept": true}"#);
+    again.stop().await;
+    rebooted.stop().await;
+}

@@ -188,7 +188,7 @@ async fn apply_group(
 
 /// The cause of a failed group as its items report it: a database error carries the
 /// server's own message, which the error's display hides.
-fn failure_text(e: &Error) -> String {
+pub(crate) fn failure_text(e: &Error) -> String {
     match e {
         Error::Db(db) => format!("database error: {}", db_message(db)),
         other => other.to_string(),

@@ -8,7 +8,7 @@ use queen_proto::frame::Frames;
 use queen_proto::segment;
 use serde_json::value::RawValue;
 
-use crate::engine::ack::{Ack, AckOutcome};
+use crate::engine::ack::{failure_text, Ack, AckOutcome};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::ack::{self as store, DeadLetter, DlqFilter, DlqPage, HashAckVerdict};
@@ -24,9 +24,11 @@ const MAX_SEGMENT_BYTES: usize = 1 << 30;
 /// group's outcomes: every item saw its lease released, and the items carrying the poison
 /// message's transactionId were dead-lettered.
 ///
-/// Failures are logged, not returned: the ack itself has already committed, and a hand-off
-/// that did not happen leaves the lease to expire, so the message redelivers with its retry
-/// budget still spent and the next failed ack files it again. Redelivery over loss.
+/// Failures are not returned: the ack itself has already committed, and a hand-off that did
+/// not happen leaves the lease to expire, so the message redelivers with its retry budget
+/// still spent and the next failed ack files it again. Redelivery over loss. They are logged,
+/// and the group's signal items (whose verdict was this dead letter) are answered as refused
+/// with the cause: `success:true` would claim a verdict that did not take effect.
 pub async fn hand_off(
     state: &AppState,
     db: &impl GenericClient,
@@ -47,10 +49,21 @@ pub async fn hand_off(
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::warn!(
-            partition_id, group, off = verdict.off, error = %e,
-            "DLQ hand-off failed; the lease will expire and the message redeliver"
-        ),
+        Err(e) => {
+            let cause = failure_text(&e);
+            tracing::warn!(
+                partition_id, group, off = verdict.off, error = %cause,
+                "DLQ hand-off failed; the lease will expire and the message redeliver"
+            );
+            let refusal = format!(
+                "dead-letter hand-off failed ({cause}); the message redelivers when its lease expires"
+            );
+            for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
+                if ack.status.is_signal() {
+                    *outcome = AckOutcome::refused(refusal.clone());
+                }
+            }
+        }
     }
 }
 
