@@ -1,5 +1,6 @@
--- 001_schema: tables of the log engine (docs/engine.md §2). Idempotent: applied at every boot
--- under the schema advisory lock. Storage parameters are explained next to each table.
+-- 001_schema: tables of the log engine (docs/engine.md §2). Idempotent: replayed under the
+-- schema advisory lock at every boot whose file checksums changed (store/migrations.rs).
+-- Storage parameters are explained next to each table.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 
