@@ -93,7 +93,7 @@ impl Target {
         if let Some(db) = dbname {
             cfg.dbname(db);
         }
-        connect(&cfg).await
+        queen_launch::connect(&cfg).await
     }
 
     /// `(host or socket dir, port, user)` for command-line tools such as pgbench.
@@ -137,17 +137,6 @@ impl Drop for Target {
     }
 }
 
-pub async fn connect(cfg: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
-    let (client, conn) = cfg
-        .connect(tokio_postgres::NoTls)
-        .await
-        .context("connecting to PostgreSQL")?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
-}
-
 fn stop(s: &mut Spawned) {
     queen_launch::terminate(&mut s.child, Duration::from_secs(60));
     if s.keep {
@@ -175,7 +164,7 @@ fn read_postmaster_pid(path: &Path) -> Result<(u32, PathBuf, u16)> {
 
 /// The postmaster of the cluster behind `pg`, through its data directory (same machine).
 async fn postmaster_pid_of(pg: &tokio_postgres::Config) -> Result<u32> {
-    let client = connect(pg).await?;
+    let client = queen_launch::connect(pg).await?;
     let row = client
         .query_one("SELECT current_setting('data_directory')", &[])
         .await?;

@@ -166,15 +166,7 @@ impl Cluster {
 
     /// A fresh connection to the cluster (checker, fault injection).
     pub async fn connect(&self) -> Result<tokio_postgres::Client> {
-        let (client, conn) = self
-            .pg
-            .connect(tokio_postgres::NoTls)
-            .await
-            .context("connecting to PostgreSQL")?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(client)
+        queen_launch::connect(&self.pg).await
     }
 
     pub fn log_paths(&self) -> Vec<PathBuf> {

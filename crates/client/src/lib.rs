@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use queue::QueueRef;
+pub use queue::{encode_segment, QueueRef};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
 
 /// Errors of the SDK. `Api` carries the broker's `{"error": ...}` text.

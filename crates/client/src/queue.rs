@@ -228,7 +228,7 @@ fn check_len(results: Vec<PushResult>, sent: usize) -> Result<Vec<PushResult>> {
 }
 
 /// Percent-encodes one path segment (everything but RFC 3986 unreserved characters).
-fn encode_segment(s: &str) -> String {
+pub fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {

@@ -1,6 +1,7 @@
 //! Starting `queen` broker processes for the workspace tools (`queen-bench`, `queen-chaos`):
 //! finding the built binary, picking a free loopback port, spawning `queen serve` tied to the
-//! tool's lifetime, waiting for `/health`, stopping it, and reading its log tail on failure.
+//! tool's lifetime, waiting for `/health`, stopping it, reading its log tail on failure, and
+//! opening the tools' own PostgreSQL connections.
 //! What the broker is pointed at (embedded or external PostgreSQL) is the caller's choice,
 //! expressed through the environment it passes.
 
@@ -122,4 +123,17 @@ pub fn locate_queen(explicit: Option<PathBuf>) -> Result<PathBuf> {
         "no `queen` binary next to {} — build it (cargo build -p queen-broker) or pass --queen-bin",
         exe.display()
     )
+}
+
+/// A PostgreSQL connection of the tool's own (setup, checks, fault injection), driven on a
+/// spawned task.
+pub async fn connect(cfg: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+    let (client, conn) = cfg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .context("connecting to PostgreSQL")?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
 }

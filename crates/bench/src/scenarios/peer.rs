@@ -199,7 +199,7 @@ async fn e2e_cell(
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
     for _ in 0..consumers {
-        let conn = crate::target::connect(cfg).await?;
+        let conn = queen_launch::connect(cfg).await?;
         let (queue, tracker, stop, errors, clock) = (
             queue.clone(),
             tracker.clone(),

@@ -6,8 +6,6 @@ use std::sync::{Arc, Mutex};
 use anyhow::Result;
 use tokio::sync::Semaphore;
 
-use crate::target;
-
 #[derive(Clone)]
 pub struct PgPool {
     idle: Arc<Mutex<Vec<tokio_postgres::Client>>>,
@@ -44,7 +42,7 @@ impl PgPool {
     pub async fn connect(cfg: &tokio_postgres::Config, size: usize) -> Result<Self> {
         let mut clients = Vec::with_capacity(size);
         for _ in 0..size {
-            clients.push(target::connect(cfg).await?);
+            clients.push(queen_launch::connect(cfg).await?);
         }
         Ok(Self {
             idle: Arc::new(Mutex::new(clients)),

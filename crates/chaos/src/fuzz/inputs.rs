@@ -4,6 +4,7 @@
 //! swapped for other types, keys dropped or added, truncation, random bytes, mismatched
 //! content types and encodings, bit-flipped binary `QPB1`/`QTB1` bodies.
 
+use queen_client::encode_segment;
 use queen_proto::push_bin::{encode_push_plain, encode_txn, Batch, BatchItem};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -180,19 +181,6 @@ fn name(rng: &mut StdRng, real: &str) -> String {
     }
 }
 
-/// Percent-encodes a path segment or query value; sometimes leaves it raw-but-legal.
-fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 fn query_value(rng: &mut StdRng, fx: &Fixture) -> String {
     const VALUES: &[&str] = &[
         "",
@@ -235,20 +223,20 @@ pub fn generate(route: &Route, rng: &mut StdRng, fx: &Fixture) -> Request {
     ] {
         if path.contains(hole) {
             let n = name(rng, real);
-            path = path.replace(hole, &encode(&n));
+            path = path.replace(hole, &encode_segment(&n));
         }
     }
     let mut query = Vec::new();
     for &p in route.params {
         if rng.gen_bool(0.4) {
-            query.push(format!("{p}={}", encode(&query_value(rng, fx))));
+            query.push(format!("{p}={}", encode_segment(&query_value(rng, fx))));
         }
     }
     if rng.gen_bool(0.1) {
         query.push(format!(
             "{}={}",
-            encode(&name(rng, "k")),
-            encode(&query_value(rng, fx))
+            encode_segment(&name(rng, "k")),
+            encode_segment(&query_value(rng, fx))
         ));
     }
     if route.params.contains(&"wait") {
