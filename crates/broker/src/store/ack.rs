@@ -1,5 +1,5 @@
-//! Typed calls to the ack-path SQL functions of `sql/004_ack.sql`: hash-resolved acks, the
-//! DLQ hand-off and listing, and lease renewal.
+//! Typed calls to the ack-path SQL functions of `sql/functions/{ack,dlq,lease}.sql`:
+//! hash-resolved acks, the DLQ hand-off and listing, and lease renewal.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;

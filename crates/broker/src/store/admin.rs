@@ -1,4 +1,4 @@
-//! Typed calls to the admin SQL functions of `sql/006_admin.sql`: consumer-group listings,
+//! Typed calls to the admin SQL functions of `sql/functions/admin.sql`: consumer-group listings,
 //! seeks and deletes, resource counts, message detail and traces. Listings come back as the
 //! JSON PostgreSQL built; `None` means the named thing does not exist.
 
