@@ -6,6 +6,7 @@
 //! Payloads travel as raw JSON text ([`serde_json::value::RawValue`]) so a producer that
 //! already holds serialized bytes pays no re-serialization.
 
+mod admin;
 mod queue;
 mod types;
 
@@ -15,6 +16,7 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use admin::{DlqQuery, SeekTarget};
 pub use queue::{encode_segment, QueueRef};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
 
