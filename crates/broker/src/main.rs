@@ -1,6 +1,9 @@
-//! The `queen` binary: a thin command line over the broker library.
+//! The `queen` binary: a thin command line over the broker library (`serve`) and the client
+//! commands of `queen-cli` (`push`, `consume`, `queues`, …), plus shell completions.
 
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
 use queen_broker::config::Config;
 use queen_broker::server;
 use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
@@ -34,10 +37,33 @@ enum Command {
     /// Every option below is also an environment variable; the resolved configuration is
     /// printed at boot with passwords masked.
     Serve(Config),
+    #[command(flatten)]
+    Client(queen_cli::Command),
+    /// Print a shell completion script: `queen completions bash > /etc/bash_completion.d/queen`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
-fn main() -> anyhow::Result<()> {
-    let Command::Serve(cfg) = Cli::parse().command;
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Serve(cfg) => match run_broker(cfg) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("queen: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Client(command) => queen_cli::run(command),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "queen", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn run_broker(cfg: Config) -> anyhow::Result<()> {
     init_logging(&cfg.log_level);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -6,7 +6,11 @@
 //! Payloads travel as raw JSON text ([`serde_json::value::RawValue`]) so a producer that
 //! already holds serialized bytes pays no re-serialization.
 
+mod admin;
+mod consume;
+mod lease;
 mod queue;
+mod transaction;
 mod types;
 
 use std::time::Duration;
@@ -15,7 +19,11 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use admin::{DlqQuery, SeekTarget};
+pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
+pub use lease::LeaseRenewal;
 pub use queue::{encode_segment, QueueRef};
+pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
 
 /// Errors of the SDK. `Api` carries the broker's `{"error": ...}` text.
@@ -29,6 +37,9 @@ pub enum Error {
     Decode(String),
     #[error("cannot encode the request: {0}")]
     Encode(String),
+    /// The broker rolled a transaction back; `reason` is its machine-readable cause.
+    #[error("rejected ({reason}): {message}")]
+    Rejected { reason: String, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

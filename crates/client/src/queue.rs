@@ -100,6 +100,18 @@ impl QueueRef {
         &self.name
     }
 
+    pub(crate) fn queen(&self) -> &Queen {
+        &self.queen
+    }
+
+    pub(crate) fn group_name(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    pub(crate) fn batch_size(&self) -> Option<u32> {
+        self.batch
+    }
+
     fn push_partition(&self) -> &str {
         self.partition.as_deref().unwrap_or("Default")
     }

@@ -2,6 +2,7 @@
 //! call `engine`, and render; errors map to statuses in `crate::error`.
 
 mod ack;
+mod dashboard;
 pub mod extract;
 mod groups;
 mod health;
@@ -30,6 +31,7 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(health::routes())
+        .merge(dashboard::routes())
         .merge(queues::routes())
         .merge(push::routes())
         .merge(pop::routes())

@@ -1,0 +1,254 @@
+// The Queen-rs dashboard: a hash-routed page over the broker's own JSON API. Every value from
+// the broker is put into the page as text (never as HTML), since names are user input.
+"use strict";
+
+const REFRESH_MS = 2000;
+const PAGE = 50;
+const rates = { pushed: [], popped: [], last: null };
+let timer = null;
+
+// ---------------------------------------------------------------- helpers
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "onclick" || k === "onsubmit" || k === "onchange") node[k] = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function text(v) {
+  if (v === null || v === undefined) return "–";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+function table(headers, rows, numeric = []) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, headers.map((h, i) => el("th", numeric.includes(i) ? { class: "num" } : {}, h)))),
+    el("tbody", {}, rows.map(r => el("tr", {}, r.map((c, i) =>
+      el("td", numeric.includes(i) ? { class: "num" } : {}, c instanceof Node ? c : text(c)))))));
+}
+
+function link(href, label) { return el("a", { href }, label); }
+function seg(s) { return encodeURIComponent(s); }
+
+async function api(path, options) {
+  const resp = await fetch(path, options);
+  const body = resp.status === 204 ? null : await resp.json().catch(() => null);
+  if (!resp.ok) throw new Error((body && body.error) || `HTTP ${resp.status}`);
+  return body;
+}
+
+function post(path, body) {
+  return api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+}
+
+function render(...nodes) {
+  const view = document.getElementById("view");
+  view.replaceChildren(...nodes);
+}
+
+// The footer line: the outcome of the last action for a few seconds, else the refresh time.
+let notice = { msg: "", bad: false, at: 0 };
+
+function status(msg, bad = false) {
+  notice = { msg, bad, at: Date.now() };
+  showStatus();
+}
+
+function showStatus() {
+  const s = document.getElementById("status");
+  const fresh = Date.now() - notice.at < 5000;
+  s.textContent = fresh ? notice.msg : `updated ${new Date().toLocaleTimeString()}`;
+  s.className = fresh && notice.bad ? "error" : "";
+}
+
+function pager(total, page, go) {
+  const pages = Math.max(1, Math.ceil(total / PAGE));
+  return el("div", { class: "pager" },
+    el("button", { onclick: () => go(page - 1), ...(page <= 0 ? { disabled: "" } : {}) }, "‹ prev"),
+    el("span", {}, `page ${page + 1} of ${pages} (${total})`),
+    el("button", { onclick: () => go(page + 1), ...(page + 1 >= pages ? { disabled: "" } : {}) }, "next ›"));
+}
+
+function chart(series, label) {
+  const w = 360, h = 60, max = Math.max(1, ...series);
+  const pts = series.map((v, i) => `${(i * w) / Math.max(1, series.length - 1)},${h - (v / max) * (h - 4) - 2}`);
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "chart"); svg.setAttribute("width", w); svg.setAttribute("height", h);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", pts.join(" ")); line.setAttribute("fill", "none");
+  line.setAttribute("stroke", "#6d28d9"); line.setAttribute("stroke-width", "2");
+  svg.append(line);
+  const last = series.length ? series[series.length - 1] : 0;
+  return el("div", { class: "card" }, el("span", { class: "muted" }, label), el("b", {}, `${last.toFixed(1)}/s`), svg);
+}
+
+// Samples the broker's counters so the overview can show in/out rates.
+async function sampleRates() {
+  const m = await api("/metrics");
+  const now = performance.now();
+  if (rates.last) {
+    const dt = (now - rates.last.t) / 1000;
+    for (const k of ["pushed", "popped"]) {
+      rates[k].push(Math.max(0, (m.messages[k] - rates.last[k]) / dt));
+      if (rates[k].length > 60) rates[k].shift();
+    }
+  }
+  rates.last = { t: now, pushed: m.messages.pushed, popped: m.messages.popped };
+  return m;
+}
+
+// ---------------------------------------------------------------- pages
+
+async function overview() {
+  const [ov, qs, groups] = await Promise.all([
+    api("/api/v1/resources/overview"), api("/api/v1/resources/queues"), api("/api/v1/consumer-groups"), sampleRates()]);
+  const lag = {};
+  for (const g of groups) for (const q of g.queues) (lag[q.queue] ||= []).push(`${g.name}: ${q.pending}`);
+  const m = ov.messages || {};
+  render(
+    el("h1", {}, "Overview"),
+    el("div", { class: "cards" },
+      [["queues", ov.queues], ["partitions", ov.partitions], ["groups", ov.consumerGroups],
+       ["pending", m.pending], ["processing", m.processing], ["dead letters", m.deadLetter]]
+        .map(([k, v]) => el("div", { class: "card", "data-stat": k }, el("span", { class: "muted" }, k), el("b", {}, text(v)))),
+      chart(rates.pushed, "in (pushed)"), chart(rates.popped, "out (popped)")),
+    el("h2", {}, "Queues"),
+    table(["queue", "partitions", "total", "pending", "processing", "dead letters", "group lag"],
+      qs.queues.map(q => [link(`#/queue/${seg(q.name)}`, q.name), q.partitions, q.messages.total,
+        q.messages.pending, q.messages.processing, q.messages.deadLetter, (lag[q.name] || []).join(", ") || "–"]),
+      [1, 2, 3, 4, 5]));
+}
+
+async function queuePage(name, page = 0) {
+  const q = await api(`/api/v1/resources/queues/${seg(name)}`);
+  const parts = [...q.partitions].sort((a, b) => b.messages.pending - a.messages.pending);
+  const shown = parts.slice(page * PAGE, page * PAGE + PAGE);
+  const groups = q.consumerGroups || [];
+  const seekGroup = el("select", { name: "group" }, groups.map(g => el("option", { value: g.name }, g.name)));
+  const seekTs = el("input", { name: "timestamp", placeholder: "ISO timestamp, or empty for end" });
+  const optKey = el("input", { name: "key", placeholder: "option, e.g. leaseTime" });
+  const optVal = el("input", { name: "value", placeholder: "value" });
+  render(
+    el("h1", {}, `Queue ${q.name}`),
+    el("div", { class: "cards" }, [["partitions", parts.length], ["total", q.messages.total],
+      ["pending", q.messages.pending], ["processing", q.messages.processing], ["dead letters", q.messages.deadLetter]]
+      .map(([k, v]) => el("div", { class: "card", "data-stat": k }, el("span", { class: "muted" }, k), el("b", {}, text(v))))),
+    el("h2", {}, "Consumer groups"),
+    table(["group", "pending", "active leases"], groups.map(g => [g.name, g.pending, g.activeLeases]), [1, 2]),
+    groups.length ? el("form", { class: "inline", onsubmit: e => { e.preventDefault(); seek(name, seekGroup.value, seekTs.value); } },
+      "Seek", seekGroup, seekTs, el("button", { type: "submit" }, "seek")) : null,
+    el("h2", {}, "Partitions"),
+    pager(parts.length, page, p => { state.page = p; refresh(); }),
+    table(["partition", "id", "pending", "processing", "last offset", "last activity"],
+      shown.map(p => [p.name, p.id, p.messages.pending, p.messages.processing, p.lastOffset, p.lastActivity]), [2, 3, 4]),
+    el("h2", {}, "Options"),
+    table(["option", "value"], Object.entries(q.config || {}).map(([k, v]) => [k, v])),
+    el("form", { class: "inline", onsubmit: e => { e.preventDefault(); configure(name, optKey.value, optVal.value); } },
+      "Set", optKey, "=", optVal, el("button", { type: "submit" }, "configure")),
+    el("p", {}, link(`#/dlq/${seg(name)}`, "Dead letters of this queue")));
+}
+
+async function seek(queue, group, ts) {
+  const body = ts.trim() ? { timestamp: ts.trim() } : { toEnd: true };
+  const r = await post(`/api/v1/consumer-groups/${seg(group)}/queues/${seg(queue)}/seek`, body).catch(e => ({ error: e.message }));
+  status(r.error ? `seek failed: ${r.error}` : `seek: ${r.partitionsUpdated} partitions moved`, !!r.error);
+  refresh();
+}
+
+async function configure(queue, key, raw) {
+  let value = raw;
+  try { value = JSON.parse(raw); } catch (_) { /* text value */ }
+  const r = await post("/api/v1/configure", { queue, options: { [key]: value } }).catch(e => ({ error: e.message }));
+  status(r.error ? `configure failed: ${r.error}` : `configured ${queue}: ${key}`, !!r.error);
+  refresh();
+}
+
+async function dlqPage(queue, page = 0) {
+  const qs = await api("/api/v1/resources/queues");
+  const pick = el("select", { id: "dlq-queue", onchange: e => { location.hash = `#/dlq/${seg(e.target.value)}`; } },
+    el("option", { value: "" }, "choose a queue"),
+    qs.queues.map(q => el("option", q.name === queue ? { value: q.name, selected: "" } : { value: q.name }, q.name)));
+  const group = el("input", { id: "dlq-group", placeholder: "consumer group (any)", value: state.group || "" });
+  const filter = el("form", { class: "inline", onsubmit: e => { e.preventDefault(); state.group = group.value; state.page = 0; refresh(); } },
+    "Queue", pick, group, el("button", { type: "submit" }, "filter"));
+  if (!queue) return render(el("h1", {}, "Dead letters"), filter);
+  const params = new URLSearchParams({ queue, limit: PAGE, offset: page * PAGE });
+  if (state.group) params.set("consumerGroup", state.group);
+  const d = await api(`/api/v1/dlq?${params}`);
+  render(el("h1", {}, `Dead letters of ${queue}`), filter,
+    pager(d.total, page, p => { state.page = p; refresh(); }),
+    table(["failed at", "partition", "transaction id", "group", "retries", "error", "payload"],
+      d.messages.map(m => [m.failedAt, m.partition,
+        link(`#/message/${seg(m.partitionId)}/${seg(m.transactionId)}`, m.transactionId),
+        m.consumerGroup, m.retryCount, m.errorMessage,
+        el("details", {}, el("summary", {}, "show"), el("pre", {}, JSON.stringify(m.data, null, 2)))]), [4]));
+}
+
+async function messagePage(pid, txn) {
+  const m = await api(`/api/v1/messages/${seg(pid)}/${seg(txn)}`);
+  render(el("h1", {}, `Message ${m.transactionId}`),
+    table(["field", "value"], [["queue", link(`#/queue/${seg(m.queue)}`, m.queue)], ["partition", m.partition],
+      ["partition id", m.partitionId], ["status", m.status], ["created", m.createdAt], ["retries", m.retryCount],
+      ["error", m.errorMessage], ["lease expires", m.leaseExpiresAt]]),
+    el("h2", {}, "Consumer groups"),
+    table(["group", "consumed", "lease expires"], m.consumerGroups.map(g => [g.name, g.consumed, g.leaseExpiresAt])),
+    el("h2", {}, "Payload"), el("pre", {}, JSON.stringify(m.data, null, 2)));
+}
+
+async function systemPage() {
+  const [health, m] = await Promise.all([fetch("/health").then(r => r.json()), api("/metrics")]);
+  const db = m.database || {};
+  render(el("h1", {}, "System"),
+    table(["", ""], [["database", health.database], ["version", health.version], ["uptime (s)", m.uptime],
+      ["pool size", db.poolSize], ["connections", db.connections], ["idle connections", db.idleConnections],
+      ["waiting for a connection", db.waitingRequests], ["resident memory (MiB)", ((m.memory || {}).rssBytes / 1048576).toFixed(1)],
+      ["CPU seconds", (m.cpu || {}).processSeconds], ["requests", m.requests.total],
+      ["messages pushed", m.messages.pushed], ["messages popped", m.messages.popped]]),
+    el("h2", {}, "Accelerators"),
+    el("pre", {}, JSON.stringify({ pop: m.pop, wake: m.wake, dedupCache: m.dedupCache }, null, 2)));
+}
+
+// ---------------------------------------------------------------- routing
+
+const state = { route: "", page: 0, group: "" };
+
+function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const key = location.hash;
+  if (key !== state.route) { state.route = key; state.page = 0; }
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === (parts[0] || "overview"));
+  switch (parts[0]) {
+    case "queue": return queuePage(parts[1], state.page);
+    case "dlq": return dlqPage(parts[1], state.page);
+    case "message": return messagePage(parts[1], parts[2]);
+    case "system": return systemPage();
+    default: return overview();
+  }
+}
+
+async function refresh() {
+  clearTimeout(timer);
+  // Forms being typed into are not redrawn under the user's cursor.
+  const typing = document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName);
+  try {
+    if (!typing) await route();
+    const h = await fetch("/health");
+    const pill = document.getElementById("health");
+    pill.textContent = h.ok ? "healthy" : "database unreachable";
+    pill.className = `pill ${h.ok ? "ok" : "bad"}`;
+    if (!typing) showStatus();
+  } catch (e) {
+    status(`error: ${e.message}`, true);
+  }
+  timer = setTimeout(refresh, REFRESH_MS);
+}
+
+window.addEventListener("hashchange", () => { state.group = ""; refresh(); });
+refresh();

@@ -1,0 +1,85 @@
+"""The dashboard in a real browser against a real broker: what the test pushes shows up, with
+its depth, on the overview and queue pages; dead letters are listed and open their message;
+a seek from the queue page moves the group; the system page reports the database."""
+
+import uuid
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import call, shot
+
+
+def wait_text(browser, css, text, timeout=15):
+    WebDriverWait(browser, timeout).until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
+
+
+def row_of(browser, text):
+    rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr")
+    return next(r for r in rows if text in r.text)
+
+
+def push(queue, n):
+    items = [{"queue": queue, "partition": "Default", "payload": {"n": i}} for i in range(n)]
+    status, body = call("POST", "/api/v1/push", {"items": items})
+    assert status == 201 and all(r["status"] == "queued" for r in body), body
+
+
+def test_overview_shows_a_pushed_queue_with_its_depth(browser, url):
+    queue = f"dash-{uuid.uuid4().hex[:8]}"
+    push(queue, 3)
+    browser.get(url + "/")
+    wait_text(browser, "main", queue)
+    row = row_of(browser, queue)
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:4] == [queue, "1", "3", "3"], cells
+    shot(browser, "overview")
+
+    row.find_element(By.TAG_NAME, "a").click()
+    wait_text(browser, "h1", f"Queue {queue}")
+    wait_text(browser, "[data-stat=pending] b", "3")
+    shot(browser, "queue")
+
+
+def test_dlq_page_lists_a_dead_letter_and_opens_its_message(browser, url):
+    queue = f"dash-dlq-{uuid.uuid4().hex[:8]}"
+    push(queue, 2)
+    _, popped = call("GET", f"/api/v1/pop/queue/{queue}?batch=1")
+    msg = popped["messages"][0]
+    ack = {"transactionId": msg["transactionId"], "partitionId": msg["partitionId"],
+           "leaseId": msg["leaseId"], "status": "dlq", "error": "broken on purpose"}
+    _, answer = call("POST", "/api/v1/ack/batch", {"acknowledgments": [ack]})
+    assert answer[0]["success"], answer
+
+    browser.get(f"{url}/#/dlq/{queue}")
+    wait_text(browser, "main", msg["transactionId"])
+    row = row_of(browser, msg["transactionId"])
+    assert "broken on purpose" in row.text
+    shot(browser, "dlq")
+
+    row.find_element(By.CSS_SELECTOR, "a").click()
+    wait_text(browser, "h1", msg["transactionId"])
+    wait_text(browser, "main", "dead_letter")
+    shot(browser, "message")
+
+
+def test_seek_from_the_queue_page_moves_a_group_to_the_end(browser, url):
+    queue = f"dash-seek-{uuid.uuid4().hex[:8]}"
+    push(queue, 4)
+    status, _ = call("GET", f"/api/v1/pop/queue/{queue}?batch=1&consumerGroup=g&autoAck=true")
+    assert status == 200
+    browser.get(f"{url}/#/queue/{queue}")
+    wait_text(browser, "main", "Consumer groups")
+    wait_text(browser, "tbody", "g")
+    browser.find_element(By.CSS_SELECTOR, "form.inline button[type=submit]").click()
+    wait_text(browser, "#status", "partitions moved")
+    group = call("GET", f"/api/v1/resources/queues/{queue}")[1]["consumerGroups"]
+    assert [g["pending"] for g in group if g["name"] == "g"] == [0], group
+
+
+def test_system_page_reports_the_database(browser, url):
+    browser.get(f"{url}/#/system")
+    wait_text(browser, "main", "connected")
+    wait_text(browser, "#health", "healthy")
+    shot(browser, "system")

@@ -1,0 +1,45 @@
+//! What can end a command, and the exit code each means: 1 the broker refused, 2 the command
+//! line or its input is wrong, 3 the broker could not be reached.
+
+use std::process::ExitCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The broker answered, with a refusal or an answer we cannot read.
+    #[error("the broker refused: {0}")]
+    Refused(String),
+    /// The arguments or the input are wrong; nothing (more) was sent.
+    #[error("{0}")]
+    Usage(String),
+    /// No answer from the broker at all.
+    #[error("cannot reach the broker at {url}: {cause} (is `queen serve` running there? set --url or QUEEN_URL)")]
+    Unreachable { url: String, cause: String },
+    /// Writing our own output failed (a closed pipe ends the command quietly).
+    #[error("output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// Classifies an SDK error: transport failures mean unreachable, the rest refusals.
+    pub fn from_client(url: &str, e: queen_client::Error) -> Self {
+        match e {
+            queen_client::Error::Transport(t) => Self::Unreachable {
+                url: url.to_string(),
+                cause: t.to_string(),
+            },
+            other => Self::Refused(other.to_string()),
+        }
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Self::Refused(_) => ExitCode::from(1),
+            Self::Usage(_) => ExitCode::from(2),
+            Self::Unreachable { .. } => ExitCode::from(3),
+            Self::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Self::Output(_) => ExitCode::from(1),
+        }
+    }
+}
+
+pub type Result<T, E = CliError> = std::result::Result<T, E>;

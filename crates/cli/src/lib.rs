@@ -1,0 +1,126 @@
+//! The client commands of the `queen` binary (`push`, `consume`, `queues`, `queue`,
+//! `configure`, `dlq`, `seek`, `stats`): each talks HTTP to a running broker through the
+//! `queen-client` SDK. Human tables by default, `--json` for scripts; the exit code says what
+//! happened (see [`CliError`]).
+
+mod consume;
+mod error;
+mod inspect;
+mod manage;
+mod push;
+mod table;
+
+use std::process::ExitCode;
+
+pub use error::{CliError, Result};
+
+/// Where the broker is and how to print; shared by every client command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// The broker's base URL.
+    #[arg(long, env = "QUEEN_URL", default_value = "http://127.0.0.1:6632")]
+    pub url: String,
+    /// Print the broker's JSON answer (or a JSON summary) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Connection {
+    fn client(&self) -> queen_client::Queen {
+        queen_client::Queen::new(&self.url)
+    }
+
+    /// Maps an SDK failure to the error (and exit code) it means for this broker.
+    fn fail(&self, e: queen_client::Error) -> CliError {
+        CliError::from_client(&self.url, e)
+    }
+}
+
+/// The client subcommands; the binary adds `serve` and `completions` beside them.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Push newline-delimited JSON payloads from stdin (or --data) to a queue.
+    #[command(after_help = "Examples:\n  \
+        printf '{\"id\":1}\\n{\"id\":2}\\n' | queen push orders\n  \
+        queen push orders --partition customer-42 --data '{\"id\":3}'\n  \
+        queen push orders --json < events.ndjson")]
+    Push(push::PushArgs),
+    /// Long-poll a queue and print one JSON object per message per line, acking after printing.
+    #[command(after_help = "Examples:\n  \
+        queen consume orders --limit 10\n  \
+        queen consume orders --group billing --idle-ms 2000 > out.ndjson\n  \
+        queen consume orders --partition customer-42 --no-ack")]
+    Consume(consume::ConsumeArgs),
+    /// List queues with their partition and message counts.
+    Queues(inspect::QueuesArgs),
+    /// One queue: counts, options, partitions and consumer groups with their lag.
+    Queue(inspect::QueueArgs),
+    /// Create or reconfigure a queue: `queen configure orders leaseTime=60 retryLimit=3`.
+    #[command(
+        after_help = "Values are read as JSON when they parse (numbers, true/false, \
+        objects), else as text.\nExample:\n  queen configure orders leaseTime=60 retryLimit=3 \
+        dlqAfterMaxRetries=true"
+    )]
+    Configure(manage::ConfigureArgs),
+    /// List a queue's dead letters, newest first.
+    Dlq(inspect::DlqArgs),
+    /// Move a consumer group's cursors on a queue to the end or to a point in time.
+    #[command(after_help = "Examples:\n  queen seek billing orders --to-end\n  \
+        queen seek billing orders --timestamp 2026-12-01T00:00:00Z")]
+    Seek(manage::SeekArgs),
+    /// Totals over all queues and the broker's counters.
+    Stats(inspect::StatsArgs),
+}
+
+/// Runs one client command to completion; errors are printed to stderr and become the exit
+/// code.
+pub fn run(command: Command) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("queen: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(dispatch(command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = e.exit_code();
+            if code != ExitCode::SUCCESS {
+                eprintln!("queen: {e}");
+            }
+            code
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Push(a) => push::run(a).await,
+        Command::Consume(a) => consume::run(a).await,
+        Command::Queues(a) => inspect::queues(a).await,
+        Command::Queue(a) => inspect::queue(a).await,
+        Command::Configure(a) => manage::configure(a).await,
+        Command::Dlq(a) => inspect::dlq(a).await,
+        Command::Seek(a) => manage::seek(a).await,
+        Command::Stats(a) => inspect::stats(a).await,
+    }
+}
+
+/// Writes `text` to stdout (a closed pipe is reported as such, not as a panic).
+fn print(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Pretty JSON plus a newline.
+fn print_json(v: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| CliError::Refused(e.to_string()))?;
+    print(&format!("{text}\n"))
+}

@@ -1,0 +1,93 @@
+//! Read and manage broker state: queue listings, consumer groups, dead letters, seeks,
+//! totals. These answers are operator views whose shapes the broker may extend, so they are
+//! returned as JSON values (docs/wire.md §11, §12, §14).
+
+use serde_json::{json, Value};
+
+use crate::queue::encode_segment;
+use crate::{expect_json, Queen, Result};
+
+/// Which dead letters to list (`GET /api/v1/dlq`).
+#[derive(Debug, Clone, Default)]
+pub struct DlqQuery {
+    pub queue: String,
+    pub group: Option<String>,
+    pub partition: Option<String>,
+    pub limit: Option<u32>,
+    pub offset: Option<u32>,
+}
+
+/// Where a seek moves a group's cursors.
+#[derive(Debug, Clone)]
+pub enum SeekTarget {
+    /// Past everything stored now: only later messages are delivered.
+    End,
+    /// Just before the first message stored at or after this ISO-8601 instant.
+    Timestamp(String),
+}
+
+impl Queen {
+    /// `GET /api/v1/resources/queues`: every queue with its partition count and message counts.
+    pub async fn queues(&self) -> Result<Value> {
+        self.get_json("/api/v1/resources/queues", &[]).await
+    }
+
+    /// `GET /api/v1/resources/queues/:queue`: one queue with its config and partitions.
+    pub async fn queue_info(&self, queue: &str) -> Result<Value> {
+        let path = format!("/api/v1/resources/queues/{}", encode_segment(queue));
+        self.get_json(&path, &[]).await
+    }
+
+    /// `GET /api/v1/consumer-groups`: every group with its queues, lag and active leases.
+    pub async fn consumer_groups(&self) -> Result<Value> {
+        self.get_json("/api/v1/consumer-groups", &[]).await
+    }
+
+    /// `GET /api/v1/resources/overview`: totals over all queues.
+    pub async fn overview(&self) -> Result<Value> {
+        self.get_json("/api/v1/resources/overview", &[]).await
+    }
+
+    /// `GET /api/v1/dlq`: one page of dead letters, newest first, with the matching `total`.
+    pub async fn dlq(&self, q: &DlqQuery) -> Result<Value> {
+        let mut query = vec![("queue", q.queue.clone())];
+        let optional = [
+            ("consumerGroup", q.group.clone()),
+            ("partition", q.partition.clone()),
+            ("limit", q.limit.map(|n| n.to_string())),
+            ("offset", q.offset.map(|n| n.to_string())),
+        ];
+        query.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        self.get_json("/api/v1/dlq", &query).await
+    }
+
+    /// `POST /api/v1/consumer-groups/:group/queues/:queue[/partitions/:partition]/seek`.
+    pub async fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: Option<&str>,
+        target: &SeekTarget,
+    ) -> Result<Value> {
+        let mut path = format!(
+            "/api/v1/consumer-groups/{}/queues/{}",
+            encode_segment(group),
+            encode_segment(queue)
+        );
+        if let Some(p) = partition {
+            path.push_str(&format!("/partitions/{}", encode_segment(p)));
+        }
+        path.push_str("/seek");
+        let body = match target {
+            SeekTarget::End => json!({ "toEnd": true }),
+            SeekTarget::Timestamp(ts) => json!({ "timestamp": ts }),
+        };
+        let req = self.http().post(self.path(&path)).json(&body);
+        expect_json(req.send().await?).await
+    }
+
+    async fn get_json(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
+        let req = self.http().get(self.path(path)).query(query);
+        expect_json(req.send().await?).await
+    }
+}

@@ -1,0 +1,163 @@
+//! Transactions: pushes and acks committed in one PostgreSQL transaction, all or nothing
+//! (`POST /api/v1/transaction`, docs/wire.md §10).
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::{expect_json, AckStatus, Error, Message, PushItem, Queen, Result};
+
+/// Collects operations; [`Transaction::commit`] sends them as one bundle.
+///
+/// ```no_run
+/// # async fn demo(queen: queen_client::Queen, msg: queen_client::Message) -> queen_client::Result<()> {
+/// use queen_client::{AckStatus, PushItem};
+/// // Forward a message to the next stage and ack it, atomically.
+/// let next = PushItem::json(&serde_json::json!({"step": 2}), None)?;
+/// let outcome = queen
+///     .transaction()
+///     .push("stage-2", "Default", vec![next])
+///     .ack(&msg, AckStatus::Completed, None)
+///     .commit()
+///     .await?;
+/// assert!(outcome.success);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Transaction {
+    queen: Queen,
+    operations: Vec<Operation>,
+    leases: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+enum Operation {
+    Push {
+        items: Vec<WireItem>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Ack {
+        transaction_id: String,
+        partition_id: String,
+        status: AckStatus,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        consumer_group: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lease_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireItem {
+    queue: String,
+    partition: String,
+    payload: Box<RawValue>,
+    transaction_id: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    operations: &'a [Operation],
+    required_leases: &'a [String],
+}
+
+/// A committed transaction: one result per pushed item and per ack, in order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransactionOutcome {
+    pub success: bool,
+    #[serde(default)]
+    pub transaction_id: Option<String>,
+    #[serde(default)]
+    pub results: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Refusal {
+    success: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl Queen {
+    /// Starts a transaction bundle.
+    pub fn transaction(&self) -> Transaction {
+        Transaction {
+            queen: self.clone(),
+            operations: Vec::new(),
+            leases: Vec::new(),
+        }
+    }
+}
+
+impl Transaction {
+    /// Pushes `items` to (queue, partition) as part of the bundle. Items without a
+    /// transactionId get one now, so a bundle sent again is deduplicated.
+    pub fn push(mut self, queue: &str, partition: &str, items: Vec<PushItem>) -> Self {
+        let items = items
+            .into_iter()
+            .map(|item| WireItem {
+                queue: queue.to_string(),
+                partition: partition.to_string(),
+                payload: item.payload,
+                transaction_id: item
+                    .transaction_id
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            })
+            .collect();
+        self.operations.push(Operation::Push { items });
+        self
+    }
+
+    /// Acks `msg` (under the lease it was delivered with) as part of the bundle; `group` is
+    /// the consumer group it was popped for (`None`: the queue's shared group).
+    pub fn ack(mut self, msg: &Message, status: AckStatus, group: Option<&str>) -> Self {
+        let lease = Some(msg.lease_id.clone()).filter(|l| !l.is_empty());
+        if let Some(l) = &lease {
+            if !self.leases.contains(l) {
+                self.leases.push(l.clone());
+            }
+        }
+        self.operations.push(Operation::Ack {
+            transaction_id: msg.transaction_id.clone(),
+            partition_id: msg.partition_id.clone(),
+            status,
+            consumer_group: group.map(str::to_string),
+            lease_id: lease,
+        });
+        self
+    }
+
+    /// Sends the bundle. A rolled-back bundle is [`Error::Rejected`] with the broker's reason.
+    pub async fn commit(self) -> Result<TransactionOutcome> {
+        if self.operations.is_empty() {
+            return Err(Error::Encode(
+                "a transaction needs at least one operation".into(),
+            ));
+        }
+        let body = Body {
+            operations: &self.operations,
+            required_leases: &self.leases,
+        };
+        let http = self.queen.http();
+        let req = http
+            .post(self.queen.path("/api/v1/transaction"))
+            .json(&body);
+        let answer: serde_json::Value = expect_json(req.send().await?).await?;
+        let refusal: Refusal =
+            serde_json::from_value(answer.clone()).map_err(|e| Error::Decode(e.to_string()))?;
+        if !refusal.success {
+            return Err(Error::Rejected {
+                reason: refusal.reason.unwrap_or_default(),
+                message: refusal
+                    .error
+                    .unwrap_or_else(|| "transaction rolled back".into()),
+            });
+        }
+        serde_json::from_value(answer).map_err(|e| Error::Decode(e.to_string()))
+    }
+}

@@ -1,0 +1,224 @@
+//! The SDK against a real broker (a `queen` process on its own embedded PostgreSQL): the
+//! examples (the producer pushes 100 messages, the transactional pipeline moves them to the
+//! next queue, the worker consumes them there), then the consume loop's nack, lease renewal,
+//! limit and stop, and a rejected transaction.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use queen_client::{AckStatus, ConsumeOptions, Error, PushItem, Queen};
+use serde_json::json;
+
+/// The examples `cargo test` built for this package, beside the test binary's directory.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("examples")
+        .join(name);
+    assert!(path.is_file(), "{} not built", path.display());
+    path
+}
+
+fn run(name: &str, url: &str, queue: &str) -> String {
+    let out = Command::new(example(name))
+        .env("QUEEN_URL", url)
+        .env("QUEUE", queue)
+        .env("COUNT", "100")
+        .output()
+        .expect("run example");
+    assert!(
+        out.status.success(),
+        "{name} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_and_consume_loop_against_a_real_broker() {
+    let queen = queen_launch::locate_queen(None).expect("queen binary");
+    let dir = std::env::temp_dir().join(format!("queen-sdk-examples-{}", std::process::id()));
+    let port = queen_launch::free_port().expect("port");
+    let log = dir.with_extension("log");
+    let env = [("QUEEN_DATA_DIR".to_string(), dir.display().to_string())];
+    let mut child = queen_launch::spawn_broker(&queen, port, &env, &log).expect("spawn");
+    let url = format!("http://127.0.0.1:{port}");
+    let boot = queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await;
+    if let Err(e) = boot {
+        panic!("{e}: {}", queen_launch::log_tail(&log, 30));
+    }
+
+    let sdk = Queen::new(&url);
+    let examples = tokio::task::spawn_blocking(move || {
+        let produced = run("producer", &url, "sdk-demo");
+        let moved = run("pipeline", &url, "sdk-demo");
+        let handled = run("worker", &url, "sdk-demo-out");
+        (produced, moved, handled)
+    });
+    let scenarios = async {
+        let examples = examples.await.expect("examples ran");
+        a_failed_message_is_nacked_and_delivered_again(&sdk).await;
+        renewal_keeps_a_slow_handler_s_lease(&sdk).await;
+        limit_is_exact_across_parallel_loops(&sdk).await;
+        stop_ends_a_waiting_loop(&sdk).await;
+        a_transaction_under_a_foreign_lease_is_rejected(&sdk).await;
+        examples
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(300), scenarios).await;
+    queen_launch::terminate(&mut child, Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&log);
+    let (produced, moved, handled) = outcome.expect("scenarios finished within 300 s");
+    assert_eq!(produced, "queued 100\n");
+    assert_eq!(moved, "moved 100\n");
+    assert_eq!(handled, "handled 100 failed 0\n");
+}
+
+async fn push(sdk: &Queen, queue: &str, n: usize) {
+    let items: Vec<PushItem> = (0..n)
+        .map(|i| PushItem::json(&json!({ "i": i }), None).expect("item"))
+        .collect();
+    let results = sdk.queue(queue).push(&items).await.expect("push");
+    assert!(results.iter().all(|r| r.is_queued()), "{results:?}");
+}
+
+async fn a_failed_message_is_nacked_and_delivered_again(sdk: &Queen) {
+    let queue = sdk.queue("sdk-nack");
+    queue
+        .configure(json!({"retryLimit": 5}))
+        .await
+        .expect("configure");
+    push(sdk, "sdk-nack", 10).await;
+    let done = Arc::new(Mutex::new(HashSet::new()));
+    let failed_once = Arc::new(Mutex::new(false));
+    let options = ConsumeOptions {
+        idle: Some(Duration::from_millis(1500)),
+        ..Default::default()
+    };
+    let (consumer, _stop) = queue.batch(4).consumer(options);
+    let seen = done.clone();
+    let report = consumer
+        .each(move |m| {
+            let (seen, failed_once) = (seen.clone(), failed_once.clone());
+            async move {
+                let i = serde_json::from_str::<serde_json::Value>(m.data.get()).unwrap()["i"]
+                    .as_i64()
+                    .unwrap();
+                let mut first = failed_once.lock().unwrap();
+                if i == 3 && !*first {
+                    *first = true;
+                    return Err("boom");
+                }
+                seen.lock().unwrap().insert(i);
+                Ok(())
+            }
+        })
+        .await
+        .expect("consume");
+    assert_eq!(*done.lock().unwrap(), (0..10).collect::<HashSet<i64>>());
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(report.acks_refused, 0, "{report:?}");
+}
+
+async fn renewal_keeps_a_slow_handler_s_lease(sdk: &Queen) {
+    let queue = sdk.queue("sdk-renew");
+    queue
+        .configure(json!({"leaseTime": 1}))
+        .await
+        .expect("configure");
+    push(sdk, "sdk-renew", 1).await;
+    let options = ConsumeOptions {
+        idle: Some(Duration::from_millis(1500)),
+        renew_every: Some(Duration::from_millis(300)),
+        renew_seconds: 2,
+        ..Default::default()
+    };
+    let (consumer, _stop) = queue.consumer(options);
+    let report = consumer
+        .each(|_| async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            Ok::<_, String>(())
+        })
+        .await
+        .expect("consume");
+    // Without renewal the 1 s lease expires, the ack is refused and the message comes back.
+    assert_eq!((report.handled, report.acks_refused), (1, 0), "{report:?}");
+}
+
+async fn limit_is_exact_across_parallel_loops(sdk: &Queen) {
+    push(sdk, "sdk-limit", 50).await;
+    let options = ConsumeOptions {
+        concurrency: 3,
+        limit: Some(20),
+        idle: Some(Duration::from_secs(3)),
+        ..Default::default()
+    };
+    let (consumer, _stop) = sdk.queue("sdk-limit").batch(7).consumer(options);
+    let report = consumer
+        .batch(|_| async { Ok::<_, String>(()) })
+        .await
+        .expect("consume");
+    assert_eq!(report.handled, 20, "{report:?}");
+}
+
+async fn stop_ends_a_waiting_loop(sdk: &Queen) {
+    sdk.queue("sdk-stop")
+        .configure(json!({}))
+        .await
+        .expect("configure");
+    let (consumer, stop) = sdk.queue("sdk-stop").consumer(ConsumeOptions::default());
+    let started = Instant::now();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.stop();
+    });
+    let report = consumer
+        .each(|_| async { Ok::<_, String>(()) })
+        .await
+        .expect("consume");
+    assert_eq!(report.handled, 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stop took {:?}",
+        started.elapsed()
+    );
+}
+
+async fn a_transaction_under_a_foreign_lease_is_rejected(sdk: &Queen) {
+    push(sdk, "sdk-tx", 1).await;
+    let mut msg = sdk
+        .queue("sdk-tx")
+        .pop()
+        .await
+        .expect("pop")
+        .expect("a message")
+        .messages
+        .remove(0);
+    msg.lease_id = "not-the-lease".into();
+    let next = PushItem::json(&json!({"n": 1}), None).expect("item");
+    let err = sdk
+        .transaction()
+        .push("sdk-tx-out", "Default", vec![next])
+        .ack(&msg, AckStatus::Completed, None)
+        .commit()
+        .await
+        .expect_err("rolled back");
+    match err {
+        Error::Rejected { reason, message } => {
+            assert_eq!(reason, "rejected_ack");
+            assert!(message.contains("rolled back"), "{message}");
+        }
+        other => panic!("expected a rejection, got {other}"),
+    }
+    let out = sdk.queues().await.expect("queues").to_string();
+    assert!(
+        !out.contains("sdk-tx-out\""),
+        "the rolled-back push created its queue: {out}"
+    );
+}
