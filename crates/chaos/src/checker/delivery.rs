@@ -40,13 +40,19 @@ pub fn lost(log: &Log, db: &DbState, groups: &[&str], v: &mut Vec<Violation>, st
         })
         .collect();
     missing.sort();
+    // The push answers of the missing messages, indexed once (a scan per message is
+    // quadratic when a long run leaves many undelivered).
+    let wanted: HashSet<(&str, &str)> = missing.iter().map(|&(q, t, _)| (q, t)).collect();
+    let mut answers_of: HashMap<(&str, &str), Vec<String>> = HashMap::new();
+    for p in &log.pushes {
+        let key = (p.queue.as_str(), p.txn.as_str());
+        if wanted.contains(&key) {
+            let answer = format!("{}:{:?}", p.partition, p.outcome);
+            answers_of.entry(key).or_default().push(answer);
+        }
+    }
     for (q, t, g) in missing {
-        let answers: Vec<String> = log
-            .pushes
-            .iter()
-            .filter(|p| p.queue == q && p.txn == t)
-            .map(|p| format!("{}:{:?}", p.partition, p.outcome))
-            .collect();
+        let answers = answers_of.get(&(q, t)).cloned().unwrap_or_default();
         v.push(Violation {
             property: "lost",
             detail: format!(
