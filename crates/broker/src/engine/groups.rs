@@ -7,9 +7,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin;
+use crate::store::groups as store;
 
 /// Where a seek moves a group's cursors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,23 +39,23 @@ pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::bad(format!("{field} is not an ISO-8601 timestamp: {text:?}")))
 }
 
-pub async fn list(st: &AppState) -> Result<Value> {
-    admin::groups(&st.store).await
+pub async fn list(st: &Engine) -> Result<Value> {
+    store::groups(&st.store).await
 }
 
-pub async fn detail(st: &AppState, group: &str) -> Result<Value> {
-    admin::group(&st.store, group)
+pub async fn detail(st: &Engine, group: &str) -> Result<Value> {
+    store::group(&st.store, group)
         .await?
         .ok_or_else(|| Error::NotFound("Consumer group not found".into()))
 }
 
-pub async fn lagging(st: &AppState, min_lag_seconds: i64) -> Result<Value> {
-    admin::lagging(&st.store, min_lag_seconds).await
+pub async fn lagging(st: &Engine, min_lag_seconds: i64) -> Result<Value> {
+    store::lagging(&st.store, min_lag_seconds).await
 }
 
 /// Seeks `group` on `queue` (one partition, or all of them). Answers the wire's 200 body.
 pub async fn seek(
-    st: &AppState,
+    st: &Engine,
     group: &str,
     queue: &str,
     partition: Option<&str>,
@@ -65,7 +65,7 @@ pub async fn seek(
         SeekTarget::End => (true, None),
         SeekTarget::Timestamp(t) => (false, Some(t)),
     };
-    let verdict = admin::seek(&st.store, group, queue, partition, to_end, ts).await?;
+    let verdict = store::seek(&st.store, group, queue, partition, to_end, ts).await?;
     if !flag(&verdict, "found") {
         return Err(Error::NotFound(
             "Queue not found or has no partitions".into(),
@@ -94,12 +94,12 @@ pub async fn seek(
 /// Deletes `group`'s cursors (on `queue`, or on every queue) and, with `delete_metadata`, its
 /// registrations, so the same name starts fresh on its next pop.
 pub async fn delete(
-    st: &AppState,
+    st: &Engine,
     group: &str,
     queue: Option<&str>,
     delete_metadata: bool,
 ) -> Result<Value> {
-    let verdict = admin::delete_group(&st.store, group, queue, delete_metadata).await?;
+    let verdict = store::delete_group(&st.store, group, queue, delete_metadata).await?;
     if !flag(&verdict, "found") {
         return Err(Error::NotFound("Queue not found".into()));
     }
@@ -131,12 +131,8 @@ pub async fn delete(
 }
 
 /// Moves the stored subscription timestamp of every registration of `group`.
-pub async fn set_subscription(
-    st: &AppState,
-    group: &str,
-    timestamp: DateTime<Utc>,
-) -> Result<Value> {
-    let updated = admin::set_subscription(&st.store, group, timestamp).await?;
+pub async fn set_subscription(st: &Engine, group: &str, timestamp: DateTime<Utc>) -> Result<Value> {
+    let updated = store::set_subscription(&st.store, group, timestamp).await?;
     if updated == 0 {
         return Err(Error::NotFound("Consumer group not found".into()));
     }

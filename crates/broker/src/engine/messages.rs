@@ -1,4 +1,4 @@
-//! Message detail (docs/wire.md §13) and consume-loop traces (§15).
+//! Message detail (docs/wire.md §13).
 //!
 //! Detail resolves a transactionId to an offset through the hash sidecar (the broker hashes,
 //! SQL compares bytes), reads the covering segment and decodes that one frame here, because
@@ -6,26 +6,25 @@
 //! newest-first scan of the unindexed segments takes over. The message's state (status,
 //! consumerGroups[], DLQ) comes from SQL; this module adds the frame's own fields.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use queen_proto::frame::{self, Frame};
-use queen_proto::{segment, txn_hash};
+use queen_proto::{segment, txn_hash, PartitionId};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin::{self, MessageRow, TraceRow};
-
-/// Upper bound on one decompressed segment (a flush may fuse several request bodies).
-const MAX_SEGMENT_BYTES: usize = 1 << 30;
+use crate::store::messages::{self as store, MessageRow};
 
 /// How many unindexed segments the fallback scan reads before answering 404.
 const UNINDEXED_SCAN_SEGMENTS: i32 = 32;
 
 /// `GET /api/v1/messages/:partitionId/:transactionId`.
-pub async fn detail(st: &AppState, partition_id: &str, transaction_id: &str) -> Result<Value> {
-    let pid: i64 = partition_id.parse().map_err(|_| message_not_found())?;
+pub async fn detail(st: &Engine, partition_id: &str, transaction_id: &str) -> Result<Value> {
+    let pid = PartitionId::parse(partition_id)
+        .map_err(|_| message_not_found())?
+        .get();
     let hash = txn_hash(transaction_id);
-    if let Some(row) = admin::message(&st.store, pid, &hash, None).await? {
+    if let Some(row) = store::message(&st.store, pid, &hash, None).await? {
         if let Some(detail) = render(&row, transaction_id)? {
             return Ok(detail);
         }
@@ -34,15 +33,15 @@ pub async fn detail(st: &AppState, partition_id: &str, transaction_id: &str) -> 
     let Some(offset) = scan_unindexed(st, pid, transaction_id).await? else {
         return Err(message_not_found());
     };
-    let row = admin::message(&st.store, pid, &hash, Some(offset))
+    let row = store::message(&st.store, pid, &hash, Some(offset))
         .await?
         .ok_or_else(message_not_found)?;
     render(&row, transaction_id)?.ok_or_else(message_not_found)
 }
 
 /// The newest offset holding `transaction_id` among the partition's unindexed segments.
-async fn scan_unindexed(st: &AppState, pid: i64, transaction_id: &str) -> Result<Option<i64>> {
-    for seg in admin::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS).await? {
+async fn scan_unindexed(st: &Engine, pid: i64, transaction_id: &str) -> Result<Option<i64>> {
+    for seg in store::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS).await? {
         let raw = decompress(&seg.blob, seg.base)?;
         let frames = frame::decode_all(&raw).map_err(|e| corrupt(seg.base, e))?;
         if let Some(idx) = frames
@@ -106,7 +105,7 @@ fn payload_value(frame: &Frame<'_>) -> Value {
 }
 
 fn decompress(blob: &[u8], base: i64) -> Result<Vec<u8>> {
-    segment::decompress(blob, MAX_SEGMENT_BYTES).map_err(|e| corrupt(base, e))
+    segment::decompress(blob, segment::MAX_SEGMENT_BYTES).map_err(|e| corrupt(base, e))
 }
 
 fn corrupt(base: i64, e: impl std::fmt::Display) -> Error {
@@ -117,41 +116,4 @@ fn corrupt(base: i64, e: impl std::fmt::Display) -> Error {
 
 fn message_not_found() -> Error {
     Error::NotFound("Message not found".into())
-}
-
-/// One consume-loop trace event, as `POST /api/v1/traces` carries it.
-pub struct TraceEvent {
-    pub transaction_id: String,
-    pub partition_id: i64,
-    pub consumer_group: Option<String>,
-    pub trace_names: Option<Vec<String>>,
-    pub event_type: Option<String>,
-    pub data: Value,
-}
-
-/// Stores a trace event in `queen.message_traces`; answers `{"success":true,"traceId"}`.
-pub async fn record_trace(st: &AppState, ev: TraceEvent) -> Result<Value> {
-    let group = ev
-        .consumer_group
-        .as_deref()
-        .filter(|g| !g.is_empty())
-        .unwrap_or(queen_proto::wire::QUEUE_MODE);
-    let names = ev
-        .trace_names
-        .map(|n| n.into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>());
-    let row = TraceRow {
-        id: queen_proto::new_v7(),
-        partition_id: ev.partition_id,
-        transaction_id: &ev.transaction_id,
-        consumer_group: group,
-        event_type: ev
-            .event_type
-            .as_deref()
-            .filter(|e| !e.is_empty())
-            .unwrap_or("info"),
-        trace_names: names.filter(|n| !n.is_empty()),
-        data: ev.data,
-    };
-    let id = admin::insert_trace(&st.store, &row).await?;
-    Ok(json!({ "success": true, "traceId": id.to_string() }))
 }

@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 
 use queen_proto::Name;
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
 use crate::store::queues::{self, QueueRow};
 
 /// What an option accepts.
@@ -192,7 +192,7 @@ fn integer(value: &Value) -> Option<i64> {
 }
 
 /// Creates or reconfigures the queue; returns its effective row.
-pub async fn configure(state: &AppState, req: &ConfigureRequest) -> Result<QueueRow> {
+pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
     let conn = state.store.conn().await?;
     queues::configure(
         &conn,
@@ -205,7 +205,7 @@ pub async fn configure(state: &AppState, req: &ConfigureRequest) -> Result<Queue
 
 /// Deletes the queue and everything it owns; `None` when it does not exist, else the number
 /// of partitions deleted.
-pub async fn delete(state: &AppState, queue: &str) -> Result<Option<i32>> {
+pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let conn = state.store.conn().await?;
     queues::delete(&conn, queue).await
 }

@@ -4,37 +4,37 @@
 
 use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin;
+use crate::store::resources as store;
 
-pub async fn queues(st: &AppState) -> Result<Value> {
-    admin::queues(&st.store).await
+pub async fn queues(st: &Engine) -> Result<Value> {
+    store::queues(&st.store).await
 }
 
-pub async fn queue(st: &AppState, name: &str) -> Result<Value> {
-    admin::queue(&st.store, name)
+pub async fn queue(st: &Engine, name: &str) -> Result<Value> {
+    store::queue(&st.store, name)
         .await?
         .ok_or_else(queue_not_found)
 }
 
 /// Pending messages of one group on one queue (default group: queue mode).
-pub async fn depth(st: &AppState, name: &str, group: Option<&str>) -> Result<Value> {
+pub async fn depth(st: &Engine, name: &str, group: Option<&str>) -> Result<Value> {
     let group = group
         .filter(|g| !g.is_empty())
         .unwrap_or(queen_proto::wire::QUEUE_MODE);
-    admin::queue_depth(&st.store, name, group)
+    store::queue_depth(&st.store, name, group)
         .await?
         .ok_or_else(queue_not_found)
 }
 
-pub async fn overview(st: &AppState) -> Result<Value> {
-    admin::overview(&st.store).await
+pub async fn overview(st: &Engine) -> Result<Value> {
+    store::overview(&st.store).await
 }
 
 /// The overview, stamped as refreshed: the numbers are computed at read time anyway.
-pub async fn refresh(st: &AppState) -> Result<Value> {
-    let overview = admin::overview(&st.store).await?;
+pub async fn refresh(st: &Engine) -> Result<Value> {
+    let overview = store::overview(&st.store).await?;
     Ok(json!({ "success": true, "message": "Statistics are computed live", "stats": overview }))
 }
 

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::engine::groups::{self, SeekTarget};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, Query, RawBody};
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/consumer-groups", get(list))
         // Static before the parameter: a group cannot shadow the lag report.
@@ -40,7 +40,7 @@ pub fn routes() -> Router<AppState> {
         )
 }
 
-async fn list(State(st): State<AppState>) -> Result<Json<Value>> {
+async fn list(State(st): State<Engine>) -> Result<Json<Value>> {
     groups::list(&st).await.map(Json)
 }
 
@@ -53,15 +53,12 @@ struct LaggingParams {
 /// Lag threshold when the request names none (the official client's default).
 const DEFAULT_MIN_LAG_SECONDS: u32 = 60;
 
-async fn lagging(
-    State(st): State<AppState>,
-    Query(q): Query<LaggingParams>,
-) -> Result<Json<Value>> {
+async fn lagging(State(st): State<Engine>, Query(q): Query<LaggingParams>) -> Result<Json<Value>> {
     let min = q.min_lag_seconds.unwrap_or(DEFAULT_MIN_LAG_SECONDS);
     groups::lagging(&st, i64::from(min)).await.map(Json)
 }
 
-async fn detail(State(st): State<AppState>, Path(group): Path<String>) -> Result<Json<Value>> {
+async fn detail(State(st): State<Engine>, Path(group): Path<String>) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
     groups::detail(&st, &group).await.map(Json)
 }
@@ -91,7 +88,7 @@ impl DeleteParams {
 }
 
 async fn delete_group(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(group): Path<String>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
@@ -102,7 +99,7 @@ async fn delete_group(
 }
 
 async fn delete_group_on_queue(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue)): Path<(String, String)>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
@@ -119,7 +116,7 @@ struct SubscriptionBody {
 }
 
 async fn subscription(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(group): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
@@ -149,7 +146,7 @@ impl SeekBody {
 }
 
 async fn seek_queue(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue)): Path<(String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
@@ -161,7 +158,7 @@ async fn seek_queue(
 }
 
 async fn seek_partition(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue, partition)): Path<(String, String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {

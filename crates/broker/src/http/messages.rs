@@ -8,10 +8,10 @@ use queen_proto::name::check_id;
 use serde_json::Value;
 
 use crate::engine::messages;
+use crate::engine::Engine;
 use crate::error::Result;
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new().route(
         "/api/v1/messages/{partition_id}/{transaction_id}",
         get(detail),
@@ -19,7 +19,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn detail(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;

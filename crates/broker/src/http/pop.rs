@@ -13,9 +13,9 @@ use queen_proto::{pop_framed, Name};
 use serde_json::json;
 
 use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::Query;
-use crate::state::AppState;
 
 /// Content-Type of the framed pop answer (docs/wire.md §7.7).
 const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
@@ -24,7 +24,7 @@ const MAX_BATCH: i64 = 10_000;
 /// Largest `partitions` honoured (the SQL candidate cap); larger requests are clamped.
 const MAX_PARTITIONS: i64 = 512;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/pop", get(discovery))
         .route("/api/v1/pop/queue/{queue}", get(wildcard))
@@ -37,7 +37,7 @@ pub fn routes() -> Router<AppState> {
 type Params = Query<Vec<(String, String)>>;
 
 async fn wildcard(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     path: Result<Path<String>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
@@ -46,7 +46,7 @@ async fn wildcard(
 }
 
 async fn targeted(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
@@ -56,7 +56,7 @@ async fn targeted(
     serve(&st, PopShape::Targeted { queue, partition }, &params).await
 }
 
-async fn discovery(State(st): State<AppState>, Query(params): Params) -> Result<Response> {
+async fn discovery(State(st): State<Engine>, Query(params): Params) -> Result<Response> {
     let label =
         |field| Name::optional(field, param(&params, field)).map(|n| n.map(Name::into_string));
     let namespace = label("namespace")?.unwrap_or_default();
@@ -74,7 +74,7 @@ fn path_segment<T>(path: Result<Path<T>, PathRejection>) -> Result<T> {
         .map_err(|e| Error::bad(format!("bad path: {}", e.body_text())))
 }
 
-async fn serve(st: &AppState, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
+async fn serve(st: &Engine, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
     let req = parse_request(
         shape,
         params,
@@ -209,6 +209,7 @@ fn invalid(name: &str, value: &str, expected: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::HttpStatus;
 
     fn parse(query: &[(&str, &str)]) -> Result<PopRequest> {
         let params: Vec<(String, String)> = query

@@ -8,18 +8,18 @@ use queen_proto::Name;
 use serde_json::{json, Value};
 
 use crate::engine::queues;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, RawBody};
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/configure", post(configure))
         .route("/api/v1/resources/queues/{queue}", delete(delete_queue))
 }
 
 /// 200 with the effective row (docs/wire.md §3.3).
-async fn configure(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn configure(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
     let body: Value = json_body(&body)?;
     let req = queues::parse_configure(&body)?;
     let q = queues::configure(&st, &req).await?;
@@ -36,10 +36,7 @@ async fn configure(State(st): State<AppState>, RawBody(body): RawBody) -> Result
 }
 
 /// 200 `{"deleted":true,…}` (never 204: the JS client reads the body); 404 when unknown.
-async fn delete_queue(
-    State(st): State<AppState>,
-    Path(queue): Path<String>,
-) -> Result<Json<Value>> {
+async fn delete_queue(State(st): State<Engine>, Path(queue): Path<String>) -> Result<Json<Value>> {
     let queue = Name::parse("queue", &queue)?;
     match queues::delete(&st, &queue).await? {
         Some(partitions) => Ok(Json(json!({

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::engine::resources;
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::extract::{Query, RawBody};
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/resources/queues", get(queues))
         .route("/api/v1/resources/queues/{queue}", get(queue))
@@ -22,11 +22,11 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/stats/refresh", post(refresh))
 }
 
-async fn queues(State(st): State<AppState>) -> Result<Json<Value>> {
+async fn queues(State(st): State<Engine>) -> Result<Json<Value>> {
     resources::queues(&st).await.map(Json)
 }
 
-async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>> {
+async fn queue(State(st): State<Engine>, Path(name): Path<String>) -> Result<Json<Value>> {
     let name = Name::parse("queue", &name)?;
     resources::queue(&st, &name).await.map(Json)
 }
@@ -37,7 +37,7 @@ struct DepthParams {
 }
 
 async fn depth(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(name): Path<String>,
     Query(q): Query<DepthParams>,
 ) -> Result<Json<Value>> {
@@ -48,11 +48,11 @@ async fn depth(
         .map(Json)
 }
 
-async fn overview(State(st): State<AppState>) -> Result<Json<Value>> {
+async fn overview(State(st): State<Engine>) -> Result<Json<Value>> {
     resources::overview(&st).await.map(Json)
 }
 
 /// Any body (usually none) is accepted and ignored.
-async fn refresh(State(st): State<AppState>, RawBody(_ignored): RawBody) -> Result<Json<Value>> {
+async fn refresh(State(st): State<Engine>, RawBody(_ignored): RawBody) -> Result<Json<Value>> {
     resources::refresh(&st).await.map(Json)
 }

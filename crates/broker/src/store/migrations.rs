@@ -7,6 +7,7 @@
 //! replayed, and records the new checksums.
 
 use crate::error::Result;
+use crate::store::db_error::db_message;
 use crate::store::Store;
 
 /// The schema and procedure files, in application order.
@@ -98,12 +99,4 @@ pub async fn apply(store: &Store) -> Result<()> {
     tx.commit().await?;
     tracing::info!(files = FILES.len(), "schema files applied");
     Ok(())
-}
-
-/// The server's own message of a database error, which tokio-postgres hides behind "db error".
-pub fn db_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
-    }
 }

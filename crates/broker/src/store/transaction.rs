@@ -22,7 +22,8 @@ pub struct WirePush<'a> {
 pub struct WireAck<'a> {
     pub partition_id: i64,
     pub group: &'a str,
-    pub worker: &'a str,
+    /// The lease (`worker` in SQL).
+    pub lease_id: &'a str,
     pub hashes: Vec<[u8; 16]>,
     pub statuses: Vec<&'static str>,
     /// The bundle's signals for this (partition, group) in its other ack groups.
@@ -67,7 +68,7 @@ pub async fn transaction_wire(
                 .collect();
             let fence: Vec<String> = a.fence.iter().map(queen_proto::hash::to_hex).collect();
             serde_json::json!({
-                "partitionId": a.partition_id, "group": a.group, "worker": a.worker, "acks": items,
+                "partitionId": a.partition_id, "group": a.group, "worker": a.lease_id, "acks": items,
                 "fence": fence,
             })
         })
@@ -80,7 +81,7 @@ pub async fn transaction_wire(
         .prepare_cached("SELECT queen.log_transaction_wire_v1($1, $2, $3)")
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
-    let row = match super::retry_conflicts(|| db.query_one(&stmt, &params)).await {
+    let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
         Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
     };

@@ -9,8 +9,8 @@ use deadpool_postgres::GenericClient;
 use crate::accel::dedup_cache::{DedupCache, Installed, Plan, Ticket};
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::store::dedup_cache::{hydrate, HydrateAsk};
-use crate::store::migrations::db_message;
+use crate::store::db_error::db_message;
+use crate::store::push::dedup::{hydrate, HydrateAsk};
 use crate::store::push::SegmentResult;
 
 /// A segment about to be written: where, and its hash sidecar (16 bytes per frame).

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::push_fusion::{Failure, FrameOutcome};
 use crate::accel::wake::WakeGates;
-use crate::engine::push_dedup::{report_commits, SegmentKey};
+use crate::engine::push::dedup::{report_commits, SegmentKey};
+use crate::engine::Counters;
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::state::Counters;
-use crate::store::migrations::db_message;
+use crate::store::db_error::failure_text;
 use crate::store::push::SegmentResult;
 
 /// What a committed write touches; cheap to clone (the fusion's writer keeps one).
@@ -54,10 +54,7 @@ static WRITE_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 /// The outcome of frames whose write did not commit because of `e` (logged here, rate
 /// limited, with PostgreSQL's own message); `what` names the write in the log.
 pub fn write_failed(e: &Error, what: &str, segments: usize) -> FrameOutcome {
-    let error = match e {
-        Error::Db(db) => format!("database error: {}", db_message(db)),
-        other => other.to_string(),
-    };
+    let error = failure_text(e);
     if let Some(suppressed) = WRITE_FAILURES.admit(&error) {
         tracing::error!(error = %error, segments, suppressed, "{what} failed");
     }

@@ -23,16 +23,12 @@ use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{BundleWriter, Failure, FrameOutcome, FusionFrame, LaneFlush};
-use crate::engine::push_commit::{after_commit_trouble, write_failed, CommitEffects};
-use crate::engine::push_dedup::{verified_offsets, SegmentKey};
-use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
+use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffects};
+use crate::engine::push::dedup::{verified_offsets, SegmentKey};
+use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::store::push::{push_multi, segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
-
-/// Decompression bound when reading a segment back: well above any segment a broker with a
-/// sane body limit writes, yet finite so a corrupt header cannot demand unbounded memory.
-const MAX_SEGMENT_BYTES: usize = 1 << 31;
 
 /// How often the coalescing summary is logged (when there was traffic).
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -365,7 +361,7 @@ impl OriginalIds {
 fn message_ids(blob: &[u8], base: i64, end: i64) -> Result<Vec<Uuid>> {
     let corrupt =
         |what: String| Error::internal(format!("segment at base {base} is corrupt: {what}"));
-    let raw = queen_proto::segment::decompress(blob, MAX_SEGMENT_BYTES)
+    let raw = queen_proto::segment::decompress(blob, queen_proto::segment::MAX_SEGMENT_BYTES)
         .map_err(|e| corrupt(e.to_string()))?;
     let count =
         usize::try_from(end - base + 1).map_err(|_| corrupt(format!("end {end} below base")))?;
