@@ -77,7 +77,7 @@ impl MaintenanceFlag {
     }
 }
 
-/// Per-queue delivery metrics (spec "Life of a pop", step 7): answers and messages delivered,
+/// Per-queue delivery metrics (docs/spec/life-of-a-pop.md Step 7): answers and messages delivered,
 /// and the delivery lag, i.e. how long the oldest message of an answer waited since its
 /// segment was written (last answer's and the largest seen).
 #[derive(Default)]

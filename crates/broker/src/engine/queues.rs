@@ -9,7 +9,9 @@ use queen_proto::Name;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::queues::{self, QueueRow};
+use crate::store::queues;
+
+pub use crate::store::queues::QueueRow;
 
 /// What an option accepts.
 #[derive(Clone, Copy)]
@@ -208,29 +210,6 @@ pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRo
 pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let conn = state.store.conn().await?;
     queues::delete(&conn, queue).await
-}
-
-/// The wire echo of every option (docs/wire.md §3.3), in the documented order.
-pub fn options_json(q: &QueueRow) -> Value {
-    serde_json::json!({
-        "priority": q.priority,
-        "leaseTime": q.lease_time,
-        "retryLimit": q.retry_limit,
-        "retryDelay": q.retry_delay,
-        "maxSize": q.max_queue_size,
-        "ttl": q.ttl,
-        "deadLetterQueue": q.dead_letter_queue,
-        "dlqAfterMaxRetries": q.dlq_after_max_retries,
-        "delayedProcessing": q.delayed_processing,
-        "windowBuffer": q.window_buffer,
-        "retentionSeconds": q.retention_seconds,
-        "completedRetentionSeconds": q.completed_retention_seconds,
-        "retentionEnabled": q.retention_enabled,
-        "encryptionEnabled": q.encryption_enabled,
-        "maxWaitTimeSeconds": q.max_wait_time_seconds,
-        "minPopWaitTime": q.min_pop_wait_time,
-        "dedupWindowSeconds": q.dedup_window_seconds,
-    })
 }
 
 #[cfg(test)]

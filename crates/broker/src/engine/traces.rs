@@ -2,7 +2,8 @@
 //! `queen.message_traces`.
 
 use queen_proto::PartitionId;
-use serde_json::{json, Value};
+use serde_json::Value;
+use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -18,8 +19,8 @@ pub struct TraceEvent {
     pub data: Value,
 }
 
-/// Stores a trace event in `queen.message_traces`; answers `{"success":true,"traceId"}`.
-pub async fn record_trace(st: &Engine, ev: TraceEvent) -> Result<Value> {
+/// Stores a trace event in `queen.message_traces`; answers the trace's id.
+pub async fn record_trace(st: &Engine, ev: TraceEvent) -> Result<Uuid> {
     let group = ev
         .consumer_group
         .as_deref()
@@ -41,6 +42,5 @@ pub async fn record_trace(st: &Engine, ev: TraceEvent) -> Result<Value> {
         trace_names: names.filter(|n| !n.is_empty()),
         data: ev.data,
     };
-    let id = store::insert_trace(&st.store, &row).await?;
-    Ok(json!({ "success": true, "traceId": id.to_string() }))
+    store::insert_trace(&st.store, &row).await
 }

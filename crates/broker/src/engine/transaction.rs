@@ -16,13 +16,12 @@ use uuid::Uuid;
 
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::push::commit::after_commit_trouble;
-use crate::engine::push::dedup::SegmentKey;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::push::SegmentResult;
-use crate::store::transaction::{self as store, WireAck, WirePush, WireRefusal};
+use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::transaction::{self as store, WireAck, WireRefusal};
 
 /// One flattened operation: each pushed item is one, each ack is one.
 #[derive(Debug, Clone)]
@@ -110,15 +109,17 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     lend_leases(&mut req);
 
     let (plan, built) = build_segments(plan_pushes(&req.ops), state.cfg.zstd_level).await?;
-    let pushes: Vec<WirePush<'_>> = plan
+    let pushes: Vec<SegmentWrite<'_>> = plan
         .segments
         .iter()
         .zip(&built)
-        .map(|(seg, b)| WirePush {
+        .map(|(seg, b)| SegmentWrite {
             queue: &seg.queue,
             partition: &seg.partition,
             msg_count: b.msg_count,
             hashes: &b.hashes,
+            // The bundle's SQL probes the whole window itself.
+            verified: -1,
             blob: &b.blob,
         })
         .collect();
@@ -183,15 +184,7 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
             "log_transaction_wire_v1 committed a non-queued push: {bad:?}"
         ));
     }
-    let keys: Vec<SegmentKey<'_>> = pushes
-        .iter()
-        .map(|p| SegmentKey {
-            queue: p.queue,
-            partition: p.partition,
-            hashes: p.hashes,
-        })
-        .collect();
-    state.commit_effects().committed(&keys, &committed.pushes);
+    state.commit_effects().committed(&pushes, &committed.pushes);
 
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {

@@ -1,14 +1,17 @@
 //! `/api/v1/consumer-groups/...` (docs/wire.md §12): listings, lag, delete, subscription update and
-//! seek. Parses paths, queries and bodies; the rules live in `engine::groups`.
+//! seek. Parses paths, queries and bodies, and renders the engine's rows; the rules live in
+//! `engine::groups`.
 
 use axum::extract::{Path, State};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use queen_proto::time::iso_millis;
 use queen_proto::Name;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
-use crate::engine::groups::{self, SeekTarget};
+use crate::engine::groups::{self, GroupPartitionRow, GroupQueueRow, LaggingRow, SeekTarget};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, Query, RawBody};
@@ -41,7 +44,7 @@ pub fn routes() -> Router<Engine> {
 }
 
 async fn list(State(st): State<Engine>) -> Result<Json<Value>> {
-    groups::list(&st).await.map(Json)
+    Ok(Json(render_list(&groups::list(&st).await?)))
 }
 
 #[derive(Deserialize)]
@@ -55,12 +58,13 @@ const DEFAULT_MIN_LAG_SECONDS: u32 = 60;
 
 async fn lagging(State(st): State<Engine>, Query(q): Query<LaggingParams>) -> Result<Json<Value>> {
     let min = q.min_lag_seconds.unwrap_or(DEFAULT_MIN_LAG_SECONDS);
-    groups::lagging(&st, i64::from(min)).await.map(Json)
+    let rows = groups::lagging(&st, i64::from(min)).await?;
+    Ok(Json(rows.iter().map(render_lagging).collect()))
 }
 
 async fn detail(State(st): State<Engine>, Path(group): Path<String>) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
-    groups::detail(&st, &group).await.map(Json)
+    Ok(Json(render_detail(&groups::detail(&st, &group).await?)))
 }
 
 #[derive(Deserialize)]
@@ -93,9 +97,9 @@ async fn delete_group(
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
-    groups::delete(&st, &group, None, q.delete_metadata()?)
-        .await
-        .map(Json)
+    let delete_metadata = q.delete_metadata()?;
+    let deleted = groups::delete(&st, &group, None, delete_metadata).await?;
+    Ok(Json(deleted_body(&group, None, deleted, delete_metadata)))
 }
 
 async fn delete_group_on_queue(
@@ -104,9 +108,14 @@ async fn delete_group_on_queue(
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
-    groups::delete(&st, &group, Some(&queue), q.delete_metadata()?)
-        .await
-        .map(Json)
+    let delete_metadata = q.delete_metadata()?;
+    let deleted = groups::delete(&st, &group, Some(&queue), delete_metadata).await?;
+    Ok(Json(deleted_body(
+        &group,
+        Some(&queue),
+        deleted,
+        delete_metadata,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -128,7 +137,13 @@ async fn subscription(
         .subscription_timestamp
         .ok_or_else(|| Error::bad("subscriptionTimestamp is required"))?;
     let ts = groups::parse_timestamp("subscriptionTimestamp", &text)?;
-    groups::set_subscription(&st, &group, ts).await.map(Json)
+    let updated = groups::set_subscription(&st, &group, ts).await?;
+    Ok(Json(json!({
+        "success": true,
+        "consumerGroup": group.as_str(),
+        "subscriptionTimestamp": iso(ts),
+        "registrationsUpdated": updated,
+    })))
 }
 
 #[derive(Deserialize, Default)]
@@ -152,9 +167,8 @@ async fn seek_queue(
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let target = SeekBody::target(&body)?;
-    groups::seek(&st, &group, &queue, None, target)
-        .await
-        .map(Json)
+    let updated = groups::seek(&st, &group, &queue, None, target).await?;
+    Ok(Json(seeked_body(&group, &queue, None, target, updated)))
 }
 
 async fn seek_partition(
@@ -165,9 +179,14 @@ async fn seek_partition(
     let (group, queue) = group_queue(&group, &queue)?;
     let partition = Name::parse("partition", &partition)?;
     let target = SeekBody::target(&body)?;
-    groups::seek(&st, &group, &queue, Some(&partition), target)
-        .await
-        .map(Json)
+    let updated = groups::seek(&st, &group, &queue, Some(&partition), target).await?;
+    Ok(Json(seeked_body(
+        &group,
+        &queue,
+        Some(&partition),
+        target,
+        updated,
+    )))
 }
 
 /// The group and queue of a path, each a name by the edge rule.
@@ -184,4 +203,154 @@ fn optional_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<Option<T
         return Ok(None);
     }
     json_body(body).map(Some)
+}
+
+fn iso(t: DateTime<Utc>) -> String {
+    iso_millis(t.timestamp_micros())
+}
+
+/// `GET /api/v1/consumer-groups`: one element per group with its queues; `state` is `idle`
+/// with nothing pending, `active` while a member holds a lease, else `lagging`.
+fn render_list(rows: &[GroupQueueRow]) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    for group in rows.chunk_by(|a, b| a.group == b.group) {
+        let members: i64 = group.iter().map(|r| r.active_leases).sum();
+        let total_lag: i64 = group.iter().map(|r| r.pending).sum();
+        let max_lag = group.iter().map(|r| r.time_lag_seconds).max().unwrap_or(0);
+        let state = match (total_lag, members) {
+            (0, _) => "idle",
+            (_, m) if m > 0 => "active",
+            _ => "lagging",
+        };
+        let queues: Vec<Value> = group
+            .iter()
+            .map(|r| {
+                json!({
+                    "queue": r.queue,
+                    "partitions": r.partitions,
+                    "pending": r.pending,
+                    "activeLeases": r.active_leases,
+                    "timeLagSeconds": r.time_lag_seconds,
+                    "subscriptionMode": r.subscription_mode,
+                    "subscriptionTimestamp": r.subscription_timestamp,
+                })
+            })
+            .collect();
+        out.push(json!({
+            "name": group[0].group,
+            "queues": queues,
+            "members": members,
+            "totalLag": total_lag,
+            "maxTimeLag": max_lag,
+            "state": state,
+        }));
+    }
+    Value::Array(out)
+}
+
+/// `GET /api/v1/consumer-groups/:group`: an object keyed by queue name.
+fn render_detail(rows: &[GroupPartitionRow]) -> Value {
+    let mut out = Map::new();
+    for queue in rows.chunk_by(|a, b| a.queue == b.queue) {
+        let first = &queue[0];
+        let partitions: Vec<Value> = queue
+            .iter()
+            .map(|r| {
+                json!({
+                    "partition": r.partition,
+                    "partitionId": r.partition_id,
+                    "workerId": r.worker_id,
+                    "lastConsumedAt": r.last_consumed_at,
+                    "totalConsumed": r.total_consumed,
+                    "offsetLag": r.offset_lag,
+                    "timeLagSeconds": r.time_lag_seconds,
+                    "leaseActive": r.lease_active,
+                })
+            })
+            .collect();
+        out.insert(
+            first.queue.clone(),
+            json!({
+                "conflation": first.conflation,
+                "subscriptionMode": first.subscription_mode,
+                "subscriptionTimestamp": first.subscription_timestamp,
+                "partitions": partitions,
+            }),
+        );
+    }
+    Value::Object(out)
+}
+
+/// One element of `GET /api/v1/consumer-groups/lagging` (snake_case, as the wire has it).
+fn render_lagging(r: &LaggingRow) -> Value {
+    json!({
+        "consumer_group": r.group,
+        "queue_name": r.queue,
+        "partition_name": r.partition,
+        "partition_id": r.partition_id,
+        "worker_id": r.worker_id,
+        "offset_lag": r.offset_lag,
+        "time_lag_seconds": r.time_lag_seconds,
+        "lag_hours": lag_hours(r.time_lag_seconds),
+        "oldest_unconsumed_at": r.oldest_unconsumed_at,
+        "last_consumed_at": r.last_consumed_at,
+    })
+}
+
+/// Seconds as hours rounded to two decimals, halves away from zero.
+fn lag_hours(seconds: i64) -> f64 {
+    (seconds as f64 / 36.0).round() / 100.0
+}
+
+fn seeked_body(
+    group: &str,
+    queue: &str,
+    partition: Option<&str>,
+    target: SeekTarget,
+    updated: i32,
+) -> Value {
+    let (to_end, ts) = match target {
+        SeekTarget::End => (true, None),
+        SeekTarget::Timestamp(t) => (false, Some(iso(t))),
+    };
+    let mut body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "queueName": queue,
+        "seekToEnd": to_end,
+        "targetTimestamp": ts,
+        "partitionsUpdated": updated,
+    });
+    if let Some(p) = partition {
+        body["partition"] = Value::from(p);
+    }
+    body
+}
+
+fn deleted_body(group: &str, queue: Option<&str>, deleted: i32, metadata_deleted: bool) -> Value {
+    let mut body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "deletedPartitions": deleted,
+        "metadataDeleted": metadata_deleted,
+    });
+    if let Some(q) = queue {
+        body["queueName"] = Value::from(q);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_hours_round_to_two_decimals() {
+        assert_eq!(lag_hours(0), 0.0);
+        assert_eq!(lag_hours(3600), 1.0);
+        assert_eq!(lag_hours(5400), 1.5);
+        assert_eq!(lag_hours(18), 0.01);
+        assert_eq!(lag_hours(17), 0.0);
+        assert_eq!(lag_hours(500), 0.14);
+    }
 }

@@ -7,7 +7,7 @@ use axum::{Json, Router};
 use queen_proto::Name;
 use serde_json::{json, Value};
 
-use crate::engine::queues;
+use crate::engine::queues::{self, QueueRow};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, RawBody};
@@ -31,7 +31,7 @@ async fn configure(State(st): State<Engine>, RawBody(body): RawBody) -> Result<J
         "namespace": q.namespace,
         "task": q.task,
         "storage": "segments",
-        "options": queues::options_json(&q),
+        "options": options_json(&q),
     })))
 }
 
@@ -46,4 +46,27 @@ async fn delete_queue(State(st): State<Engine>, Path(queue): Path<String>) -> Re
         }))),
         None => Err(Error::NotFound("Queue not found".into())),
     }
+}
+
+/// The wire echo of every option (docs/wire.md §3.3), in the documented order.
+pub(crate) fn options_json(q: &QueueRow) -> Value {
+    json!({
+        "priority": q.priority,
+        "leaseTime": q.lease_time,
+        "retryLimit": q.retry_limit,
+        "retryDelay": q.retry_delay,
+        "maxSize": q.max_queue_size,
+        "ttl": q.ttl,
+        "deadLetterQueue": q.dead_letter_queue,
+        "dlqAfterMaxRetries": q.dlq_after_max_retries,
+        "delayedProcessing": q.delayed_processing,
+        "windowBuffer": q.window_buffer,
+        "retentionSeconds": q.retention_seconds,
+        "completedRetentionSeconds": q.completed_retention_seconds,
+        "retentionEnabled": q.retention_enabled,
+        "encryptionEnabled": q.encryption_enabled,
+        "maxWaitTimeSeconds": q.max_wait_time_seconds,
+        "minPopWaitTime": q.min_pop_wait_time,
+        "dedupWindowSeconds": q.dedup_window_seconds,
+    })
 }

@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use queen_proto::name::check_id;
 use queen_proto::{Name, PartitionId};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::engine::traces::{self, TraceEvent};
 use crate::engine::Engine;
@@ -61,7 +61,8 @@ async fn record(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json
         event_type: b.event_type,
         data: b.data.unwrap_or(Value::Null),
     };
-    traces::record_trace(&st, event).await.map(Json)
+    let id = traces::record_trace(&st, event).await?;
+    Ok(Json(json!({ "success": true, "traceId": id.to_string() })))
 }
 
 /// Whether any key or string inside `v` holds a NUL character.

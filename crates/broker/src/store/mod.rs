@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::NoTls;
 
@@ -67,25 +66,15 @@ pub(crate) async fn json_verdict<T: DeserializeOwned>(
     Ok(value)
 }
 
-/// Runs a one-row, one-column JSON query; `None` when the value is SQL NULL.
-pub(crate) async fn json_row(
+/// Runs a query on a pooled connection and answers its rows.
+pub(crate) async fn rows(
     store: &Store,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Option<Value>> {
+) -> Result<Vec<tokio_postgres::Row>> {
     let conn = store.conn().await?;
     let stmt = conn.prepare_cached(sql).await?;
-    let row = conn.query_one(&stmt, params).await?;
-    Ok(row.get::<_, Option<Value>>(0))
-}
-
-/// Same, for functions that never return NULL.
-pub(crate) async fn json_value(
-    store: &Store,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Value> {
-    Ok(json_row(store, sql, params).await?.unwrap_or(Value::Null))
+    Ok(conn.query(&stmt, params).await?)
 }
 
 /// The broker's handle on PostgreSQL: a lazily filled pool plus the connection settings

@@ -7,16 +7,7 @@ use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
 use crate::store::ack::HashAckVerdict;
-use crate::store::push::SegmentResult;
-
-/// One push of a bundle: a built segment for one (queue, partition).
-pub struct WirePush<'a> {
-    pub queue: &'a str,
-    pub partition: &'a str,
-    pub msg_count: i32,
-    pub hashes: &'a [u8],
-    pub blob: &'a [u8],
-}
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// One ack group of a bundle, hash-resolved: `hashes[k]` acked with `statuses[k]`.
 pub struct WireAck<'a> {
@@ -50,7 +41,7 @@ pub enum WireRefusal {
 /// fault (the bundle rolled back too).
 pub async fn transaction_wire(
     db: &impl GenericClient,
-    pushes: &[WirePush<'_>],
+    pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes

@@ -5,12 +5,12 @@
 //! group-first-contact bulk seed; a woken wildcard pop first tries the partitions its wake gate
 //! was told were pushed (docs/engine.md §5.2).
 //!
-//! Beside it: [`longpoll`] (parking), [`render`] (the JSON answer) and [`framed`] (the `QPF1`
-//! answer). What the pop path remembers between requests lives in `accel/pop_cache.rs`.
+//! Beside it: [`longpoll`] (parking). The answer's body is rendered by the HTTP floor's
+//! [`Render`] (JSON or `QPF1`, `http/pop/`), which this module runs after the connection is back
+//! in the pool, off the async workers when the answer is big. What the pop path remembers
+//! between requests lives in `accel/pop_cache.rs`.
 
-pub mod framed;
 pub mod longpoll;
-pub mod render;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -23,13 +23,12 @@ use tokio::time::Instant;
 
 use crate::accel::pop_cache::Delivered;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
-use crate::engine::pop::render::{RenderContext, Rendered};
 use crate::engine::push::segment::INLINE_BUILD_BYTES;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::db_message;
-use crate::store::pop::{self as sql, ClaimArgs, PopAnswer};
+use crate::store::pop::{self as sql, ClaimArgs};
 
 /// Which partitions a pop may claim from.
 #[derive(Debug, Clone)]
@@ -68,6 +67,35 @@ pub struct PopRequest {
     pub lease_seconds: Option<i32>,
     /// `frames=true`: answer `QPF1` (docs/wire.md §7.7) instead of JSON.
     pub frames: bool,
+    /// Renders the claimed answer.
+    pub render: Render,
+}
+
+pub use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+
+/// Turns a claimed answer into the response body (the HTTP floor's renderers).
+pub type Render = fn(&PopAnswer, &RenderContext<'_>) -> Rendered;
+
+/// Fixed parts of an answer's envelope.
+pub struct RenderContext<'a> {
+    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
+    pub queue: &'a str,
+    pub group: &'a str,
+    /// The pop's lease id, or `""` for autoAck.
+    pub lease_id: &'a str,
+    /// Discovery answers carry a per-message `queue`.
+    pub per_message_queue: bool,
+    /// `QPF1` instead of JSON.
+    pub frames: bool,
+    /// Upper bound of one decompressed segment.
+    pub max_segment_bytes: usize,
+}
+
+/// A rendered 200 answer.
+pub struct Rendered {
+    pub body: Vec<u8>,
+    pub messages: usize,
+    pub partitions_claimed: usize,
 }
 
 pub enum PopOutcome {
@@ -234,7 +262,7 @@ async fn render_answer(
     } else {
         lease_id.clone()
     };
-    let (group, frames) = (req.group.clone(), req.frames);
+    let (group, frames, render) = (req.group.clone(), req.frames, req.render);
     let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
     let render = move || {
         let ctx = RenderContext {
@@ -242,13 +270,10 @@ async fn render_answer(
             group: &group,
             lease_id: lease_id.as_str(),
             per_message_queue,
+            frames,
             max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
         };
-        if frames {
-            framed::render(&answer, &ctx)
-        } else {
-            render::render(&answer, &ctx)
-        }
+        render(&answer, &ctx)
     };
     // Decompressing and rendering a big answer would stall an async worker for milliseconds.
     let rendered = if blob_bytes > INLINE_BUILD_BYTES {

@@ -28,7 +28,6 @@ use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::commit::write_failed;
-use crate::engine::push::dedup::SegmentKey;
 use crate::engine::push::{self, check_item, PushItem, PushResult};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -222,15 +221,7 @@ async fn store_as_sent(
             return Ok(Vec::new());
         }
     };
-    let keys: Vec<SegmentKey<'_>> = writes
-        .iter()
-        .map(|w| SegmentKey {
-            queue: w.queue,
-            partition: w.partition,
-            hashes: w.hashes,
-        })
-        .collect();
-    state.commit_effects().committed(&keys, &written);
+    state.commit_effects().committed(&writes, &written);
 
     let mut refused = Vec::new();
     for (&g, result) in direct.iter().zip(written) {

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::push_fusion::{Failure, FrameOutcome};
 use crate::accel::wake::WakeGates;
-use crate::engine::push::dedup::{report_commits, SegmentKey};
+use crate::engine::push::dedup::report_commits;
 use crate::engine::Counters;
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
-use crate::store::push::SegmentResult;
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// What a committed write touches; cheap to clone (the fusion's writer keeps one).
 #[derive(Clone)]
@@ -33,7 +33,7 @@ impl CommitEffects {
     /// The dedup cache learns each stored segment (its entries stay extendable past it), pops
     /// parked on those partitions wake (before the pushers are answered, so a pop right after
     /// the answer sees the messages), and the pushed counter counts them.
-    pub fn committed(&self, segs: &[SegmentKey<'_>], results: &[SegmentResult]) {
+    pub fn committed(&self, segs: &[SegmentWrite<'_>], results: &[SegmentResult]) {
         report_commits(&self.dedup, segs, results);
         let mut stored = Vec::new();
         let mut messages = 0u64;

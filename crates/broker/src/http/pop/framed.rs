@@ -18,8 +18,8 @@ use queen_proto::frame::{decode_exact, Frame};
 use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
-use crate::engine::pop::render::{self, RenderContext, Rendered};
-use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+use super::json;
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
 /// (a name over 65 535 bytes, which validation upstream rules out), it is rendered as JSON:
@@ -52,7 +52,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
         },
         Err(e) => {
             tracing::error!(error = %e, "framed pop answer cannot be encoded; answering JSON");
-            render::render(answer, ctx)
+            json::render(answer, ctx)
         }
     }
 }
@@ -161,7 +161,7 @@ fn claimed_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pop::render::tests::{ctx, frame};
+    use crate::http::pop::json::tests::{ctx, frame};
     use queen_proto::pop_framed::decode;
     use queen_proto::segment;
 

@@ -1,5 +1,5 @@
-//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). Runs after PostgreSQL has
-//! answered and the connection is back in the pool: decompress each claimed segment's blob,
+//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). The engine runs it after
+//! PostgreSQL has answered and the connection is back in the pool: decompress each claimed segment's blob,
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
 //! buffer, splicing each stored payload verbatim.
 
@@ -8,27 +8,7 @@ use std::io::Write;
 use queen_proto::frame::{self, Frame};
 use queen_proto::{segment, time};
 
-use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
-
-/// Fixed parts of the envelope.
-pub struct RenderContext<'a> {
-    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
-    pub queue: &'a str,
-    pub group: &'a str,
-    /// The pop's lease id, or `""` for autoAck.
-    pub lease_id: &'a str,
-    /// Discovery answers carry a per-message `queue`.
-    pub per_message_queue: bool,
-    /// Upper bound of one decompressed segment.
-    pub max_segment_bytes: usize,
-}
-
-/// A rendered 200 answer.
-pub struct Rendered {
-    pub body: Vec<u8>,
-    pub messages: usize,
-    pub partitions_claimed: usize,
-}
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out (the
 /// lease expires and they redeliver).
@@ -204,6 +184,7 @@ pub(crate) mod tests {
             group: "g",
             lease_id,
             per_message_queue: false,
+            frames: false,
             max_segment_bytes: 1 << 20,
         }
     }

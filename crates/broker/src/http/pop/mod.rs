@@ -1,5 +1,9 @@
 //! The three pop routes (docs/wire.md §7): parameter parsing with the broker's defaults, and the
-//! two answers: 200 with the JSON envelope, or 204 with no body and no Content-Length.
+//! two answers: 200 with the JSON envelope ([`json`]) or the `QPF1` body ([`framed`]), or 204
+//! with no body and no Content-Length.
+
+mod framed;
+mod json;
 
 use std::time::Duration;
 
@@ -12,7 +16,9 @@ use axum::{Json, Router};
 use queen_proto::{pop_framed, Name};
 use serde_json::json;
 
-use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
+use crate::engine::pop::{
+    self, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered, Subscription,
+};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::Query;
@@ -158,7 +164,17 @@ fn parse_request(
         lease_seconds,
         // Lenient: any other value simply keeps the JSON answer.
         frames: param(params, "frames").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+        render,
     })
+}
+
+/// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON.
+fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+    if ctx.frames {
+        framed::render(answer, ctx)
+    } else {
+        json::render(answer, ctx)
+    }
 }
 
 /// `subscriptionFrom` (`now` or an ISO-8601 instant) wins over `subscriptionMode`
