@@ -4,7 +4,6 @@
 
 pub mod accel;
 pub mod config;
-pub mod embedded_pg;
 pub mod engine;
 pub mod error;
 pub mod http;

@@ -2,8 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use queen_broker::config::Config;
-use queen_broker::embedded_pg::{self, EmbeddedOptions};
 use queen_broker::server;
+use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 
 #[derive(Parser)]
 #[command(

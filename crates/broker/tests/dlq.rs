@@ -340,11 +340,11 @@ async fn a_jsonb_dead_letter_table_from_before_is_converted_at_boot() {
         .get::<_, String>(0)
     };
     assert_eq!(payload_type().await, "json");
-    // A database laid out before the fix (so its recorded schema file differs), holding a
-    // dead letter.
+    // A database laid out before the fix (and before versioned migrations, so the baseline
+    // migration runs on it), holding a dead letter.
     db.batch_execute(
         "ALTER TABLE queen.log_dlq ALTER COLUMN payload TYPE jsonb USING payload::jsonb;
-         UPDATE queen.schema_files SET checksum = 'before' WHERE name = '001_schema.sql';
+         DELETE FROM queen.schema_migrations;
          INSERT INTO queen.log_dlq (partition_id, consumer_group, \"offset\", payload)
          VALUES (1, 'g', 0, '{\"kept\": true}')",
     )

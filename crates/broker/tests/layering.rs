@@ -3,8 +3,8 @@
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
 //! `main → server → http → engine → {accel, store}`, with `proto` (another crate) below all of
-//! them; `config`, `error` and `log_limit` are leaves any floor may use and that use no floor;
-//! `embedded_pg` stands beside the floors and uses none of them.
+//! them; `config`, `error` and `log_limit` are leaves any floor may use and that use no floor.
+//! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,19 +21,17 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
-    ("embedded_pg", "beside"),
 ];
 
 /// The floors each floor may use (besides itself).
 const MAY_USE: &[(&str, &[&str])] = &[
-    ("main", &["server", "leaf", "beside"]),
+    ("main", &["server", "leaf"]),
     ("server", &["http", "engine", "leaf"]),
     ("http", &["engine", "leaf"]),
     ("engine", &["accel", "store", "leaf"]),
     ("accel", &["leaf"]),
     ("store", &["leaf"]),
     ("leaf", &["leaf"]),
-    ("beside", &[]),
 ];
 
 fn src() -> PathBuf {

@@ -1,7 +1,7 @@
 //! Pops never wait on pushes, and never deadlock with transactions or queue deletes: the
 //! allocator's partition lock is FOR NO KEY UPDATE (compatible with the key-share lock a new
 //! cursor row takes through its foreign key), and a pop only ever tries the key-share locks a
-//! queue delete could hold (sql/003_pop.sql, header).
+//! queue delete could hold (sql/functions/pop.sql, header).
 
 mod common;
 mod pop_common;

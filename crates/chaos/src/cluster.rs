@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use queen_broker::embedded_pg::{self, EmbeddedOptions, EmbeddedPg};
+use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions, EmbeddedPg};
 use rand::seq::SliceRandom;
 
 /// Where the brokers' database comes from.

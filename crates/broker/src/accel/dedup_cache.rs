@@ -18,7 +18,8 @@
 //! Partition metadata (id, window) is trusted for [`META_TTL`]; past it the next push
 //! refreshes it with a catch-up read, and a changed id or window rehydrates from scratch.
 //! `log_push_one_v1` ignores `p_verified` for 120 s after a window raise or a queue deletion
-//! (sql/007), which covers changes made while this metadata was still trusted.
+//! (`queen.log_dedup_resets`, sql/migrations/0001_baseline.sql), which covers changes made
+//! while this metadata was still trusted.
 //!
 //! Memory: a global byte budget (`QUEEN_DEDUP_CACHE_MB`) with least-recently-used eviction of
 //! partitions; a partition that cannot fit even alone, or whose read failed, is "suppressed"

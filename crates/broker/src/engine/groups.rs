@@ -1,6 +1,6 @@
 //! Consumer-group administration (docs/wire.md §12): listings, lag, seek, delete and the
 //! subscription update. The cursor rules themselves (what a seek does to leases and retry
-//! state, what a delete removes) are SQL in `sql/006_admin.sql`; this module validates the
+//! state, what a delete removes) are SQL in `sql/functions/admin.sql`; this module validates the
 //! request, turns "nothing matched" into 404s, and wakes parked pops of every queue where old
 //! data became pending again, so a rewind is served promptly instead of at the next backoff.
 //! The answers are rows; `http/groups.rs` renders them.

@@ -27,8 +27,8 @@ use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, WakeGates};
 use crate::config::Config;
-use crate::error::Result;
-use crate::store::{migrations, Store};
+use crate::store::migrations::{self, SchemaError};
+use crate::store::Store;
 use push::commit::CommitEffects;
 use push::flush::SegmentWriter;
 use wake::StorePeerLink;
@@ -36,7 +36,7 @@ use wake::StorePeerLink;
 impl Engine {
     /// Builds the pool on `pg` (no connection yet), applies the schema when configured, and
     /// the engine over them.
-    pub async fn boot(cfg: Config, pg: tokio_postgres::Config) -> Result<Self> {
+    pub async fn boot(cfg: Config, pg: tokio_postgres::Config) -> Result<Self, SchemaError> {
         let store = Store::new(pg, cfg.db_pool_size, cfg.stmt_timeout_ms);
         if cfg.apply_schema {
             migrations::apply(&store).await?;

@@ -1,5 +1,5 @@
-//! The typed call of `queen.log_ack_by_hash_v1` (sql/004_ack.sql): one (partition, group,
-//! lease) group of acknowledgements resolved by transactionId hash in one transaction.
+//! The typed call of `queen.log_ack_by_hash_v1` (sql/functions/ack.sql): one (partition,
+//! group, lease) group of acknowledgements resolved by transactionId hash in one transaction.
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;

@@ -1,4 +1,4 @@
-//! Typed calls of the dead-letter SQL (sql/004_ack.sql): `queen.log_dlq_head_v1` files one dead
+//! Typed calls of the dead-letter SQL (sql/functions/dlq.sql): `queen.log_dlq_head_v1` files one dead
 //! letter (the hand-off after a `dlq` ack verdict) and `queen.log_dlq_list_v1` lists them.
 
 use chrono::{DateTime, Utc};

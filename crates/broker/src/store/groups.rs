@@ -1,4 +1,4 @@
-//! Typed calls of the consumer-group admin SQL (sql/006_admin.sql): listings, lag, seeks,
+//! Typed calls of the consumer-group admin SQL (sql/functions/admin.sql): listings, lag, seeks,
 //! deletes and the subscription update. Every answer is rows; the HTTP floor renders them.
 
 use chrono::{DateTime, Utc};

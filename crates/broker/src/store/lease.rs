@@ -1,4 +1,4 @@
-//! The typed call of `queen.log_renew_lease_v1` (sql/004_ack.sql): lease renewal.
+//! The typed call of `queen.log_renew_lease_v1` (sql/functions/lease.sql): lease renewal.
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;

@@ -1,4 +1,4 @@
-//! Typed calls of the message-detail SQL (sql/006_admin.sql): the covering segment and state of
+//! Typed calls of the message-detail SQL (sql/functions/admin.sql): the covering segment and state of
 //! one message, and the segments whose hash-sidecar rows were purged.
 
 use tokio_postgres::Row;

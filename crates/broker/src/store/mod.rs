@@ -30,7 +30,7 @@ use crate::error::Result;
 const CONFLICT_TRIES: u32 = 10;
 
 /// Runs one autocommit statement, again when it fails with `serialization_failure`: the push
-/// SQL raises that when a queue delete committed under it (sql/002_push.sql), in which case
+/// SQL raises that when a queue delete committed under it (sql/functions/push.sql), in which case
 /// nothing was written and the next run finds the name free. Only for single statements
 /// outside an explicit transaction, whose failure leaves nothing behind.
 pub async fn retry_conflicts<T, F, Fut>(

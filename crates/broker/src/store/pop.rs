@@ -1,4 +1,4 @@
-//! Typed calls of the pop path (sql/003_pop.sql): the three claim shapes, which answer
+//! Typed calls of the pop path (sql/functions/pop.sql): the three claim shapes, which answer
 //! `(meta jsonb, blobs bytea[])`, and the cheap probes a pop runs before them.
 
 use deadpool_postgres::GenericClient;

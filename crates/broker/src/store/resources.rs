@@ -1,4 +1,4 @@
-//! Typed calls of the resource SQL (sql/006_admin.sql): queue listings, one queue with its
+//! Typed calls of the resource SQL (sql/functions/admin.sql): queue listings, one queue with its
 //! partitions and member groups, a group's depth on a queue, and the overview, all computed
 //! live from watermarks. Every answer is rows; the HTTP floor renders them.
 

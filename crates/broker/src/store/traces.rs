@@ -1,4 +1,4 @@
-//! The typed call of `queen.admin_trace_v1` (sql/006_admin.sql): stores one consume-loop trace.
+//! The typed call of `queen.admin_trace_v1` (sql/functions/admin.sql): stores one consume-loop trace.
 
 use serde_json::Value;
 use uuid::Uuid;

@@ -1,4 +1,4 @@
-//! The typed call of `queen.log_transaction_wire_v1` (sql/005_transaction.sql): one bundle of
+//! The typed call of `queen.log_transaction_wire_v1` (sql/functions/transaction.sql): one bundle of
 //! pushes and acks in one PostgreSQL transaction, with its refusals told apart from faults.
 
 use deadpool_postgres::GenericClient;

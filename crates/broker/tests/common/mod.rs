@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use clap::Parser;
 use queen_broker::config::Config;
-use queen_broker::embedded_pg::{self, EmbeddedOptions};
 use queen_broker::server::{self, RunningServer};
+use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 use reqwest::StatusCode;
 use serde_json::Value;
 

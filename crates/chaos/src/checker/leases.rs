@@ -46,7 +46,7 @@ pub fn overlapping(log: &Log, v: &mut Vec<Violation>) {
         let until = renewed.entry(&e.lease).or_default();
         *until = (*until).max(e.sent + e.seconds * 1_000_000);
     }
-    let mut per_row: HashMap<(&str, &str), Vec<Lease>> = HashMap::new();
+    let mut per_row: HashMap<(&str, &str), Vec<Lease<'_>>> = HashMap::new();
     for (&(partition, group, id), &(pop_sent, received, secs)) in &claims {
         let expiry = (pop_sent + secs * 1_000_000).max(renewed.get(id).copied().unwrap_or(0));
         let release = acks

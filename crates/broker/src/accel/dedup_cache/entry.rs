@@ -8,7 +8,8 @@ use std::time::Instant;
 use super::ring::{hash_key, HashRing};
 use super::{HashRow, Hydration};
 
-/// Clock-skew slack of expiry, matching the 5 s the hydration read adds (sql/007).
+/// Clock-skew slack of expiry, matching the 5 s the hydration read adds
+/// (sql/functions/dedup_cache.sql).
 const SKEW_SLACK_US: i64 = 5_000_000;
 
 /// Bytes charged per cached partition besides its hashes and key.

@@ -1,4 +1,4 @@
-//! The typed call of `queen.log_dedup_hydrate_v1` (sql/007_dedup_cache.sql): the sidecar rows
+//! The typed call of `queen.log_dedup_hydrate_v1` (sql/functions/dedup_cache.sql): the sidecar rows
 //! the dedup cache hydrates or catches up from, for many partitions in one snapshot.
 
 use deadpool_postgres::GenericClient;

@@ -1,5 +1,6 @@
--- 005_transaction: POST /api/v1/transaction (docs/engine.md §6.8): pushes and acks in ONE
--- PostgreSQL transaction, all or nothing. Idempotent; applied at every boot.
+-- transaction: POST /api/v1/transaction (docs/engine.md §6.8): pushes and acks in ONE
+-- PostgreSQL transaction, all or nothing. Replayed (CREATE OR REPLACE) when its checksum
+-- changes.
 
 -- Input (built by the broker):
 --   p = {"pushes":[{"queue","partition","count","verified"?}…],
@@ -17,7 +18,7 @@
 -- (partition_id, group). Consumer locks come only after all partition locks, so the two lock
 -- spaces cannot form a cycle; a queue delete takes the same order (queue, partitions, then
 -- cursor rows ascending). A delete that commits while this waits makes the call fail with
--- serialization_failure, which the broker reruns (002_push, log_lock_partitions_v1).
+-- serialization_failure, which the broker reruns (push.sql, log_lock_partitions_v1).
 --
 -- Every failure raises and so rolls back everything:
 --   a push duplicating stored data: 'QDUP …; transaction rolled back' (unique_violation);

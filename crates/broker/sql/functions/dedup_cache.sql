@@ -1,44 +1,8 @@
--- 007_dedup_cache: what the broker's dedup cache (docs/engine.md §4.2, accel/dedup_cache.rs) needs
--- from PostgreSQL: the hydration read, and the record of queues whose dedup horizon moved
--- under the brokers' feet, which log_push_one_v1 (002) consults before trusting p_verified.
--- Idempotent; applied at every boot.
-
--- Queues whose cached dedup knowledge became unsafe: the window was raised (older hashes are
--- back in the window) or the queue was deleted (a re-created one restarts its offsets under
--- new partition ids). Brokers refresh their partition metadata at least every 30 s and a
--- push waits at most the statement timeout (30 s by default) for its partition lock, so for
--- 120 s after such a change log_push_one_v1 ignores p_verified for the queue and probes the
--- whole window. Keyed by name, not id: a deleted queue's name is what a re-created one
--- reuses. No foreign key for the same reason.
-CREATE TABLE IF NOT EXISTS queen.log_dedup_resets (
-    queue_name TEXT PRIMARY KEY,
-    reset_at TIMESTAMPTZ NOT NULL
-);
-
-CREATE OR REPLACE FUNCTION queen.log_dedup_reset_trg()
-RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO queen.log_dedup_resets (queue_name, reset_at)
-    VALUES (OLD.name, clock_timestamp())
-    ON CONFLICT (queue_name) DO UPDATE SET reset_at = EXCLUDED.reset_at;
-    -- Old marks protect nothing any more; the table stays as small as the recent changes.
-    DELETE FROM queen.log_dedup_resets WHERE reset_at < clock_timestamp() - interval '1 hour';
-    RETURN NULL;
-END
-$$;
-
-DROP TRIGGER IF EXISTS log_dedup_window_raised ON queen.queues;
-CREATE TRIGGER log_dedup_window_raised
-    AFTER UPDATE OF dedup_window_seconds ON queen.queues
-    FOR EACH ROW WHEN (NEW.dedup_window_seconds > OLD.dedup_window_seconds)
-    EXECUTE FUNCTION queen.log_dedup_reset_trg();
-
-DROP TRIGGER IF EXISTS log_dedup_queue_deleted ON queen.queues;
-CREATE TRIGGER log_dedup_queue_deleted
-    AFTER DELETE ON queen.queues
-    FOR EACH ROW
-    EXECUTE FUNCTION queen.log_dedup_reset_trg();
+-- dedup_cache: what the broker's dedup cache (docs/engine.md §4.2, accel/dedup_cache.rs) needs
+-- from PostgreSQL: the hydration read. The record of queues whose dedup horizon moved under
+-- the brokers' feet (queen.log_dedup_resets and its triggers, which log_push_one_v1 in push.sql
+-- consults before trusting p_verified) is table DDL: migrations/0001_baseline.sql.
+-- Replayed (CREATE OR REPLACE) when its checksum changes.
 
 -- Hydrates (or catches up) the broker's dedup cache for the given partitions: one row per
 -- existing (queue, partition), none for a missing one. r_ord is the input ordinal.

@@ -1,6 +1,8 @@
 //! The private PostgreSQL launcher: the "embedded default" of docs/design.md decision 6 and
-//! docs/engine.md §12.4. This file owns the public API (options, errors, [`start`], the
-//! [`EmbeddedPg`] handle) and the start sequence; the submodules own the steps.
+//! docs/engine.md §12.4. A crate of its own that knows nothing of the broker, so the broker,
+//! its test harness and the tools (queen-chaos) share one launcher. This file owns the public
+//! API (options, the [`EmbeddedPgError`] type, [`start`], the [`EmbeddedPg`] handle) and the
+//! start sequence; the submodules own the steps.
 //!
 //! A cluster belongs to one broker (or one integration-test binary): we find the server
 //! binaries, `initdb` on first run, write our settings once, and run `postgres -D DIR` as a
@@ -17,6 +19,7 @@ mod binaries;
 mod client;
 mod dirs;
 mod locks;
+mod probe;
 mod process;
 mod procfs;
 mod run_as;
@@ -245,6 +248,22 @@ impl EmbeddedPg {
     /// True if we started this server (stop/drop shut it down); false if we reused one.
     pub fn is_supervised(&self) -> bool {
         self.supervised
+    }
+
+    /// The error for a server that did not become ready, quoting its log from `log_from`.
+    fn start_timeout_error(
+        &self,
+        socket: PathBuf,
+        last_error: String,
+        log_from: u64,
+    ) -> EmbeddedPgError {
+        EmbeddedPgError::StartTimeout {
+            socket,
+            timeout: self.opts.start_timeout,
+            last_error,
+            log: self.log_path.clone(),
+            tail: server_log::tail(&self.log_path, log_from),
+        }
     }
 }
 

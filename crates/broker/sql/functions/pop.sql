@@ -1,4 +1,4 @@
--- 003_pop: the pop path (docs/spec/life-of-a-pop.md and docs/spec/consuming.md, docs/engine.md §5). PostgreSQL
+-- pop: the pop path (docs/spec/life-of-a-pop.md and docs/spec/consuming.md, docs/engine.md §5). PostgreSQL
 -- decides every claim under the consumer row's lock, and a pop never waits on a claim:
 -- claims use FOR UPDATE SKIP LOCKED, cursor-row creation and the watermark use try-advisory
 -- locks. The remaining waits are on first-contact inserts: a registration insert waits for a

@@ -1,5 +1,5 @@
--- 002_queues: queue configuration (create / merge / reset / replace) and queue deletion
--- (docs/wire.md §3, §4). Idempotent; applied at every boot.
+-- queues: queue configuration (create / merge / reset / replace) and queue deletion
+-- (docs/wire.md §3, §4). Replayed (CREATE OR REPLACE) when its checksum changes.
 
 -- Creates or reconfigures p_queue and returns the effective row.
 --
@@ -74,7 +74,7 @@ $$;
 -- are creating partitions of it: their FK check holds a key-share lock on it), then its
 -- partition rows ascending (waits out in-flight appends), then its cursor rows ascending.
 -- The only FOR UPDATE on queue and partition rows: pops, which hold cursor rows, never wait
--- for these locks (they try their key-share locks with SKIP LOCKED, see 003_pop), so the
+-- for these locks (they try their key-share locks with SKIP LOCKED, see pop.sql), so the
 -- cascade cannot close a cycle with them. The hash sidecar, dead letters and
 -- traces have no foreign key and are deleted explicitly; segments, cursors, group
 -- registrations and watermarks go by cascade.

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use super::process::PROBE_EVERY;
+use super::probe::PROBE_EVERY;
 use super::procfs::pid_alive;
 use super::EmbeddedPg;
 

@@ -1,5 +1,6 @@
--- 006_admin: the admin surface (docs/wire.md §12–15): consumer-group listings, seeks and deletes,
--- resource counts, message detail and traces. Idempotent; applied at every boot.
+-- admin: the admin surface (docs/wire.md §12–15): consumer-group listings, seeks and deletes,
+-- resource counts, message detail and traces. Replayed (CREATE OR REPLACE) when its checksum
+-- changes.
 --
 -- Every count here is watermark arithmetic on partition and cursor rows (docs/engine.md §10.4),
 -- never a segment scan: pending = GREATEST(last_offset − GREATEST(committed, log_start − 1), 0),
@@ -219,7 +220,7 @@ $$;
 
 -- Seek a group on a queue (one partition, or all when p_partition is NULL) to the end
 -- (p_to_end) or to just before the first segment at or after p_ts (future-only if none;
--- the same rule as timestamp subscriptions: queen.log_seed_cursor_v1 of 003_pop.sql).
+-- the same rule as timestamp subscriptions: queen.log_seed_cursor_v1 of pop.sql).
 -- Releases any lease and resets retry and attempt state. Cursor rows are written in
 -- ascending partition order, each under the same per-(partition, group) advisory lock the
 -- pop's row-creation path try-locks, so a pop never waits on a seek and a seek never races

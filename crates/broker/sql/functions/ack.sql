@@ -1,8 +1,9 @@
--- 004_ack: the ack path (docs/engine.md §6; docs/spec/ack-internals.md): the authoritative hash-resolved
--- decision procedure, the DLQ hand-off, the positional variants used by the transaction wire
--- and the accelerators, lease renewal, and the DLQ listing. Idempotent; applied at every boot.
+-- ack: the ack path (docs/engine.md §6; docs/spec/ack-internals.md): the authoritative hash-resolved
+-- decision procedure and the positional variants used by the transaction wire and the
+-- accelerators. Lease renewal is lease.sql, the DLQ hand-off and listing dlq.sql. Replayed
+-- (CREATE OR REPLACE) when its checksum changes.
 --
--- Every function here locks only queen.log_consumers rows (several: in ascending
+-- Every function here, and in lease.sql and dlq.sql, locks only queen.log_consumers rows (several: in ascending
 -- (partition_id, consumer_group) order), never a partition row, so acks cannot form a lock
 -- cycle with the push serializer. Partition and queue rows are read without locks.
 
@@ -301,63 +302,6 @@ BEGIN
 END
 $$;
 
--- Files the dead letter a log_ack_by_hash_v1 {"dlq":true} asked for, under that lease:
--- inserts the log_dlq row (a payload snapshot, with the retry budget consumed), moves the
--- cursor past the poison frame (GREATEST: a stale caller never moves it backwards), resets
--- attempt and retry state so the next batch starts fresh, and releases the lease.
---
--- The worker must still hold the row. The row lock plus an unchanged worker_id prove no
--- other pop has claimed the span since the ack, so an expiry in the few milliseconds of the
--- hand-off does not have to throw the verdict away. A second call finds the lease released
--- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
--- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
-DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
-CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
-    p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload json, p_error text)
-RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_row_worker text;
-    v_retries int;
-    v_committed bigint;
-    v_id uuid;
-    v_last_offset bigint;
-    v_queue text;
-BEGIN
-    SELECT worker_id, batch_retry_count, committed INTO v_row_worker, v_retries, v_committed
-    FROM queen.log_consumers
-    WHERE partition_id = p_partition_id AND consumer_group = p_group
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
-    END IF;
-    IF COALESCE(p_worker, '') = '' OR v_row_worker IS DISTINCT FROM p_worker THEN
-        RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
-    END IF;
-
-    INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
-                               transaction_id, payload, error, retry_count)
-    VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
-            COALESCE(p_payload, 'null'::json), p_error, v_retries)
-    RETURNING id INTO v_id;
-
-    UPDATE queen.log_consumers
-    SET committed = GREATEST(committed, p_off), worker_id = NULL, lease_expires_at = NULL,
-        lease_acquired_at = NULL, batch_end = NULL, batch_retry_count = 0,
-        attempt_offset = NULL, attempt_count = 0,
-        total_consumed = total_consumed + 1, last_consumed_at = clock_timestamp()
-    WHERE partition_id = p_partition_id AND consumer_group = p_group;
-
-    SELECT lp.last_offset, q.name INTO v_last_offset, v_queue
-    FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
-    WHERE lp.id = p_partition_id;
-    RETURN jsonb_build_object(
-        'ok', true, 'id', v_id, 'committed', GREATEST(v_committed, p_off),
-        'wakeQueue', CASE WHEN v_last_offset > GREATEST(v_committed, p_off) THEN v_queue END);
-END
-$$;
-
 -- Positional ack by partition id: the fast paths (ack registry, ack fusion, the transaction
 -- wire's positional form) already know the leased span, so no hash is resolved.
 --
@@ -470,79 +414,4 @@ BEGIN
     END LOOP;
     RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
 END
-$$;
-
--- Renews every live lease of p_worker (a multi-partition pop shares one worker id) to at
--- least now + p_seconds (minimum 1). GREATEST: renewal never shortens a lease; the live
--- filter: it never revives an expired or released one. Rows are locked in the global
--- consumer order first, so a renewal cannot deadlock against a multi-row ack flush.
--- Result {"renewed":n,"expiresAt":<earliest renewed expiry, ISO µs Z>|null}.
-CREATE OR REPLACE FUNCTION queen.log_renew_lease_v1(p_worker text, p_seconds int)
-RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_until timestamptz := v_now + make_interval(secs => GREATEST(COALESCE(p_seconds, 60), 1));
-    v_renewed int;
-    v_min timestamptz;
-BEGIN
-    IF COALESCE(p_worker, '') = '' THEN
-        RETURN jsonb_build_object('renewed', 0, 'expiresAt', NULL);
-    END IF;
-    PERFORM 1 FROM queen.log_consumers
-    WHERE worker_id = p_worker AND lease_expires_at > v_now
-    ORDER BY partition_id, consumer_group
-    FOR UPDATE;
-
-    WITH renewed AS (
-        UPDATE queen.log_consumers
-        SET lease_expires_at = GREATEST(lease_expires_at, v_until)
-        WHERE worker_id = p_worker AND lease_expires_at > v_now
-        RETURNING lease_expires_at
-    )
-    SELECT count(*), min(lease_expires_at) INTO v_renewed, v_min FROM renewed;
-    RETURN jsonb_build_object('renewed', v_renewed, 'expiresAt', queen.log_iso_micros(v_min));
-END
-$$;
-
--- One page of dead letters, newest first, plus the number of matching rows. Every filter is
--- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
--- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
--- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
--- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
-DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
-CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
-    p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
-    p_limit int, p_offset int)
-RETURNS json
-LANGUAGE sql STABLE AS $$
-    WITH matching AS (
-        SELECT d.*, lp.name AS partition_name, q.name AS queue_name
-        FROM queen.log_dlq d
-        LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
-        LEFT JOIN queen.queues q ON q.id = lp.queue_id
-        WHERE (p_queue IS NULL OR q.name = p_queue)
-          AND (p_group IS NULL OR d.consumer_group = p_group)
-          AND (p_partition IS NULL OR lp.name = p_partition)
-          AND (p_from IS NULL OR d.failed_at >= p_from)
-          AND (p_to IS NULL OR d.failed_at <= p_to)
-    ),
-    page AS (
-        SELECT * FROM matching
-        ORDER BY failed_at DESC, "offset" DESC, id
-        LIMIT GREATEST(p_limit, 1) OFFSET GREATEST(p_offset, 0)
-    )
-    SELECT json_build_object(
-        'total', (SELECT count(*) FROM matching),
-        'rows', COALESCE((
-            SELECT json_agg(json_build_object(
-                'id', p.id, 'partitionId', p.partition_id::text, 'queue', p.queue_name,
-                'partition', p.partition_name, 'consumerGroup', p.consumer_group,
-                'offset', p."offset", 'messageId', p.message_id,
-                'transactionId', p.transaction_id, 'data', p.payload,
-                'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
-                'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
-                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
-                ORDER BY p.failed_at DESC, p."offset" DESC, p.id)
-            FROM page p), '[]'::json))
 $$;

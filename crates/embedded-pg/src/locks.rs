@@ -15,7 +15,7 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::client::client_config;
-use super::process::{probe_until, wait_gone, Probe, PROBE_EVERY};
+use super::probe::{probe_until, wait_gone, Probe, PROBE_EVERY};
 use super::procfs::{is_postmaster_of, live_postgres_cmdline, pid_alive, pid_exists};
 use super::{io_ctx, EmbeddedPg, Result};
 

@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,14 +19,13 @@ use tracing::{debug, info, warn};
 
 use super::client::client_config;
 use super::locks::clear_stale_socket_lock;
+use super::probe::{probe_until, wait_gone, Probe, PROBE_EVERY};
 use super::procfs::{descendants, pid_alive, proc_stat};
 use super::run_as::RunAs;
 use super::{
     io_ctx, server_log, start, EmbeddedPg, EmbeddedPgError, PgBinaries, Result, SUPERUSER,
 };
 
-/// Readiness and lock polling period.
-pub(super) const PROBE_EVERY: Duration = Duration::from_millis(50);
 /// How long [`EmbeddedPg::stop`] waits for a fast shutdown before `SIGKILL`.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// What PostgreSQL logs when backends of a killed postmaster still hold its shared memory;
@@ -171,34 +170,6 @@ pub(super) async fn run_initdb(
     Ok(())
 }
 
-/// Outcome of waiting for a server to accept connections.
-pub(super) enum Probe {
-    Ready,
-    /// The server process went away.
-    Stopped,
-    TimedOut(String),
-}
-
-/// Tries to connect every [`PROBE_EVERY`] until it works, `stopped()` says the server is gone,
-/// or `deadline` passes. "Starting up" / "in recovery" answers simply count as not yet.
-pub(super) async fn probe_until(
-    cfg: &tokio_postgres::Config,
-    deadline: Instant,
-    mut stopped: impl FnMut() -> bool,
-) -> Probe {
-    loop {
-        if stopped() {
-            return Probe::Stopped;
-        }
-        match cfg.connect(tokio_postgres::NoTls).await {
-            Ok(_) => return Probe::Ready,
-            Err(e) if Instant::now() >= deadline => return Probe::TimedOut(e.to_string()),
-            Err(_) => {}
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
-}
-
 impl EmbeddedPg {
     /// Spawns the postmaster and waits for readiness; retries while backends of a killed
     /// predecessor still hold its shared memory.
@@ -295,22 +266,6 @@ impl EmbeddedPg {
         }
         cmd.arg("-D").arg(&self.data_dir);
         cmd
-    }
-
-    /// The error for a server that did not become ready, quoting its log from `log_from`.
-    pub(super) fn start_timeout_error(
-        &self,
-        socket: PathBuf,
-        last_error: String,
-        log_from: u64,
-    ) -> EmbeddedPgError {
-        EmbeddedPgError::StartTimeout {
-            socket,
-            timeout: self.opts.start_timeout,
-            last_error,
-            log: self.log_path.clone(),
-            tail: server_log::tail(&self.log_path, log_from),
-        }
     }
 
     /// Fast shutdown of a supervised server: `SIGINT`, wait up to `timeout`, then `SIGKILL` the
@@ -423,20 +378,6 @@ fn kill_tree(pid: i32) -> Vec<i32> {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     all.push(pid);
     all
-}
-
-/// Waits until none of `pids` is alive (zombies count as gone).
-pub(super) async fn wait_gone(pids: &[i32], timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if !pids.iter().any(|&p| pid_alive(p)) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Polls a child we own until it exits (reaping it) or `timeout` passes.

@@ -1,6 +1,17 @@
--- 002_push: the push path (docs/engine.md §4.4): implicit provisioning, the per-partition allocator
--- with the authoritative dedup probe, the bundled multi-partition push, and the segment
--- lookup that turns an offset back into its covering blob. Idempotent; applied at every boot.
+-- push: the push path (docs/engine.md §4.4): implicit provisioning, the per-partition allocator
+-- with the authoritative dedup probe, the bundled multi-partition push, the segment lookup
+-- that turns an offset back into its covering blob, and the slicing of the hash sidecar the
+-- push writes. Replayed (CREATE OR REPLACE) when its checksum changes.
+
+-- Slices a hash blob into its 16-byte members; idx k belongs to offset base_offset + k.
+-- Deliberately not STRICT: a STRICT SQL function cannot be inlined into the calling query,
+-- which halved the speed of the dedup probe and of ack resolution (a NULL blob yields no rows).
+CREATE OR REPLACE FUNCTION queen.log_unnest_hashes(p bytea)
+RETURNS TABLE(idx int, h bytea)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT i - 1, substring(p FROM (i - 1) * 16 + 1 FOR 16)
+    FROM generate_series(1, octet_length(p) / 16) AS i
+$$;
 
 -- Renders a timestamp the way push results and lease expiries travel on the wire: ISO-8601
 -- UTC with microseconds. STABLE, as to_char is: an IMMUTABLE label would stop the planner
@@ -77,7 +88,8 @@ $$;
 --   only the tail (GREATEST(p_verified, txns_start - 1), last_offset] is probed then. A stale
 --   (low) value only widens the probe. It is ignored (whole window probed) when it exceeds
 --   last_offset, or for 120 s after the queue's window was raised or the queue deleted
---   (queen.log_dedup_resets, 007): a broker's cached knowledge may predate that change.
+--   (queen.log_dedup_resets, migrations/0001_baseline.sql): a broker's cached knowledge may
+--   predate that change.
 -- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here).
 --
 -- Result: {"status":"queued","partitionId":P,"baseOffset":B,"createdAt":"…"} or

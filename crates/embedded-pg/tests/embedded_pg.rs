@@ -1,4 +1,4 @@
-//! Tests of the embedded PostgreSQL launcher (`queen_broker::embedded_pg`) against the machine's
+//! Tests of the embedded PostgreSQL launcher (`queen_embedded_pg`) against the machine's
 //! real server binaries: first run (initdb), restart on the same directory, reuse of a live
 //! server, crash (SIGKILL) with a stale `postmaster.pid` and recovery, stale pid files naming
 //! dead or unrelated processes, and shutdown on drop.
@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use queen_broker::embedded_pg::{self, EmbeddedOptions, EmbeddedPg};
+use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions, EmbeddedPg};
 
 /// A fresh, empty directory for one test; removed again by `Drop` (even on failure, so reruns
 /// start clean; a failing test's log is printed by the assertions that need it).

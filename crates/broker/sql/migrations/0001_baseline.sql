@@ -1,5 +1,10 @@
--- 001_schema: tables of the log engine (docs/engine.md §2). Idempotent: replayed under the
--- schema advisory lock at every boot whose file checksums changed (store/migrations.rs).
+-- 0001_baseline: the tables, indexes and triggers of the log engine (docs/engine.md §2) as of
+-- the first versioned migration. Applied once (store/migrations.rs, docs/engine.md §1) and
+-- never edited after: a change is a new migration file. Idempotent all the same, so that it
+-- adopts a database laid out before versioned migrations (every table already there): it
+-- creates what is missing and drops or rewrites nothing. Such a database keeps its
+-- queen.schema_files, the old checksum record: a broker of the old version restarting during a
+-- rolling upgrade then finds its record current and replays none of its functions over ours.
 -- Storage parameters are explained next to each table.
 
 CREATE SCHEMA IF NOT EXISTS queen;
@@ -205,12 +210,42 @@ CREATE TABLE IF NOT EXISTS queen.message_traces (
 );
 CREATE INDEX IF NOT EXISTS idx_message_traces_txn ON queen.message_traces (partition_id, transaction_id);
 
--- Slices a hash blob into its 16-byte members; idx k belongs to offset base_offset + k.
--- Deliberately not STRICT: a STRICT SQL function cannot be inlined into the calling query,
--- which halved the speed of the dedup probe and of ack resolution (a NULL blob yields no rows).
-CREATE OR REPLACE FUNCTION queen.log_unnest_hashes(p bytea)
-RETURNS TABLE(idx int, h bytea)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT i - 1, substring(p FROM (i - 1) * 16 + 1 FOR 16)
-    FROM generate_series(1, octet_length(p) / 16) AS i
+-- Queues whose cached dedup knowledge became unsafe: the window was raised (older hashes are
+-- back in the window) or the queue was deleted (a re-created one restarts its offsets under
+-- new partition ids). Brokers refresh their partition metadata at least every 30 s and a
+-- push waits at most the statement timeout (30 s by default) for its partition lock, so for
+-- 120 s after such a change log_push_one_v1 ignores p_verified for the queue and probes the
+-- whole window. Keyed by name, not id: a deleted queue's name is what a re-created one
+-- reuses. No foreign key for the same reason.
+CREATE TABLE IF NOT EXISTS queen.log_dedup_resets (
+    queue_name TEXT PRIMARY KEY,
+    reset_at TIMESTAMPTZ NOT NULL
+);
+
+-- The trigger function lives here with its triggers, not among the replayed function files:
+-- recreating a trigger takes a lock on queen.queues that deadlocked live traffic when every
+-- boot replayed it (RELIABILITY.md F1). A change to it is a new migration.
+CREATE OR REPLACE FUNCTION queen.log_dedup_reset_trg()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queen.log_dedup_resets (queue_name, reset_at)
+    VALUES (OLD.name, clock_timestamp())
+    ON CONFLICT (queue_name) DO UPDATE SET reset_at = EXCLUDED.reset_at;
+    -- Old marks protect nothing any more; the table stays as small as the recent changes.
+    DELETE FROM queen.log_dedup_resets WHERE reset_at < clock_timestamp() - interval '1 hour';
+    RETURN NULL;
+END
 $$;
+
+DROP TRIGGER IF EXISTS log_dedup_window_raised ON queen.queues;
+CREATE TRIGGER log_dedup_window_raised
+    AFTER UPDATE OF dedup_window_seconds ON queen.queues
+    FOR EACH ROW WHEN (NEW.dedup_window_seconds > OLD.dedup_window_seconds)
+    EXECUTE FUNCTION queen.log_dedup_reset_trg();
+
+DROP TRIGGER IF EXISTS log_dedup_queue_deleted ON queen.queues;
+CREATE TRIGGER log_dedup_queue_deleted
+    AFTER DELETE ON queen.queues
+    FOR EACH ROW
+    EXECUTE FUNCTION queen.log_dedup_reset_trg();

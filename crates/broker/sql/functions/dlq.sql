@@ -1,0 +1,102 @@
+-- dlq: dead letters (docs/engine.md §6.3; docs/wire.md §11): the hand-off that files one under
+-- the lease that asked for it, and the listing. The hand-off locks only the consumer row, like
+-- the ack path. Replayed (CREATE OR REPLACE) when its checksum changes.
+
+-- Files the dead letter a log_ack_by_hash_v1 {"dlq":true} asked for, under that lease:
+-- inserts the log_dlq row (a payload snapshot, with the retry budget consumed), moves the
+-- cursor past the poison frame (GREATEST: a stale caller never moves it backwards), resets
+-- attempt and retry state so the next batch starts fresh, and releases the lease.
+--
+-- The worker must still hold the row. The row lock plus an unchanged worker_id prove no
+-- other pop has claimed the span since the ack, so an expiry in the few milliseconds of the
+-- hand-off does not have to throw the verdict away. A second call finds the lease released
+-- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
+-- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
+CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
+    p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
+    p_txn text, p_payload json, p_error text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row_worker text;
+    v_retries int;
+    v_committed bigint;
+    v_id uuid;
+    v_last_offset bigint;
+    v_queue text;
+BEGIN
+    SELECT worker_id, batch_retry_count, committed INTO v_row_worker, v_retries, v_committed
+    FROM queen.log_consumers
+    WHERE partition_id = p_partition_id AND consumer_group = p_group
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
+    END IF;
+    IF COALESCE(p_worker, '') = '' OR v_row_worker IS DISTINCT FROM p_worker THEN
+        RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
+    END IF;
+
+    INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
+                               transaction_id, payload, error, retry_count)
+    VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
+            COALESCE(p_payload, 'null'::json), p_error, v_retries)
+    RETURNING id INTO v_id;
+
+    UPDATE queen.log_consumers
+    SET committed = GREATEST(committed, p_off), worker_id = NULL, lease_expires_at = NULL,
+        lease_acquired_at = NULL, batch_end = NULL, batch_retry_count = 0,
+        attempt_offset = NULL, attempt_count = 0,
+        total_consumed = total_consumed + 1, last_consumed_at = clock_timestamp()
+    WHERE partition_id = p_partition_id AND consumer_group = p_group;
+
+    SELECT lp.last_offset, q.name INTO v_last_offset, v_queue
+    FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+    WHERE lp.id = p_partition_id;
+    RETURN jsonb_build_object(
+        'ok', true, 'id', v_id, 'committed', GREATEST(v_committed, p_off),
+        'wakeQueue', CASE WHEN v_last_offset > GREATEST(v_committed, p_off) THEN v_queue END);
+END
+$$;
+
+-- One page of dead letters, newest first, plus the number of matching rows. Every filter is
+-- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
+-- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
+-- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
+-- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
+DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
+CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
+    p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
+    p_limit int, p_offset int)
+RETURNS json
+LANGUAGE sql STABLE AS $$
+    WITH matching AS (
+        SELECT d.*, lp.name AS partition_name, q.name AS queue_name
+        FROM queen.log_dlq d
+        LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
+        LEFT JOIN queen.queues q ON q.id = lp.queue_id
+        WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND (p_group IS NULL OR d.consumer_group = p_group)
+          AND (p_partition IS NULL OR lp.name = p_partition)
+          AND (p_from IS NULL OR d.failed_at >= p_from)
+          AND (p_to IS NULL OR d.failed_at <= p_to)
+    ),
+    page AS (
+        SELECT * FROM matching
+        ORDER BY failed_at DESC, "offset" DESC, id
+        LIMIT GREATEST(p_limit, 1) OFFSET GREATEST(p_offset, 0)
+    )
+    SELECT json_build_object(
+        'total', (SELECT count(*) FROM matching),
+        'rows', COALESCE((
+            SELECT json_agg(json_build_object(
+                'id', p.id, 'partitionId', p.partition_id::text, 'queue', p.queue_name,
+                'partition', p.partition_name, 'consumerGroup', p.consumer_group,
+                'offset', p."offset", 'messageId', p.message_id,
+                'transactionId', p.transaction_id, 'data', p.payload,
+                'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
+                'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                ORDER BY p.failed_at DESC, p."offset" DESC, p.id)
+            FROM page p), '[]'::json))
+$$;

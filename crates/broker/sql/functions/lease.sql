@@ -1,0 +1,36 @@
+-- lease: renewal of a pop's leases (docs/wire.md §9; docs/engine.md §6.7). Like the ack path it
+-- locks only queen.log_consumers rows, in ascending (partition_id, consumer_group) order.
+-- Replayed (CREATE OR REPLACE) when its checksum changes.
+
+-- Renews every live lease of p_worker (a multi-partition pop shares one worker id) to at
+-- least now + p_seconds (minimum 1). GREATEST: renewal never shortens a lease; the live
+-- filter: it never revives an expired or released one. Rows are locked in the global
+-- consumer order first, so a renewal cannot deadlock against a multi-row ack flush.
+-- Result {"renewed":n,"expiresAt":<earliest renewed expiry, ISO µs Z>|null}.
+CREATE OR REPLACE FUNCTION queen.log_renew_lease_v1(p_worker text, p_seconds int)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_until timestamptz := v_now + make_interval(secs => GREATEST(COALESCE(p_seconds, 60), 1));
+    v_renewed int;
+    v_min timestamptz;
+BEGIN
+    IF COALESCE(p_worker, '') = '' THEN
+        RETURN jsonb_build_object('renewed', 0, 'expiresAt', NULL);
+    END IF;
+    PERFORM 1 FROM queen.log_consumers
+    WHERE worker_id = p_worker AND lease_expires_at > v_now
+    ORDER BY partition_id, consumer_group
+    FOR UPDATE;
+
+    WITH renewed AS (
+        UPDATE queen.log_consumers
+        SET lease_expires_at = GREATEST(lease_expires_at, v_until)
+        WHERE worker_id = p_worker AND lease_expires_at > v_now
+        RETURNING lease_expires_at
+    )
+    SELECT count(*), min(lease_expires_at) INTO v_renewed, v_min FROM renewed;
+    RETURN jsonb_build_object('renewed', v_renewed, 'expiresAt', queen.log_iso_micros(v_min));
+END
+$$;
