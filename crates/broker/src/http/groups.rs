@@ -259,7 +259,7 @@ fn render_detail(rows: &[GroupPartitionRow]) -> Value {
                 json!({
                     "partition": r.partition,
                     "partitionId": r.partition_id,
-                    "workerId": r.worker_id,
+                    "workerId": r.lease_id,
                     "lastConsumedAt": r.last_consumed_at,
                     "totalConsumed": r.total_consumed,
                     "offsetLag": r.offset_lag,
@@ -288,7 +288,7 @@ fn render_lagging(r: &LaggingRow) -> Value {
         "queue_name": r.queue,
         "partition_name": r.partition,
         "partition_id": r.partition_id,
-        "worker_id": r.worker_id,
+        "worker_id": r.lease_id,
         "offset_lag": r.offset_lag,
         "time_lag_seconds": r.time_lag_seconds,
         "lag_hours": lag_hours(r.time_lag_seconds),
@@ -313,7 +313,7 @@ fn seeked_body(
         SeekTarget::End => (true, None),
         SeekTarget::Timestamp(t) => (false, Some(iso(t))),
     };
-    let mut body = json!({
+    let body = json!({
         "success": true,
         "consumerGroup": group,
         "queueName": queue,
@@ -321,21 +321,23 @@ fn seeked_body(
         "targetTimestamp": ts,
         "partitionsUpdated": updated,
     });
-    if let Some(p) = partition {
-        body["partition"] = Value::from(p);
-    }
-    body
+    with_name(body, "partition", partition)
 }
 
 fn deleted_body(group: &str, queue: Option<&str>, deleted: i32, metadata_deleted: bool) -> Value {
-    let mut body = json!({
+    let body = json!({
         "success": true,
         "consumerGroup": group,
         "deletedPartitions": deleted,
         "metadataDeleted": metadata_deleted,
     });
-    if let Some(q) = queue {
-        body["queueName"] = Value::from(q);
+    with_name(body, "queueName", queue)
+}
+
+/// `body` with `key` set to the name the request was scoped to, when it was.
+fn with_name(mut body: Value, key: &str, name: Option<&str>) -> Value {
+    if let Some(name) = name {
+        body[key] = Value::from(name);
     }
     body
 }
