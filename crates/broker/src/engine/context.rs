@@ -51,6 +51,16 @@ impl Engine {
         Engine(Arc::new(inner))
     }
 
+    /// Whether the database answers a `SELECT 1` within a few seconds (the health probe).
+    pub async fn database_up(&self) -> bool {
+        self.store.ping().await
+    }
+
+    /// The connection pool's size and use, for `/metrics`.
+    pub fn pool_status(&self) -> deadpool_postgres::Status {
+        self.store.pool().status()
+    }
+
     /// Wakes every parked long-poll so the HTTP drain does not wait for their deadlines.
     pub fn begin_shutdown(&self) {
         self.closing.send_replace(true);

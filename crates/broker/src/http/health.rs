@@ -19,7 +19,7 @@ pub fn routes() -> Router<Engine> {
 }
 
 async fn health(State(st): State<Engine>) -> (StatusCode, Json<Value>) {
-    let up = st.store.ping().await;
+    let up = st.database_up().await;
     let body = json!({
         "status": if up { "healthy" } else { "unhealthy" },
         "database": if up { "connected" } else { "disconnected" },
@@ -39,7 +39,7 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
     let requests = st.counters.requests.load(Relaxed);
     let pushed = st.counters.messages_pushed.load(Relaxed);
     let popped = st.counters.messages_popped.load(Relaxed);
-    let pool = st.store.pool().status();
+    let pool = st.pool_status();
     Json(json!({
         "uptime": uptime as u64,
         "requests": { "total": requests, "rate": requests as f64 / uptime },
