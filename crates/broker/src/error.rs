@@ -1,15 +1,6 @@
-//! The broker's error type and its one mapping to HTTP: 4xx for what the caller sent, 5xx
-//! (with the cause logged) for what went wrong inside. A database that cannot be reached is
-//! a 503 with `Retry-After`: nothing was done, and the same request will work once it is back.
-
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
-
-use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-
-/// The `Retry-After` of a 503: the official client's own first retry delay.
-pub const RETRY_AFTER_SECS: u64 = 1;
+//! The broker's error type, shared by every floor: what the caller sent wrong, what was not
+//! found, what went wrong inside, and whether the database could be reached. It knows nothing
+//! of HTTP; `http/error.rs` maps it to statuses and bodies, once.
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -68,31 +59,21 @@ impl Error {
     }
 
     /// The SQLSTATE of a database error, when PostgreSQL reported one.
-    fn sqlstate(&self) -> Option<&str> {
+    pub fn sqlstate(&self) -> Option<&str> {
         match self {
             Error::Db(e) => e.code().map(|c| c.code()),
             _ => None,
         }
     }
 
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
-            Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Error::Pool(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Db(e) if connection_lost(e) => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Db(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
     /// Whether the failure is the database being unreachable (an outage, a restart), not a
-    /// refusal of what was asked.
+    /// refusal of what was asked: nothing was done, and the same request works once it is back.
     pub fn is_unavailable(&self) -> bool {
-        self.status() == StatusCode::SERVICE_UNAVAILABLE
+        match self {
+            Error::Pool(_) | Error::Unavailable(_) => true,
+            Error::Db(e) => connection_lost(e),
+            _ => false,
+        }
     }
 }
 
@@ -109,37 +90,8 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
-/// Server failures are logged per request: identical ones at most once per window.
-static INTERNAL_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
-
 impl From<queen_proto::NameError> for Error {
     fn from(e: queen_proto::NameError) -> Self {
         Error::BadRequest(e.to_string())
-    }
-}
-
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let body = match &self {
-            Error::InvalidOption { message, option } => {
-                json!({ "error": message, "invalid": option })
-            }
-            e if status.is_server_error() => {
-                let chain = e.chain();
-                if let Some(suppressed) = INTERNAL_FAILURES.admit(&chain) {
-                    tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
-                }
-                json!({ "error": e.to_string() })
-            }
-            e => json!({ "error": e.to_string() }),
-        };
-        let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
-        }
-        response
     }
 }

@@ -10,5 +10,4 @@ pub mod http;
 pub mod listener;
 pub mod log_limit;
 pub mod server;
-pub mod state;
 pub mod store;

@@ -8,13 +8,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::state::AppState;
-use crate::store::{migrations, Store};
+use crate::engine::Engine;
 
 /// A broker serving HTTP until `shutdown` is called.
 pub struct RunningServer {
     pub addr: SocketAddr,
-    pub state: AppState,
+    pub state: Engine,
     stop: oneshot::Sender<()>,
     join: JoinHandle<()>,
 }
@@ -22,13 +21,9 @@ pub struct RunningServer {
 /// Builds the pool, applies the schema (when configured) and starts serving on
 /// `cfg.host:cfg.port` (port 0 picks a free one; see `RunningServer::addr`).
 pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<RunningServer> {
-    let store = Store::new(pg, cfg.db_pool_size, cfg.stmt_timeout_ms);
-    if cfg.apply_schema {
-        migrations::apply(&store).await?;
-    }
-    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port)).await?;
+    let state = Engine::boot(cfg, pg).await?;
+    let listener = TcpListener::bind((state.cfg.host.as_str(), state.cfg.port)).await?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(cfg, store);
     let app = crate::http::router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let closing = state.clone();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use binary_common::{batch, item, post_bin};
 use common::TestBroker;
-use queen_broker::engine::segment_build::build_segment;
+use queen_broker::engine::push::segment::build_segment;
 use queen_proto::frame::Frame;
 use queen_proto::push_bin::encode_push_precompressed;
 use reqwest::StatusCode;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use queen_broker::http::HttpStatus;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use common::{count, TestBroker};
 use pop_common::{get, pop, push_txns, txns, Handle};
-use queen_broker::state::AppState;
+use queen_broker::engine::Engine;
 
 /// Far longer than any of these pops may take; only a pop stuck in a wait reaches it.
 const STUCK: Duration = Duration::from_secs(10);
 
-fn state(b: &TestBroker) -> &AppState {
+fn state(b: &TestBroker) -> &Engine {
     &b.server.as_ref().expect("broker running").state
 }
 

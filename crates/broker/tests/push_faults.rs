@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_broker::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
-use queen_broker::engine::push_flush::SegmentWriter;
+use queen_broker::engine::push::flush::SegmentWriter;
 use queen_proto::hash::txn_hash;
 use serde_json::{json, Value};
 

@@ -5,6 +5,7 @@
 //! Every decoder here is total: any byte string yields either a value or a typed error, never
 //! a panic. All integers on the wire are little-endian.
 
+pub mod domain;
 pub mod frame;
 pub mod hash;
 pub mod ids;
@@ -13,11 +14,14 @@ pub mod pop_framed;
 pub mod push_bin;
 mod reader;
 pub mod segment;
+pub mod sidecar;
 pub mod time;
 pub mod wire;
 mod writer;
 
+pub use domain::{LeaseId, NotAPartitionId, PartitionId};
 pub use frame::{Frame, FrameError};
 pub use hash::{from_hex, to_hex, txn_hash};
 pub use ids::{new_v7, ZERO_UUID};
 pub use name::{Name, NameError};
+pub use writer::EncodeError;

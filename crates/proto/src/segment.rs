@@ -5,6 +5,11 @@
 use thiserror::Error;
 use zstd::zstd_safe;
 
+/// The largest decompressed segment any reader of the broker accepts: 1 GiB, PostgreSQL's limit
+/// on one `bytea` value, so a stored segment written uncompressed could never be larger. It only
+/// bounds what a corrupt header may make a reader allocate (docs/engine.md §3.2).
+pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
+
 /// The four bytes every zstd frame starts with.
 pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 

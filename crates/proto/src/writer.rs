@@ -1,6 +1,34 @@
 //! Length-prefixed little-endian writes shared by the encoders (the counterpart of
 //! [`reader`](crate::reader)). A length that does not fit its prefix is an [`Oversize`],
-//! which each encoder turns into its own error type.
+//! which becomes the one [`EncodeError`] of every encoder of this crate.
+
+use thiserror::Error;
+
+use crate::frame::FrameError;
+
+/// Why a body (`QPB1`, `QTB1`) or a framed pop answer (`QPF1`) cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    #[error("{what} of {len} bytes does not fit a u16 length")]
+    TooLong { what: &'static str, len: usize },
+    #[error("{what} {len} does not fit a u32")]
+    TooMany { what: &'static str, len: usize },
+    #[error("zstd compression failed")]
+    Compression,
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("the answer's own keys cannot be serialized: {0}")]
+    Extra(String),
+}
+
+impl From<Oversize> for EncodeError {
+    fn from(e: Oversize) -> Self {
+        match e {
+            Oversize::Text16 { what, len } => EncodeError::TooLong { what, len },
+            Oversize::Count32 { what, len } => EncodeError::TooMany { what, len },
+        }
+    }
+}
 
 /// A length that does not fit the prefix it is written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

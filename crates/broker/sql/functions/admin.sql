@@ -19,6 +19,24 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 
+-- The answers below are rows; the broker renders the wire's JSON (docs/architecture.md). Their
+-- return types were jsonb before, which CREATE OR REPLACE cannot change: drop those first. The
+-- JSON helpers they used are gone with them.
+DROP FUNCTION IF EXISTS queen.admin_groups_v1();
+DROP FUNCTION IF EXISTS queen.admin_group_v1(text);
+DROP FUNCTION IF EXISTS queen.admin_lagging_v1(bigint);
+DROP FUNCTION IF EXISTS queen.admin_seek_v1(text, text, text, bool, timestamptz);
+DROP FUNCTION IF EXISTS queen.admin_delete_group_v1(text, text, bool);
+DROP FUNCTION IF EXISTS queen.admin_queues_v1();
+DROP FUNCTION IF EXISTS queen.admin_queues_v1(text);
+DROP FUNCTION IF EXISTS queen.admin_queue_v1(text);
+DROP FUNCTION IF EXISTS queen.admin_queue_depth_v1(text, text);
+DROP FUNCTION IF EXISTS queen.admin_overview_v1();
+DROP FUNCTION IF EXISTS queen.admin_message_v1(bigint, bytea, bigint);
+DROP FUNCTION IF EXISTS queen.admin_queue_summary(queen.queues, bigint, jsonb);
+DROP FUNCTION IF EXISTS queen.admin_queue_config(queen.queues);
+DROP FUNCTION IF EXISTS queen.admin_counts_json(numeric, numeric, numeric, numeric);
+
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
 -- queue's labels. NULL filters mean "all".
@@ -121,114 +139,82 @@ LANGUAGE sql STABLE AS $$
      WHERE p_queue_id IS NULL OR p.queue_id = p_queue_id
 $$;
 
--- The options of a queue row in the wire's names (the /configure echo).
-CREATE OR REPLACE FUNCTION queen.admin_queue_config(q queen.queues)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
-        'priority', q.priority, 'leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
-        'retryDelay', q.retry_delay, 'maxSize', q.max_queue_size, 'ttl', q.ttl,
-        'deadLetterQueue', q.dead_letter_queue, 'dlqAfterMaxRetries', q.dlq_after_max_retries,
-        'delayedProcessing', q.delayed_processing, 'windowBuffer', q.window_buffer,
-        'retentionSeconds', q.retention_seconds,
-        'completedRetentionSeconds', q.completed_retention_seconds,
-        'retentionEnabled', q.retention_enabled, 'encryptionEnabled', q.encryption_enabled,
-        'maxWaitTimeSeconds', q.max_wait_time_seconds, 'minPopWaitTime', q.min_pop_wait_time,
-        'dedupWindowSeconds', q.dedup_window_seconds)
-$$;
-
 -- ---------------------------------------------------------------------------------------
 -- Consumer groups (docs/wire.md §12)
 -- ---------------------------------------------------------------------------------------
 
--- GET /api/v1/consumer-groups: one element per group, with its queues.
+-- GET /api/v1/consumer-groups: one row per (group, queue), by group then queue.
 CREATE OR REPLACE FUNCTION queen.admin_groups_v1()
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE(consumer_group text, queue_name text, partitions bigint, pending bigint,
+              active_leases bigint, time_lag_seconds bigint, subscription_mode text,
+              subscription_timestamp text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
 BEGIN
-    RETURN (
-        WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL)),
-        per_queue AS (
-            SELECT c.consumer_group, c.queue_id, c.queue_name,
-                   count(*) AS partitions,
-                   sum(c.pending) AS pending,
-                   count(*) FILTER (WHERE c.lease_live) AS leased,
-                   COALESCE(EXTRACT(EPOCH FROM now() - min(c.oldest_unconsumed_at))::bigint, 0) AS time_lag
-              FROM cur c GROUP BY c.consumer_group, c.queue_id, c.queue_name
-        ), per_group AS (
-            SELECT pq.consumer_group,
-                   jsonb_agg(jsonb_build_object(
-                       'queue', pq.queue_name, 'partitions', pq.partitions, 'pending', pq.pending,
-                       'activeLeases', pq.leased, 'timeLagSeconds', pq.time_lag,
-                       'subscriptionMode', m.subscription_mode,
-                       'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp))
-                       ORDER BY pq.queue_name) AS queues,
-                   sum(pq.leased) AS members, sum(pq.pending) AS total_lag, max(pq.time_lag) AS max_lag
-              FROM per_queue pq
-              LEFT JOIN queen.consumer_groups_metadata m
-                ON m.consumer_group = pq.consumer_group AND m.queue_id = pq.queue_id AND m.partition_name = ''
-             GROUP BY pq.consumer_group
-        )
-        SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                   'name', g.consumer_group, 'queues', g.queues, 'members', g.members,
-                   'totalLag', g.total_lag, 'maxTimeLag', g.max_lag,
-                   'state', CASE WHEN g.total_lag = 0 THEN 'idle'
-                                 WHEN g.members > 0 THEN 'active' ELSE 'lagging' END)
-                   ORDER BY g.consumer_group), '[]'::jsonb)
-          FROM per_group g);
+    RETURN QUERY
+    WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL)),
+    per_queue AS (
+        SELECT c.consumer_group AS grp, c.queue_id AS qid, c.queue_name AS qname,
+               count(*) AS n,
+               sum(c.pending)::bigint AS pend,
+               count(*) FILTER (WHERE c.lease_live) AS leased,
+               COALESCE(EXTRACT(EPOCH FROM now() - min(c.oldest_unconsumed_at))::bigint, 0) AS lag
+          FROM cur c GROUP BY c.consumer_group, c.queue_id, c.queue_name
+    )
+    SELECT pq.grp, pq.qname, pq.n, pq.pend, pq.leased, pq.lag,
+           m.subscription_mode, queen.admin_iso(m.subscription_timestamp)
+      FROM per_queue pq
+      LEFT JOIN queen.consumer_groups_metadata m
+        ON m.consumer_group = pq.grp AND m.queue_id = pq.qid AND m.partition_name = ''
+     ORDER BY pq.grp, pq.qname;
 END
 $$;
 
--- GET /api/v1/consumer-groups/:group: object keyed by queue name; NULL when the group is
--- on no queue.
+-- GET /api/v1/consumer-groups/:group: one row per partition of every queue the group is on,
+-- by queue then partition; no rows when the group is on no queue.
 CREATE OR REPLACE FUNCTION queen.admin_group_v1(p_group text)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE(queue_name text, conflation bool, subscription_mode text,
+              subscription_timestamp text, partition_name text, partition_id text,
+              worker_id text, last_consumed_at text, total_consumed bigint, offset_lag bigint,
+              time_lag_seconds bigint, lease_active bool)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
 BEGIN
-    RETURN (
-        WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(p_group, NULL)),
-        per_queue AS (
-            SELECT c.queue_id, c.queue_name,
-                   jsonb_agg(jsonb_build_object(
-                       'partition', c.partition_name, 'partitionId', c.partition_id::text,
-                       'workerId', c.worker_id,
-                       'lastConsumedAt', queen.admin_iso(c.last_consumed_at),
-                       'totalConsumed', c.total_consumed, 'offsetLag', c.pending,
-                       'timeLagSeconds', COALESCE(EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint, 0),
-                       'leaseActive', c.lease_live)
-                       ORDER BY c.partition_name) AS partitions
-              FROM cur c GROUP BY c.queue_id, c.queue_name
-        )
-        SELECT jsonb_object_agg(pq.queue_name, jsonb_build_object(
-                   'conflation', COALESCE(m.conflation, false),
-                   'subscriptionMode', m.subscription_mode,
-                   'subscriptionTimestamp', queen.admin_iso(m.subscription_timestamp),
-                   'partitions', pq.partitions))
-          FROM per_queue pq
-          LEFT JOIN queen.consumer_groups_metadata m
-            ON m.consumer_group = p_group AND m.queue_id = pq.queue_id AND m.partition_name = '');
+    RETURN QUERY
+    SELECT c.queue_name, COALESCE(m.conflation, false), m.subscription_mode,
+           queen.admin_iso(m.subscription_timestamp),
+           c.partition_name, c.partition_id::text, c.worker_id,
+           queen.admin_iso(c.last_consumed_at), c.total_consumed, c.pending,
+           COALESCE(EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint, 0),
+           c.lease_live
+      FROM queen.admin_group_cursors_v1(p_group, NULL) c
+      LEFT JOIN queen.consumer_groups_metadata m
+        ON m.consumer_group = p_group AND m.queue_id = c.queue_id AND m.partition_name = ''
+     ORDER BY c.queue_name, c.partition_name;
 END
 $$;
 
 -- GET /api/v1/consumer-groups/lagging: partitions whose oldest unconsumed message is at least
 -- p_min_lag_seconds old, most lagging first.
 CREATE OR REPLACE FUNCTION queen.admin_lagging_v1(p_min_lag_seconds bigint)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE(consumer_group text, queue_name text, partition_name text, partition_id text,
+              worker_id text, offset_lag bigint, time_lag_seconds bigint,
+              oldest_unconsumed_at text, last_consumed_at text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
 BEGIN
-    RETURN (
-        WITH lag AS MATERIALIZED (
-            SELECT c.*, EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint AS time_lag
-              FROM queen.admin_group_cursors_v1(NULL, NULL) c
-             WHERE c.pending > 0 AND c.oldest_unconsumed_at IS NOT NULL
-        )
-        SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                   'consumer_group', l.consumer_group, 'queue_name', l.queue_name,
-                   'partition_name', l.partition_name, 'partition_id', l.partition_id::text,
-                   'worker_id', l.worker_id, 'offset_lag', l.pending,
-                   'time_lag_seconds', l.time_lag,
-                   'lag_hours', round(l.time_lag / 3600.0, 2),
-                   'oldest_unconsumed_at', queen.admin_iso(l.oldest_unconsumed_at),
-                   'last_consumed_at', queen.admin_iso(l.last_consumed_at))
-                   ORDER BY l.time_lag DESC, l.consumer_group, l.partition_id), '[]'::jsonb)
-          FROM lag l
-         WHERE l.time_lag >= p_min_lag_seconds);
+    RETURN QUERY
+    WITH lag AS MATERIALIZED (
+        SELECT c.*, EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint AS time_lag
+          FROM queen.admin_group_cursors_v1(NULL, NULL) c
+         WHERE c.pending > 0 AND c.oldest_unconsumed_at IS NOT NULL
+    )
+    SELECT l.consumer_group, l.queue_name, l.partition_name, l.partition_id::text, l.worker_id,
+           l.pending, l.time_lag, queen.admin_iso(l.oldest_unconsumed_at),
+           queen.admin_iso(l.last_consumed_at)
+      FROM lag l
+     WHERE l.time_lag >= p_min_lag_seconds
+     ORDER BY l.time_lag DESC, l.consumer_group, l.partition_id;
 END
 $$;
 
@@ -239,20 +225,25 @@ $$;
 -- ascending partition order, each under the same per-(partition, group) advisory lock the
 -- pop's row-creation path try-locks, so a pop never waits on a seek and a seek never races
 -- a pop creating the same row. Partition rows are read, never locked: the push serializer is
--- not touched. Returns {"found":false} when nothing matches; else the count and whether the
+-- not touched. r_found is false when nothing matches; else the count and whether the
 -- seek left anything pending (a rewind: the caller must wake and repair its accelerators).
 CREATE OR REPLACE FUNCTION queen.admin_seek_v1(p_group text, p_queue text, p_partition text,
-                                               p_to_end bool, p_ts timestamptz)
-RETURNS jsonb LANGUAGE plpgsql AS $$
+                                               p_to_end bool, p_ts timestamptz,
+                                               OUT r_found bool, OUT r_partitions_updated int,
+                                               OUT r_rewound bool)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_qid bigint;
     v_n int := 0;
     v_rewound bool := false;
     r record;
 BEGIN
+    r_found := false;
+    r_partitions_updated := 0;
+    r_rewound := false;
     SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue;
     IF v_qid IS NULL THEN
-        RETURN jsonb_build_object('found', false);
+        RETURN;
     END IF;
     FOR r IN
         SELECT p.id AS pid, p.last_offset,
@@ -274,35 +265,42 @@ BEGIN
         v_rewound := v_rewound OR r.target < r.last_offset;
     END LOOP;
     IF v_n = 0 THEN
-        RETURN jsonb_build_object('found', false);
+        RETURN;
     END IF;
     -- Data is pending again: the empty-scan floor must not hide it from the candidate scan.
     IF v_rewound THEN
         DELETE FROM queen.consumer_watermarks WHERE queue_id = v_qid AND consumer_group = p_group;
     END IF;
-    RETURN jsonb_build_object('found', true, 'partitionsUpdated', v_n, 'rewound', v_rewound);
+    r_found := true;
+    r_partitions_updated := v_n;
+    r_rewound := v_rewound;
 END
 $$;
 
 -- Deletes a group's cursor rows (on one queue, or everywhere when p_queue is NULL) and its
 -- empty-scan floors; with p_delete_metadata also its registrations, so a group of the same
 -- name starts fresh on its next first contact. Cursor rows are locked in ascending order
--- first (the global consumer-row order). Returns {"found":false} for an unknown queue, else
--- the count and the names of the queues touched.
-CREATE OR REPLACE FUNCTION queen.admin_delete_group_v1(p_group text, p_queue text, p_delete_metadata bool)
-RETURNS jsonb LANGUAGE plpgsql AS $$
+-- first (the global consumer-row order). r_found is false for an unknown queue; else the
+-- count and the names of the queues touched.
+CREATE OR REPLACE FUNCTION queen.admin_delete_group_v1(p_group text, p_queue text, p_delete_metadata bool,
+                                                       OUT r_found bool, OUT r_deleted_partitions int,
+                                                       OUT r_queues text[])
+LANGUAGE plpgsql AS $$
 DECLARE
     v_qid bigint;
-    v_queues jsonb;
+    v_queues text[];
     v_n int;
 BEGIN
+    r_found := false;
+    r_deleted_partitions := 0;
+    r_queues := '{}';
     IF p_queue IS NOT NULL THEN
         SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue;
         IF v_qid IS NULL THEN
-            RETURN jsonb_build_object('found', false);
+            RETURN;
         END IF;
     END IF;
-    SELECT COALESCE(jsonb_agg(DISTINCT q.name), '[]'::jsonb) INTO v_queues
+    SELECT COALESCE(array_agg(DISTINCT q.name), '{}') INTO v_queues
       FROM queen.admin_memberships_v1(p_group, v_qid) m JOIN queen.queues q ON q.id = m.queue_id;
     PERFORM 1 FROM queen.log_consumers c
       WHERE c.consumer_group = p_group
@@ -319,7 +317,9 @@ BEGIN
         DELETE FROM queen.consumer_groups_metadata
          WHERE consumer_group = p_group AND (v_qid IS NULL OR queue_id = v_qid);
     END IF;
-    RETURN jsonb_build_object('found', true, 'deletedPartitions', v_n, 'queues', v_queues);
+    r_found := true;
+    r_deleted_partitions := v_n;
+    r_queues := v_queues;
 END
 $$;
 
@@ -339,127 +339,124 @@ $$;
 -- Resources (docs/wire.md §14)
 -- ---------------------------------------------------------------------------------------
 
--- Message counts in the wire's shape.
-CREATE OR REPLACE FUNCTION queen.admin_counts_json(p_total numeric, p_pending numeric, p_processing numeric, p_dead numeric)
-RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT jsonb_build_object('total', COALESCE(p_total, 0), 'pending', COALESCE(p_pending, 0),
-                              'processing', COALESCE(p_processing, 0), 'deadLetter', COALESCE(p_dead, 0))
-$$;
-
--- The list element of one queue, given its partition count and message counts.
-CREATE OR REPLACE FUNCTION queen.admin_queue_summary(q queen.queues, p_partitions bigint, p_counts jsonb)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
-        'id', q.id::text, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
-        'priority', q.priority, 'partitions', COALESCE(p_partitions, 0),
-        'createdAt', queen.admin_iso(q.created_at),
-        'messages', COALESCE(p_counts, queen.admin_counts_json(0, 0, 0, 0)))
-$$;
-
 -- Entry points are plpgsql so their (large, inlined) plans are cached per connection instead
 -- of being planned again on every call.
 
--- GET /api/v1/resources/queues: one set-based pass over every partition.
-CREATE OR REPLACE FUNCTION queen.admin_queues_v1()
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN (
-        WITH per_queue AS (
-            SELECT s.queue_id, count(*) AS n,
-                   queen.admin_counts_json(sum(s.total), sum(s.pending), sum(s.processing), sum(s.dead_letter)) AS counts
-              FROM queen.admin_partition_stats_v1(NULL) s
-             GROUP BY s.queue_id
-        )
-        SELECT jsonb_build_object('queues', COALESCE(jsonb_agg(
-                   queen.admin_queue_summary(q, pq.n, pq.counts) ORDER BY q.name), '[]'::jsonb))
-          FROM queen.queues q
-          LEFT JOIN per_queue pq ON pq.queue_id = q.id);
-END
-$$;
-
--- GET /api/v1/resources/queues/:queue: the list element plus config, partitions and the
--- member groups' pending counts; NULL for an unknown queue.
-CREATE OR REPLACE FUNCTION queen.admin_queue_v1(p_queue text)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_q queen.queues;
-BEGIN
-    SELECT * INTO v_q FROM queen.queues WHERE name = p_queue;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    RETURN (
-        WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(v_q.id))
-        SELECT queen.admin_queue_summary(v_q, (SELECT count(*) FROM parts),
-                   (SELECT queen.admin_counts_json(sum(total), sum(pending), sum(processing), sum(dead_letter))
-                      FROM parts))
-            || jsonb_build_object(
-                'config', queen.admin_queue_config(v_q),
-                'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                        'id', p.partition_id::text, 'name', p.partition_name,
-                        'createdAt', queen.admin_iso(p.created_at),
-                        'lastActivity', queen.admin_iso(p.last_write_at),
-                        'lastOffset', p.last_offset, 'logStart', p.log_start,
-                        'messages', queen.admin_counts_json(p.total, p.pending, p.processing, p.dead_letter))
-                        ORDER BY p.partition_name), '[]'::jsonb) FROM parts p),
-                'consumerGroups', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                        'name', g.consumer_group, 'pending', g.pending, 'activeLeases', g.leased)
-                        ORDER BY g.consumer_group), '[]'::jsonb)
-                    FROM (SELECT c.consumer_group, sum(c.pending) AS pending,
-                                 count(*) FILTER (WHERE c.lease_live) AS leased
-                            FROM queen.admin_group_cursors_v1(NULL, v_q.id) c
-                           GROUP BY c.consumer_group) g)));
-END
-$$;
-
--- GET /api/v1/resources/queues/:queue/depth?group=: pending of one group; NULL for an
--- unknown queue.
-CREATE OR REPLACE FUNCTION queen.admin_queue_depth_v1(p_queue text, p_group text)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+-- GET /api/v1/resources/queues (p_queue NULL: every queue, by name) and the summary of
+-- GET /api/v1/resources/queues/:queue (p_queue named: its row, none when unknown), with the
+-- message counts summed over the queue's partitions.
+CREATE OR REPLACE FUNCTION queen.admin_queues_v1(p_queue text DEFAULT NULL)
+RETURNS TABLE(id bigint, name text, namespace text, task text, priority int, created_at text,
+              partitions bigint, total bigint, pending bigint, processing bigint,
+              dead_letter bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
 DECLARE
     v_qid bigint;
 BEGIN
-    SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue;
-    IF NOT FOUND THEN
-        RETURN NULL;
+    IF p_queue IS NOT NULL THEN
+        SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
+        IF v_qid IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
-    RETURN (
-        WITH parts AS MATERIALIZED (
-            SELECT p.name, queen.admin_pending(p.last_offset, c.committed, p.log_start) AS pending
-              FROM queen.log_partitions p
-              LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
-             WHERE p.queue_id = v_qid
-        )
-        SELECT jsonb_build_object(
-            'queue', p_queue, 'group', p_group,
-            'pending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-            'partitionsPending', (SELECT count(*) FROM parts WHERE pending > 0),
-            'conflation', COALESCE((SELECT m.conflation FROM queen.consumer_groups_metadata m
-                                     WHERE m.consumer_group = p_group AND m.queue_id = v_qid
-                                       AND m.partition_name = ''), false),
-            'effectivePending', (SELECT COALESCE(sum(pending), 0) FROM parts),
-            'partitions', (SELECT COALESCE(jsonb_agg(jsonb_build_object('partition', name, 'pending', pending)
-                                                     ORDER BY name), '[]'::jsonb)
-                             FROM parts WHERE pending > 0)));
+    RETURN QUERY
+    WITH per_queue AS (
+        SELECT s.queue_id AS qid, count(*) AS n, sum(s.total)::bigint AS t,
+               sum(s.pending)::bigint AS pe, sum(s.processing)::bigint AS pr,
+               sum(s.dead_letter)::bigint AS d
+          FROM queen.admin_partition_stats_v1(v_qid) s
+         GROUP BY s.queue_id
+    )
+    SELECT q.id, q.name, q.namespace, q.task, q.priority, queen.admin_iso(q.created_at),
+           COALESCE(pq.n, 0), COALESCE(pq.t, 0), COALESCE(pq.pe, 0), COALESCE(pq.pr, 0),
+           COALESCE(pq.d, 0)
+      FROM queen.queues q
+      LEFT JOIN per_queue pq ON pq.qid = q.id
+     WHERE v_qid IS NULL OR q.id = v_qid
+     ORDER BY q.name;
+END
+$$;
+
+-- The row of one queue (its options), none when unknown.
+CREATE OR REPLACE FUNCTION queen.admin_queue_row_v1(p_queue text)
+RETURNS SETOF queen.queues LANGUAGE sql STABLE AS $$
+    SELECT * FROM queen.queues WHERE name = p_queue
+$$;
+
+-- The partitions of GET /api/v1/resources/queues/:queue, by name.
+CREATE OR REPLACE FUNCTION queen.admin_queue_partitions_v1(p_queue_id bigint)
+RETURNS TABLE(id bigint, name text, created_at text, last_activity text, last_offset bigint,
+              log_start bigint, total bigint, pending bigint, processing bigint,
+              dead_letter bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT p.partition_id, p.partition_name, queen.admin_iso(p.created_at),
+           queen.admin_iso(p.last_write_at), p.last_offset, p.log_start, p.total, p.pending,
+           p.processing, p.dead_letter
+      FROM queen.admin_partition_stats_v1(p_queue_id) p
+     ORDER BY p.partition_name;
+END
+$$;
+
+-- The member groups of GET /api/v1/resources/queues/:queue with what each has pending, by name.
+CREATE OR REPLACE FUNCTION queen.admin_queue_groups_v1(p_queue_id bigint)
+RETURNS TABLE(name text, pending bigint, active_leases bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT c.consumer_group, sum(c.pending)::bigint, count(*) FILTER (WHERE c.lease_live)
+      FROM queen.admin_group_cursors_v1(NULL, p_queue_id) c
+     GROUP BY c.consumer_group
+     ORDER BY c.consumer_group;
+END
+$$;
+
+-- GET /api/v1/resources/queues/:queue/depth?group=: one row per partition with the group's
+-- pending count, and the group's conflation flag. No rows: unknown queue; one row with a NULL
+-- partition: a queue without partitions.
+CREATE OR REPLACE FUNCTION queen.admin_queue_depth_v1(p_queue text, p_group text)
+RETURNS TABLE(partition_name text, pending bigint, conflation bool)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT p.name, queen.admin_pending(p.last_offset, c.committed, p.log_start),
+           COALESCE((SELECT m.conflation FROM queen.consumer_groups_metadata m
+                      WHERE m.consumer_group = p_group AND m.queue_id = q.id
+                        AND m.partition_name = ''), false)
+      FROM queen.queues q
+      LEFT JOIN queen.log_partitions p ON p.queue_id = q.id
+      LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+     WHERE q.name = p_queue
+     ORDER BY p.name;
 END
 $$;
 
 -- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh.
 CREATE OR REPLACE FUNCTION queen.admin_overview_v1()
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE(queues bigint, partitions bigint, namespaces bigint, tasks bigint,
+              consumer_groups bigint, total bigint, pending bigint, processing bigint,
+              dead_letter bigint, completed bigint, at text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
 BEGIN
-    RETURN (
-        WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(NULL))
-        SELECT jsonb_build_object(
-            'queues', (SELECT count(*) FROM queen.queues),
-            'partitions', (SELECT count(*) FROM parts),
-            'namespaces', (SELECT count(DISTINCT namespace) FROM queen.queues WHERE namespace <> ''),
-            'tasks', (SELECT count(DISTINCT task) FROM queen.queues WHERE task <> ''),
-            'consumerGroups', (SELECT count(DISTINCT consumer_group) FROM queen.admin_memberships_v1(NULL, NULL)),
-            'messages', (SELECT queen.admin_counts_json(sum(total), sum(pending), sum(processing), sum(dead_letter))
-                                || jsonb_build_object('completed', COALESCE(sum(total - pending), 0))
-                           FROM parts),
-            'timestamp', queen.admin_iso(now())));
+    RETURN QUERY
+    WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(NULL))
+    SELECT (SELECT count(*) FROM queen.queues),
+           (SELECT count(*) FROM parts),
+           (SELECT count(DISTINCT q.namespace) FROM queen.queues q WHERE q.namespace <> ''),
+           (SELECT count(DISTINCT q.task) FROM queen.queues q WHERE q.task <> ''),
+           (SELECT count(DISTINCT m.consumer_group) FROM queen.admin_memberships_v1(NULL, NULL) m),
+           (SELECT COALESCE(sum(x.total), 0)::bigint FROM parts x),
+           (SELECT COALESCE(sum(x.pending), 0)::bigint FROM parts x),
+           (SELECT COALESCE(sum(x.processing), 0)::bigint FROM parts x),
+           (SELECT COALESCE(sum(x.dead_letter), 0)::bigint FROM parts x),
+           (SELECT COALESCE(sum(x.total - x.pending), 0)::bigint FROM parts x),
+           queen.admin_iso(now());
 END
 $$;
 
@@ -503,11 +500,16 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Everything about offset p_off of partition p_pid except the frame itself: the covering
--- segment (the broker decodes frame r_offset − r_base) and the state as JSON (partition,
--- queue, config, one consumerGroups element per cursor row ordered by name, status, DLQ).
--- With p_off NULL the offset is located through the hash. No row: unknown or retained away.
+-- segment (the broker decodes frame r_offset − r_base) and the message's state (partition,
+-- queue, config, status, DLQ, one consumer-group entry per cursor row ordered by name). With
+-- p_off NULL the offset is located through the hash. No row: unknown or retained away.
 CREATE OR REPLACE FUNCTION queen.admin_message_v1(p_pid bigint, p_hash bytea, p_off bigint)
-RETURNS TABLE(r_offset bigint, r_base bigint, r_blob bytea, r_state jsonb)
+RETURNS TABLE(r_offset bigint, r_base bigint, r_blob bytea, r_created_at text,
+              r_partition_id text, r_partition text, r_queue text, r_namespace text,
+              r_task text, r_status text, r_error text, r_retry_count int,
+              r_lease_expires_at text, r_lease_time int, r_retry_limit int, r_retry_delay int,
+              r_ttl int, r_priority int, r_has_queue_mode bool, r_bus_groups int,
+              r_mode text, r_groups text[], r_consumed bool[], r_group_leases text[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_off bigint := COALESCE(p_off, queen.admin_message_locate_v1(p_pid, p_hash));
@@ -517,6 +519,7 @@ DECLARE
     v_lease timestamptz;
     v_dlq record;
     v_status text;
+    v_has_queue_mode bool;
 BEGIN
     IF v_off IS NULL THEN
         RETURN;
@@ -525,8 +528,9 @@ BEGIN
            COALESCE(bool_or(c.consumer_group = '__QUEUE_MODE__' AND c.committed >= v_off), false),
            COALESCE(bool_and(c.committed >= v_off) FILTER (WHERE c.consumer_group <> '__QUEUE_MODE__'), false),
            min(c.lease_expires_at) FILTER (WHERE c.worker_id IS NOT NULL AND c.lease_expires_at > now()
-                                             AND c.committed < v_off AND c.batch_end >= v_off)
-      INTO v_named, v_queue_mode, v_all_named, v_lease
+                                             AND c.committed < v_off AND c.batch_end >= v_off),
+           COALESCE(bool_or(c.consumer_group = '__QUEUE_MODE__'), false)
+      INTO v_named, v_queue_mode, v_all_named, v_lease, v_has_queue_mode
       FROM queen.log_consumers c WHERE c.partition_id = p_pid;
     SELECT d.error, d.retry_count INTO v_dlq
       FROM queen.log_dlq d WHERE d.partition_id = p_pid AND d."offset" = v_off
@@ -537,35 +541,24 @@ BEGIN
         WHEN v_lease IS NOT NULL THEN 'processing'
         ELSE 'pending' END;
     RETURN QUERY
-    SELECT v_off, s.r_base, s.r_blob, jsonb_build_object(
-        'createdAt', queen.admin_iso(s.r_created),
-        'partitionId', p.id::text, 'partition', p.name,
-        'queue', q.name, 'queuePath', q.name || '/' || p.name,
-        'namespace', q.namespace, 'task', q.task, 'offset', v_off,
-        'status', v_status,
-        'errorMessage', v_dlq.error,
-        'retryCount', COALESCE(v_dlq.retry_count, 0),
-        'leaseExpiresAt', queen.admin_iso(v_lease),
-        'queueConfig', jsonb_build_object('leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
-                                          'retryDelay', q.retry_delay, 'ttl', q.ttl,
-                                          'priority', q.priority),
-        'mode', jsonb_build_object(
-            'hasQueueMode', EXISTS (SELECT 1 FROM queen.log_consumers c
-                                     WHERE c.partition_id = p_pid AND c.consumer_group = '__QUEUE_MODE__'),
-            'busGroupsCount', v_named,
-            'type', CASE WHEN v_named = 0 THEN 'queue'
-                         WHEN EXISTS (SELECT 1 FROM queen.log_consumers c
-                                       WHERE c.partition_id = p_pid AND c.consumer_group = '__QUEUE_MODE__')
-                         THEN 'hybrid' ELSE 'bus' END),
-        'consumerGroups', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
-                'name', c.consumer_group, 'group', c.consumer_group,
-                'consumed', c.committed >= v_off,
-                'leaseExpiresAt', CASE WHEN c.worker_id IS NOT NULL THEN queen.admin_iso(c.lease_expires_at) END)
-                ORDER BY c.consumer_group), '[]'::jsonb)
-            FROM queen.log_consumers c WHERE c.partition_id = p_pid))
+    SELECT v_off, s.r_base, s.r_blob, queen.admin_iso(s.r_created),
+           p.id::text, p.name, q.name, q.namespace, q.task, v_status,
+           v_dlq.error, COALESCE(v_dlq.retry_count, 0), queen.admin_iso(v_lease),
+           q.lease_time, q.retry_limit, q.retry_delay, q.ttl, q.priority,
+           v_has_queue_mode, v_named,
+           CASE WHEN v_named = 0 THEN 'queue' WHEN v_has_queue_mode THEN 'hybrid' ELSE 'bus' END,
+           g.names, g.consumed, g.leases
       FROM queen.log_partitions p
       JOIN queen.queues q ON q.id = p.queue_id
       CROSS JOIN LATERAL queen.log_segment_at_v1(p.id, v_off) s
+      CROSS JOIN LATERAL (
+          SELECT COALESCE(array_agg(c.consumer_group ORDER BY c.consumer_group), '{}') AS names,
+                 COALESCE(array_agg(c.committed >= v_off ORDER BY c.consumer_group), '{}') AS consumed,
+                 COALESCE(array_agg(CASE WHEN c.worker_id IS NOT NULL
+                                         THEN queen.admin_iso(c.lease_expires_at) END
+                                    ORDER BY c.consumer_group), '{}') AS leases
+            FROM queen.log_consumers c WHERE c.partition_id = p_pid
+      ) g
      WHERE p.id = p_pid;
 END
 $$;

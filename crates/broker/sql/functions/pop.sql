@@ -464,7 +464,7 @@ RETURNS int LANGUAGE sql IMMUTABLE AS $$
                 ELSE LEAST(GREATEST(p_max_partitions * 4, 64), 512) END
 $$;
 
--- The SQL wildcard procedure (QUEEN_HOTLIST=0 path, docs/engine.md §5.2): first-contact
+-- The SQL wildcard procedure (docs/engine.md §5.2): first-contact
 -- registration and bulk seed, then a coarse candidate scan (write watermark, unleased,
 -- maybe pending; random order spreads consumers; log_pop_claim_v1 re-verifies each under
 -- the row lock), then claims until budget or partition cap. A missing queue answers empty

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub use queen_proto::sidecar::{HashRow, Hydration};
+
 mod entry;
 mod ring;
 use entry::{DbClock, Entry, Verdict};
@@ -80,29 +82,6 @@ pub struct Ticket {
     epoch: u64,
     /// Taken before the read: metadata counts as fetched then, never later.
     started: Instant,
-}
-
-/// A partition's sidecar rows as read by `queen.log_dedup_hydrate_v1`.
-#[derive(Debug, Clone)]
-pub struct Hydration {
-    pub pid: i64,
-    pub window_s: i32,
-    /// The partition's last offset in the read's snapshot.
-    pub last: i64,
-    /// Rows committed at or after this (µs, database clock) are all included.
-    pub since_us: i64,
-    /// The database clock when the read ran (µs).
-    pub now_us: i64,
-    /// In offset order.
-    pub rows: Vec<HashRow>,
-}
-
-/// One sidecar row: the hashes of offsets `base..`, 16 bytes each.
-#[derive(Debug, Clone)]
-pub struct HashRow {
-    pub base: i64,
-    pub created_us: i64,
-    pub hashes: Vec<u8>,
 }
 
 /// Outcome of [`DedupCache::install`].

@@ -5,9 +5,9 @@
 //! delivered inline: it marks the queue and a ticker opens the marked gates, at once when it
 //! was idle and then at most once per 5 ms tick, so a hot queue costs a bounded number of
 //! wake-ups per second rather than one per push. With peer wake on, the same tick hands the
-//! marked queue names to a dedicated PostgreSQL connection that sends them to the other
-//! brokers with `pg_notify('queen_wake', …)` in autocommit (never inside a push transaction,
-//! whose commit would then serialise on the notification queue lock) and listens for theirs.
+//! marked queue names to a [`PeerLink`] (the store floor's dedicated `LISTEN` connection, wired
+//! in by the engine: this module writes no SQL) that sends them to the other brokers and
+//! delivers theirs.
 //! Wakes are hints: a lost one costs a parked pop at most one backoff interval.
 //!
 //! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
@@ -20,16 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, Notify};
-use tokio_postgres::{AsyncMessage, NoTls};
 use uuid::Uuid;
 
 /// The coalescing tick of local wakes and of outgoing peer notifications.
 const TICK: Duration = Duration::from_millis(5);
-/// The LISTEN/NOTIFY channel shared by every broker of a database.
-pub const CHANNEL: &str = "queen_wake";
 /// PostgreSQL refuses notification payloads of 8000 bytes or more.
 const MAX_PAYLOAD: usize = 7900;
 /// Pushed-partition hints kept per gate, and per queue in one peer tick: the newest ones.
@@ -38,12 +35,31 @@ pub const HINT_MAILBOX: usize = 64;
 /// contain control characters).
 const PAIR_SEPARATOR: char = '\x1f';
 
+/// The channel to the other brokers of the database (cross-broker wake).
+pub trait PeerLink: Send + Sync + 'static {
+    /// Opens a session: a sender, and the payloads other brokers send (the receiver ends when
+    /// the session does). An error is the reason, for the log.
+    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>>;
+}
+
+/// One open session of a [`PeerLink`].
+pub struct PeerConnection {
+    pub sender: Box<dyn PeerSender>,
+    pub notes: mpsc::UnboundedReceiver<String>,
+}
+
+/// The sending half of a peer session.
+pub trait PeerSender: Send + Sync {
+    /// Sends one payload to every broker of the database.
+    fn notify<'a>(&'a self, payload: &'a str) -> BoxFuture<'a, Result<(), String>>;
+}
+
 /// The gates of one broker. Pushes only touch gates that a waiter created.
 pub struct WakeGates {
     shared: Arc<Shared>,
     broker_id: Uuid,
-    /// Connection settings of the peer-wake connection; `None` = in-process wake only.
-    peer: Option<tokio_postgres::Config>,
+    /// The peer-wake channel; `None` = in-process wake only.
+    peer: Option<Arc<dyn PeerLink>>,
     started: AtomicBool,
 }
 
@@ -144,8 +160,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WakeGates {
-    /// Gates of the broker `broker_id`; `peer` enables cross-broker wake through that database.
-    pub fn new(broker_id: Uuid, peer: Option<tokio_postgres::Config>) -> Self {
+    /// Gates of the broker `broker_id`; `peer` enables cross-broker wake through that channel.
+    pub fn new(broker_id: Uuid, peer: Option<Arc<dyn PeerLink>>) -> Self {
         let (tx, rx) = match peer {
             Some(_) => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -266,10 +282,10 @@ impl WakeGates {
         }
         rt.spawn(run_ticker(Arc::downgrade(&self.shared)));
         let receiver = lock(&self.shared.peer_in).take();
-        if let (Some(pg), Some(rx)) = (self.peer.clone(), receiver) {
+        if let (Some(link), Some(rx)) = (self.peer.clone(), receiver) {
             rt.spawn(run_peer(
                 Arc::downgrade(&self.shared),
-                pg,
+                link,
                 self.broker_id,
                 rx,
             ));
@@ -351,56 +367,29 @@ async fn run_ticker(shared: Weak<Shared>) {
     }
 }
 
-/// The peer-wake connection: LISTEN on `queen_wake`, send the ticker's batches, open local
-/// gates for other brokers' notifications; reconnect with backoff when the connection drops.
+/// The peer-wake session loop: send the ticker's batches, open local gates for other brokers'
+/// notifications; reconnect with backoff when the session drops.
 async fn run_peer(
     shared: Weak<Shared>,
-    mut pg: tokio_postgres::Config,
+    link: Arc<dyn PeerLink>,
     me: Uuid,
     mut out: mpsc::UnboundedReceiver<PeerBatch>,
 ) {
-    pg.application_name("queen-rs-wake");
     let mut retry = Duration::from_millis(100);
     loop {
-        match pg.connect(NoTls).await {
-            Ok((client, mut connection)) => {
-                let (note_tx, mut notes) = mpsc::unbounded_channel();
-                let driver = tokio::spawn(async move {
-                    let mut messages =
-                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                    while let Some(message) = messages.next().await {
-                        match message {
-                            Ok(AsyncMessage::Notification(n)) => {
-                                if note_tx.send(n.payload().to_string()).is_err() {
-                                    return;
-                                }
-                            }
-                            Ok(_) => {}
-                            Err(e) => {
-                                tracing::warn!(error = %e, "peer-wake connection failed");
-                                return;
-                            }
-                        }
-                    }
-                });
-                match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-                    Ok(()) => {
-                        retry = Duration::from_millis(100);
-                        match shared.upgrade() {
-                            Some(s) => s.open_all(),
-                            None => return,
-                        }
-                        if serve_peer(&shared, &client, me, &mut out, &mut notes)
-                            .await
-                            .is_break()
-                        {
-                            driver.abort();
-                            return;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "peer wake: LISTEN failed"),
+        match link.connect().await {
+            Ok(mut session) => {
+                retry = Duration::from_millis(100);
+                match shared.upgrade() {
+                    Some(s) => s.open_all(),
+                    None => return,
                 }
-                driver.abort();
+                if serve_peer(&shared, &mut session, me, &mut out)
+                    .await
+                    .is_break()
+                {
+                    return;
+                }
             }
             Err(e) => tracing::warn!(error = %e, "peer wake: cannot connect"),
         }
@@ -415,27 +404,23 @@ async fn run_peer(
 /// One connected session. `Break` = the broker is gone; `Continue` = reconnect.
 async fn serve_peer(
     shared: &Weak<Shared>,
-    client: &tokio_postgres::Client,
+    session: &mut PeerConnection,
     me: Uuid,
     out: &mut mpsc::UnboundedReceiver<PeerBatch>,
-    notes: &mut mpsc::UnboundedReceiver<String>,
 ) -> std::ops::ControlFlow<()> {
     use std::ops::ControlFlow::{Break, Continue};
-    let Ok(notify) = client.prepare("SELECT pg_notify($1, $2)").await else {
-        return Continue(());
-    };
     loop {
         tokio::select! {
             batch = out.recv() => {
                 let Some(batch) = batch else { return Break(()) };
                 for payload in payloads(me, &batch) {
-                    if let Err(e) = client.execute(&notify, &[&CHANNEL, &payload]).await {
+                    if let Err(e) = session.sender.notify(&payload).await {
                         tracing::warn!(error = %e, "peer wake: notify failed");
                         return Continue(());
                     }
                 }
             }
-            note = notes.recv() => {
+            note = session.notes.recv() => {
                 let Some(payload) = note else { return Continue(()) };
                 let Some(s) = shared.upgrade() else { return Break(()) };
                 match parse_payload(&payload) {

@@ -7,14 +7,15 @@
 use std::collections::HashMap;
 
 use queen_proto::hash::{to_hex, txn_hash};
+use queen_proto::{LeaseId, PartitionId};
 
 use deadpool_postgres::GenericClient;
 
-use crate::engine::dlq;
-use crate::error::{Error, Result};
-use crate::state::AppState;
+use crate::engine::dlq::{self, Nack};
+use crate::engine::Engine;
+use crate::error::Result;
 use crate::store::ack::{self as store, HashAckVerdict};
-use crate::store::migrations::db_message;
+use crate::store::db_error::failure_text;
 
 /// The error of an item that can no longer have an effect: its transactionId is unknown to the
 /// partition (or its hash row was purged), or it is a signal for a message below the cursor.
@@ -66,14 +67,14 @@ impl AckStatus {
 #[derive(Debug, Clone)]
 pub struct Ack {
     pub transaction_id: String,
-    pub partition_id: i64,
+    pub partition_id: PartitionId,
     pub status: AckStatus,
     /// The nack reason, filed as the DLQ row's error text.
     pub error: Option<String>,
     /// Consumer group; `__QUEUE_MODE__` for queue mode.
     pub group: String,
-    /// The lease the client holds; empty for a lease-less ack.
-    pub lease_id: String,
+    /// The lease the client holds; none for a lease-less ack.
+    pub lease_id: LeaseId,
 }
 
 /// The verdict for one item, rendered as one element of the ack answer.
@@ -106,7 +107,7 @@ impl AckOutcome {
 /// those before it: its items fail with the cause and the later groups still run. Only when
 /// no group reached PostgreSQL at all does the request fail as a whole (nothing happened, so
 /// retrying it is safe).
-pub async fn acknowledge(state: &AppState, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
+pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
@@ -125,7 +126,7 @@ pub async fn acknowledge(state: &AppState, acks: &[Ack]) -> Result<Vec<AckOutcom
                 let first = group[0];
                 let cause = failure_text(&e);
                 tracing::error!(
-                    partition_id = first.partition_id, group = %first.group, error = %cause,
+                    partition_id = first.partition_id.get(), group = %first.group, error = %cause,
                     "ack group failed; its items are answered as not applied"
                 );
                 first_failure.get_or_insert(e);
@@ -145,9 +146,9 @@ pub async fn acknowledge(state: &AppState, acks: &[Ack]) -> Result<Vec<AckOutcom
     }
 }
 
-/// One group's SQL call, its verdict mapped to outcomes, the DLQ hand-off and wake-ups.
+/// One group's SQL call and its [`conclude`]d outcomes.
 async fn apply_group(
-    state: &AppState,
+    state: &Engine,
     db: &impl GenericClient,
     group: &[&Ack],
     fence: &[[u8; 16]],
@@ -159,40 +160,91 @@ async fn apply_group(
     let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
     let verdict = store::ack_by_hash(
         db,
-        first.partition_id,
+        first.partition_id.get(),
         &first.group,
-        &first.lease_id,
+        first.lease_id.as_str(),
         &hash_refs,
         &statuses,
         &fence_refs,
     )
     .await?;
-    let mut settled = settle(&verdict, group);
+    Ok(conclude(state, db, group, &verdict).await)
+}
+
+/// What a committed verdict means for its group (plain acks and a transaction's alike): the
+/// per-item outcomes, the DLQ hand-off it may ask for, and the wake-up of parked pops when it
+/// released a lease with data pending.
+pub async fn conclude(
+    state: &Engine,
+    db: &impl GenericClient,
+    group: &[&Ack],
+    verdict: &HashAckVerdict,
+) -> Vec<AckOutcome> {
+    let mut settled = settle(verdict, group);
     if verdict.ok && verdict.dlq {
-        dlq::hand_off(
-            state,
-            db,
-            first.partition_id,
-            &first.group,
-            &verdict,
-            group,
-            &mut settled,
-        )
-        .await;
+        hand_off(state, db, verdict, group, &mut settled).await;
     }
     if let Some(queue) = &verdict.wake_queue {
         state.wake.wake_queue(queue);
     }
-    Ok(settled)
+    settled
 }
 
-/// The cause of a failed group as its items report it: a database error carries the
-/// server's own message, which the error's display hides.
-pub(crate) fn failure_text(e: &Error) -> String {
-    match e {
-        Error::Db(db) => format!("database error: {}", db_message(db)),
-        other => other.to_string(),
+/// Files the dead letter `verdict` asks for and, when it was filed, marks the group's
+/// outcomes: every item saw its lease released, and the items carrying the poison message's
+/// transactionId were dead-lettered.
+///
+/// Failures are not returned: the ack itself has already committed, and a hand-off that did
+/// not happen leaves the lease to expire, so the message redelivers with its retry budget
+/// still spent and the next failed ack files it again. Redelivery over loss. They are logged,
+/// and the group's signal items (whose verdict was this dead letter) are answered as refused
+/// with the cause: `success:true` would claim a verdict that did not take effect.
+async fn hand_off(
+    state: &Engine,
+    db: &impl GenericClient,
+    verdict: &HashAckVerdict,
+    acks: &[&Ack],
+    outcomes: &mut [AckOutcome],
+) {
+    let (partition_id, group) = (acks[0].partition_id.get(), acks[0].group.as_str());
+    match dlq::file(db, partition_id, group, verdict, &nacks(acks)).await {
+        Ok(Some(filed)) => {
+            for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
+                outcome.lease_released = true;
+                outcome.dlq = ack.transaction_id == filed.transaction_id;
+            }
+            if let Some(queue) = &filed.wake_queue {
+                state.wake.wake_queue(queue);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let cause = failure_text(&e);
+            tracing::warn!(
+                partition_id, group, off = verdict.off, error = %cause,
+                "DLQ hand-off failed; the lease will expire and the message redeliver"
+            );
+            let refusal = format!(
+                "dead-letter hand-off failed ({cause}); the message redelivers when its lease expires"
+            );
+            for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
+                if ack.status.is_signal() {
+                    *outcome = AckOutcome::refused(refusal.clone());
+                }
+            }
+        }
     }
+}
+
+/// The group's nacks, whose errors give the dead letter its reason.
+fn nacks<'a>(acks: &[&'a Ack]) -> Vec<Nack<'a>> {
+    acks.iter()
+        .filter(|a| a.status.is_signal())
+        .map(|a| Nack {
+            transaction_id: &a.transaction_id,
+            error: a.error.as_deref(),
+        })
+        .collect()
 }
 
 /// One (partition, group, lease) group of a request.
@@ -215,11 +267,11 @@ type SlotSignal = (usize, [u8; 16]);
 /// which would refuse a later leased group of the same request; run the other way round,
 /// both are judged on the state the client saw.
 pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<PlannedGroup> {
-    let mut index: HashMap<(i64, &str, &str), usize> = HashMap::new();
+    let mut index: HashMap<(PartitionId, &str, &str), usize> = HashMap::new();
     let mut groups: Vec<PlannedGroup> = Vec::new();
     // Per (partition, group): (slot, hash) of every signal, to fence the other slots.
-    let mut signals: HashMap<(i64, &str), Vec<SlotSignal>> = HashMap::new();
-    let mut cursor_of: Vec<(i64, &str)> = Vec::new();
+    let mut signals: HashMap<(PartitionId, &str), Vec<SlotSignal>> = HashMap::new();
+    let mut cursor_of: Vec<(PartitionId, &str)> = Vec::new();
     let mut lease_less: Vec<bool> = Vec::new();
     for (i, a) in acks.into_iter().enumerate() {
         let key = (a.partition_id, a.group.as_str(), a.lease_id.as_str());
@@ -229,7 +281,7 @@ pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Planne
                 fence: Vec::new(),
             });
             cursor_of.push((a.partition_id, a.group.as_str()));
-            lease_less.push(a.lease_id.is_empty());
+            lease_less.push(a.lease_id.is_none());
             groups.len() - 1
         });
         groups[slot].members.push(i);
@@ -307,15 +359,39 @@ pub fn settle(verdict: &HashAckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
 mod tests {
     use super::*;
 
+    fn pid(id: i64) -> PartitionId {
+        PartitionId::new(id).expect("a partition id")
+    }
+
     fn ack(txn: &str, status: AckStatus) -> Ack {
         Ack {
             transaction_id: txn.into(),
-            partition_id: 1,
+            partition_id: pid(1),
             status,
             error: None,
             group: "g".into(),
-            lease_id: "w".into(),
+            lease_id: LeaseId::parse("leaseId", "w").expect("an id"),
         }
+    }
+
+    #[test]
+    fn reason_prefers_the_poison_nack_then_the_first_nack() {
+        let with_error = |txn: &str, status, error: Option<&str>| Ack {
+            error: error.map(str::to_string),
+            ..ack(txn, status)
+        };
+        let acks = [
+            with_error("a", AckStatus::Completed, Some("not a nack")),
+            with_error("b", AckStatus::Failed, Some("first")),
+            with_error("c", AckStatus::Failed, Some("poison")),
+            with_error("d", AckStatus::Failed, None),
+        ];
+        let refs: Vec<&Ack> = acks.iter().collect();
+        let reason = |poison, acks: &[&Ack]| dlq::reason(poison, &nacks(acks)).to_string();
+        assert_eq!(reason("c", &refs), "poison");
+        assert_eq!(reason("d", &refs), "first");
+        assert_eq!(reason("a", &refs), "first");
+        assert_eq!(reason("x", &refs[..1]), dlq::DEFAULT_REASON);
     }
 
     #[test]
@@ -347,11 +423,11 @@ mod tests {
             ack("a", AckStatus::Completed),
             ack("b", AckStatus::Completed),
         ];
-        acks[1].partition_id = 2;
+        acks[1].partition_id = pid(2);
         acks.insert(
             0,
             Ack {
-                lease_id: String::new(),
+                lease_id: LeaseId::none(),
                 ..ack("d", AckStatus::Completed)
             },
         );

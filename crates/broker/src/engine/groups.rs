@@ -3,13 +3,15 @@
 //! state, what a delete removes) are SQL in `sql/functions/admin.sql`; this module validates the
 //! request, turns "nothing matched" into 404s, and wakes parked pops of every queue where old
 //! data became pending again, so a rewind is served promptly instead of at the next backoff.
+//! The answers are rows; `http/groups.rs` renders them.
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin;
+use crate::store::groups as store;
+
+pub use crate::store::groups::{GroupPartitionRow, GroupQueueRow, LaggingRow};
 
 /// Where a seek moves a group's cursors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,117 +41,78 @@ pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::bad(format!("{field} is not an ISO-8601 timestamp: {text:?}")))
 }
 
-pub async fn list(st: &AppState) -> Result<Value> {
-    admin::groups(&st.store).await
+/// Every (group, queue) pair, by group then queue.
+pub async fn list(st: &Engine) -> Result<Vec<GroupQueueRow>> {
+    store::groups(&st.store).await
 }
 
-pub async fn detail(st: &AppState, group: &str) -> Result<Value> {
-    admin::group(&st.store, group)
-        .await?
-        .ok_or_else(|| Error::NotFound("Consumer group not found".into()))
+/// Every partition of every queue `group` is on; 404 when it is on none.
+pub async fn detail(st: &Engine, group: &str) -> Result<Vec<GroupPartitionRow>> {
+    let partitions = store::group(&st.store, group).await?;
+    if partitions.is_empty() {
+        return Err(Error::NotFound("Consumer group not found".into()));
+    }
+    Ok(partitions)
 }
 
-pub async fn lagging(st: &AppState, min_lag_seconds: i64) -> Result<Value> {
-    admin::lagging(&st.store, min_lag_seconds).await
+pub async fn lagging(st: &Engine, min_lag_seconds: i64) -> Result<Vec<LaggingRow>> {
+    store::lagging(&st.store, min_lag_seconds).await
 }
 
-/// Seeks `group` on `queue` (one partition, or all of them). Answers the wire's 200 body.
+/// Seeks `group` on `queue` (one partition, or all of them); answers how many cursors moved.
 pub async fn seek(
-    st: &AppState,
+    st: &Engine,
     group: &str,
     queue: &str,
     partition: Option<&str>,
     target: SeekTarget,
-) -> Result<Value> {
+) -> Result<i32> {
     let (to_end, ts) = match target {
         SeekTarget::End => (true, None),
         SeekTarget::Timestamp(t) => (false, Some(t)),
     };
-    let verdict = admin::seek(&st.store, group, queue, partition, to_end, ts).await?;
-    if !flag(&verdict, "found") {
+    let verdict = store::seek(&st.store, group, queue, partition, to_end, ts).await?;
+    if !verdict.found {
         return Err(Error::NotFound(
             "Queue not found or has no partitions".into(),
         ));
     }
-    if flag(&verdict, "rewound") {
+    if verdict.rewound {
         match partition {
             Some(p) => st.wake.wake_partitions([(queue, p)]),
             None => st.wake.wake_queue(queue),
         }
     }
-    let mut body = json!({
-        "success": true,
-        "consumerGroup": group,
-        "queueName": queue,
-        "seekToEnd": to_end,
-        "targetTimestamp": ts.map(|t| queen_proto::time::iso_millis(t.timestamp_micros())),
-        "partitionsUpdated": verdict.get("partitionsUpdated").cloned().unwrap_or(Value::from(0)),
-    });
-    if let Some(p) = partition {
-        body["partition"] = Value::from(p);
-    }
-    Ok(body)
+    Ok(verdict.partitions_updated)
 }
 
 /// Deletes `group`'s cursors (on `queue`, or on every queue) and, with `delete_metadata`, its
-/// registrations, so the same name starts fresh on its next pop.
+/// registrations, so the same name starts fresh on its next pop. Answers the cursors deleted.
 pub async fn delete(
-    st: &AppState,
+    st: &Engine,
     group: &str,
     queue: Option<&str>,
     delete_metadata: bool,
-) -> Result<Value> {
-    let verdict = admin::delete_group(&st.store, group, queue, delete_metadata).await?;
-    if !flag(&verdict, "found") {
+) -> Result<i32> {
+    let verdict = store::delete_group(&st.store, group, queue, delete_metadata).await?;
+    if !verdict.found {
         return Err(Error::NotFound("Queue not found".into()));
     }
     // Recreated cursors may start below the deleted ones: parked pops must look again.
-    for name in verdict
-        .get("queues")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(name) = name.as_str() {
-            st.wake.wake_queue(name);
-        }
+    for name in &verdict.queues {
+        st.wake.wake_queue(name);
     }
-    let deleted = verdict
-        .get("deletedPartitions")
-        .cloned()
-        .unwrap_or(Value::from(0));
-    let mut body = json!({
-        "success": true,
-        "consumerGroup": group,
-        "deletedPartitions": deleted,
-        "metadataDeleted": delete_metadata,
-    });
-    if let Some(q) = queue {
-        body["queueName"] = Value::from(q);
-    }
-    Ok(body)
+    Ok(verdict.deleted_partitions)
 }
 
-/// Moves the stored subscription timestamp of every registration of `group`.
-pub async fn set_subscription(
-    st: &AppState,
-    group: &str,
-    timestamp: DateTime<Utc>,
-) -> Result<Value> {
-    let updated = admin::set_subscription(&st.store, group, timestamp).await?;
+/// Moves the stored subscription timestamp of every registration of `group`; answers how
+/// many were updated (404 when none).
+pub async fn set_subscription(st: &Engine, group: &str, timestamp: DateTime<Utc>) -> Result<i32> {
+    let updated = store::set_subscription(&st.store, group, timestamp).await?;
     if updated == 0 {
         return Err(Error::NotFound("Consumer group not found".into()));
     }
-    Ok(json!({
-        "success": true,
-        "consumerGroup": group,
-        "subscriptionTimestamp": queen_proto::time::iso_millis(timestamp.timestamp_micros()),
-        "registrationsUpdated": updated,
-    }))
-}
-
-fn flag(v: &Value, key: &str) -> bool {
-    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+    Ok(updated)
 }
 
 #[cfg(test)]

@@ -1,20 +1,22 @@
 //! Lease renewal (`POST /api/v1/lease/:leaseId/extend`, docs/wire.md §9): every live lease of one
-//! worker id is extended, never shortened and never revived. Best effort: the caller reads
+//! lease id is extended, never shortened and never revived. Best effort: the caller reads
 //! `renewed`, the route always answers 200.
 
+use crate::engine::Engine;
+use queen_proto::LeaseId;
+
 use crate::error::Result;
-use crate::state::AppState;
-use crate::store::ack::{self as store, Renewal};
+use crate::store::lease::{self as store, Renewal};
 
 /// Seconds a renewal asks for when the client sends none.
 pub const DEFAULT_SECONDS: i64 = 60;
 
 /// Renews every live lease of `lease_id` to at least now + `seconds` (default 60, at least 1).
-pub async fn extend(state: &AppState, lease_id: &str, seconds: Option<i64>) -> Result<Renewal> {
+pub async fn extend(state: &Engine, lease_id: &LeaseId, seconds: Option<i64>) -> Result<Renewal> {
     let seconds = seconds
         .unwrap_or(DEFAULT_SECONDS)
         .clamp(1, i64::from(i32::MAX));
     let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
     let db = state.store.conn().await?;
-    store::renew_lease(&db, lease_id, seconds).await
+    store::renew_lease(&db, lease_id.as_str(), seconds).await
 }

@@ -1,32 +1,39 @@
-//! Message detail (docs/wire.md §13) and consume-loop traces (§15).
+//! Message detail (docs/wire.md §13).
 //!
 //! Detail resolves a transactionId to an offset through the hash sidecar (the broker hashes,
 //! SQL compares bytes), reads the covering segment and decodes that one frame here, because
 //! PostgreSQL never looks inside a blob. When the sidecar rows were purged, a bounded
 //! newest-first scan of the unindexed segments takes over. The message's state (status,
-//! consumerGroups[], DLQ) comes from SQL; this module adds the frame's own fields.
+//! consumerGroups[], DLQ) comes from SQL; this module adds the frame's own fields, and
+//! `http/messages.rs` renders the whole.
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
+use uuid::Uuid;
 
 use queen_proto::frame::{self, Frame};
-use queen_proto::{segment, txn_hash};
+use queen_proto::{segment, txn_hash, PartitionId};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin::{self, MessageRow, TraceRow};
+use crate::store::messages::{self as store, MessageRow};
 
-/// Upper bound on one decompressed segment (a flush may fuse several request bodies).
-const MAX_SEGMENT_BYTES: usize = 1 << 30;
+pub use crate::store::messages::{GroupState, MessageState};
 
 /// How many unindexed segments the fallback scan reads before answering 404.
 const UNINDEXED_SCAN_SEGMENTS: i32 = 32;
 
 /// `GET /api/v1/messages/:partitionId/:transactionId`.
-pub async fn detail(st: &AppState, partition_id: &str, transaction_id: &str) -> Result<Value> {
-    let pid: i64 = partition_id.parse().map_err(|_| message_not_found())?;
+pub async fn detail(
+    st: &Engine,
+    partition_id: &str,
+    transaction_id: &str,
+) -> Result<MessageDetail> {
+    let pid = PartitionId::parse(partition_id)
+        .map_err(|_| message_not_found())?
+        .get();
     let hash = txn_hash(transaction_id);
-    if let Some(row) = admin::message(&st.store, pid, &hash, None).await? {
-        if let Some(detail) = render(&row, transaction_id)? {
+    if let Some(row) = store::message(&st.store, pid, &hash, None).await? {
+        if let Some(detail) = decode(row, transaction_id)? {
             return Ok(detail);
         }
     }
@@ -34,15 +41,15 @@ pub async fn detail(st: &AppState, partition_id: &str, transaction_id: &str) -> 
     let Some(offset) = scan_unindexed(st, pid, transaction_id).await? else {
         return Err(message_not_found());
     };
-    let row = admin::message(&st.store, pid, &hash, Some(offset))
+    let row = store::message(&st.store, pid, &hash, Some(offset))
         .await?
         .ok_or_else(message_not_found)?;
-    render(&row, transaction_id)?.ok_or_else(message_not_found)
+    decode(row, transaction_id)?.ok_or_else(message_not_found)
 }
 
 /// The newest offset holding `transaction_id` among the partition's unindexed segments.
-async fn scan_unindexed(st: &AppState, pid: i64, transaction_id: &str) -> Result<Option<i64>> {
-    for seg in admin::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS).await? {
+async fn scan_unindexed(st: &Engine, pid: i64, transaction_id: &str) -> Result<Option<i64>> {
+    for seg in store::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS).await? {
         let raw = decompress(&seg.blob, seg.base)?;
         let frames = frame::decode_all(&raw).map_err(|e| corrupt(seg.base, e))?;
         if let Some(idx) = frames
@@ -55,9 +62,22 @@ async fn scan_unindexed(st: &AppState, pid: i64, transaction_id: &str) -> Result
     Ok(None)
 }
 
-/// The wire body: SQL's state plus the frame's fields; `None` when the frame at the offset
-/// carries another transactionId (a hash collision).
-fn render(row: &MessageRow, transaction_id: &str) -> Result<Option<Value>> {
+/// One message: its frame's own fields and what the database knows of it.
+pub struct MessageDetail {
+    pub id: Uuid,
+    pub transaction_id: String,
+    /// The stored payload as JSON.
+    pub payload: Value,
+    pub trace_id: Option<Uuid>,
+    pub producer_sub: Option<String>,
+    pub is_encrypted: bool,
+    pub offset: i64,
+    pub state: MessageState,
+}
+
+/// The frame at the row's offset with the row's state; `None` when that frame carries another
+/// transactionId (a hash collision).
+fn decode(row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>> {
     let raw = decompress(&row.blob, row.base)?;
     let frames = frame::decode_all(&raw).map_err(|e| corrupt(row.base, e))?;
     let frame = usize::try_from(row.offset - row.base)
@@ -72,29 +92,16 @@ fn render(row: &MessageRow, transaction_id: &str) -> Result<Option<Value>> {
     if frame.transaction_id != transaction_id {
         return Ok(None);
     }
-    let mut body = Map::new();
-    body.insert("id".into(), Value::from(frame.message_uuid().to_string()));
-    body.insert("transactionId".into(), Value::from(frame.transaction_id));
-    let payload = payload_value(frame);
-    body.insert("data".into(), payload.clone());
-    body.insert("payload".into(), payload);
-    body.insert(
-        "traceId".into(),
-        frame
-            .trace_uuid()
-            .map_or(Value::Null, |t| Value::from(t.to_string())),
-    );
-    body.insert(
-        "producerSub".into(),
-        frame.producer_sub.map_or(Value::Null, Value::from),
-    );
-    body.insert("isEncrypted".into(), Value::from(frame.is_encrypted()));
-    if let Value::Object(state) = &row.state {
-        for (k, v) in state {
-            body.insert(k.clone(), v.clone());
-        }
-    }
-    Ok(Some(Value::Object(body)))
+    Ok(Some(MessageDetail {
+        id: frame.message_uuid(),
+        transaction_id: frame.transaction_id.to_string(),
+        payload: payload_value(frame),
+        trace_id: frame.trace_uuid(),
+        producer_sub: frame.producer_sub.map(str::to_string),
+        is_encrypted: frame.is_encrypted(),
+        offset: row.offset,
+        state: row.state,
+    }))
 }
 
 /// The stored payload as JSON (an empty payload is `null`). Stored payloads are the client's
@@ -106,7 +113,7 @@ fn payload_value(frame: &Frame<'_>) -> Value {
 }
 
 fn decompress(blob: &[u8], base: i64) -> Result<Vec<u8>> {
-    segment::decompress(blob, MAX_SEGMENT_BYTES).map_err(|e| corrupt(base, e))
+    segment::decompress(blob, segment::MAX_SEGMENT_BYTES).map_err(|e| corrupt(base, e))
 }
 
 fn corrupt(base: i64, e: impl std::fmt::Display) -> Error {
@@ -117,41 +124,4 @@ fn corrupt(base: i64, e: impl std::fmt::Display) -> Error {
 
 fn message_not_found() -> Error {
     Error::NotFound("Message not found".into())
-}
-
-/// One consume-loop trace event, as `POST /api/v1/traces` carries it.
-pub struct TraceEvent {
-    pub transaction_id: String,
-    pub partition_id: i64,
-    pub consumer_group: Option<String>,
-    pub trace_names: Option<Vec<String>>,
-    pub event_type: Option<String>,
-    pub data: Value,
-}
-
-/// Stores a trace event in `queen.message_traces`; answers `{"success":true,"traceId"}`.
-pub async fn record_trace(st: &AppState, ev: TraceEvent) -> Result<Value> {
-    let group = ev
-        .consumer_group
-        .as_deref()
-        .filter(|g| !g.is_empty())
-        .unwrap_or(queen_proto::wire::QUEUE_MODE);
-    let names = ev
-        .trace_names
-        .map(|n| n.into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>());
-    let row = TraceRow {
-        id: queen_proto::new_v7(),
-        partition_id: ev.partition_id,
-        transaction_id: &ev.transaction_id,
-        consumer_group: group,
-        event_type: ev
-            .event_type
-            .as_deref()
-            .filter(|e| !e.is_empty())
-            .unwrap_or("info"),
-        trace_names: names.filter(|n| !n.is_empty()),
-        data: ev.data,
-    };
-    let id = admin::insert_trace(&st.store, &row).await?;
-    Ok(json!({ "success": true, "traceId": id.to_string() }))
 }

@@ -7,9 +7,11 @@ use serde_json::{Map, Value};
 
 use queen_proto::Name;
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::queues::{self, QueueRow};
+use crate::store::queues;
+
+pub use crate::store::queues::QueueRow;
 
 /// What an option accepts.
 #[derive(Clone, Copy)]
@@ -192,7 +194,7 @@ fn integer(value: &Value) -> Option<i64> {
 }
 
 /// Creates or reconfigures the queue; returns its effective row.
-pub async fn configure(state: &AppState, req: &ConfigureRequest) -> Result<QueueRow> {
+pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
     let conn = state.store.conn().await?;
     queues::configure(
         &conn,
@@ -205,32 +207,9 @@ pub async fn configure(state: &AppState, req: &ConfigureRequest) -> Result<Queue
 
 /// Deletes the queue and everything it owns; `None` when it does not exist, else the number
 /// of partitions deleted.
-pub async fn delete(state: &AppState, queue: &str) -> Result<Option<i32>> {
+pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let conn = state.store.conn().await?;
     queues::delete(&conn, queue).await
-}
-
-/// The wire echo of every option (docs/wire.md §3.3), in the documented order.
-pub fn options_json(q: &QueueRow) -> Value {
-    serde_json::json!({
-        "priority": q.priority,
-        "leaseTime": q.lease_time,
-        "retryLimit": q.retry_limit,
-        "retryDelay": q.retry_delay,
-        "maxSize": q.max_queue_size,
-        "ttl": q.ttl,
-        "deadLetterQueue": q.dead_letter_queue,
-        "dlqAfterMaxRetries": q.dlq_after_max_retries,
-        "delayedProcessing": q.delayed_processing,
-        "windowBuffer": q.window_buffer,
-        "retentionSeconds": q.retention_seconds,
-        "completedRetentionSeconds": q.completed_retention_seconds,
-        "retentionEnabled": q.retention_enabled,
-        "encryptionEnabled": q.encryption_enabled,
-        "maxWaitTimeSeconds": q.max_wait_time_seconds,
-        "minPopWaitTime": q.min_pop_wait_time,
-        "dedupWindowSeconds": q.dedup_window_seconds,
-    })
 }
 
 #[cfg(test)]

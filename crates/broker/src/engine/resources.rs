@@ -1,41 +1,59 @@
 //! Resource listings (docs/wire.md §14) and the stats refresh (§15). Every count is computed live
 //! in SQL from partition and cursor watermarks (docs/engine.md §10.4), never by scanning segments;
-//! so there is no stale cache to refresh, and `refresh` answers the live overview.
+//! so there is no stale cache to refresh, and a refresh reads the live overview. The answers are
+//! rows; `http/resources.rs` renders them.
 
-use serde_json::{json, Value};
-
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::admin;
+use crate::store::queues::QueueRow;
+use crate::store::resources as store;
 
-pub async fn queues(st: &AppState) -> Result<Value> {
-    admin::queues(&st.store).await
+pub use crate::store::resources::{
+    Counts, DepthRow, Overview, PartitionStats, QueueGroup, QueueSummary,
+};
+
+/// One queue in full: its summary, its options, its partitions and its member groups.
+pub struct QueueDetail {
+    pub summary: QueueSummary,
+    pub options: QueueRow,
+    pub partitions: Vec<PartitionStats>,
+    pub groups: Vec<QueueGroup>,
 }
 
-pub async fn queue(st: &AppState, name: &str) -> Result<Value> {
-    admin::queue(&st.store, name)
+pub async fn queues(st: &Engine) -> Result<Vec<QueueSummary>> {
+    store::queues(&st.store, None).await
+}
+
+pub async fn queue(st: &Engine, name: &str) -> Result<QueueDetail> {
+    let summary = store::queues(&st.store, Some(name))
         .await?
-        .ok_or_else(queue_not_found)
-}
-
-/// Pending messages of one group on one queue (default group: queue mode).
-pub async fn depth(st: &AppState, name: &str, group: Option<&str>) -> Result<Value> {
-    let group = group
-        .filter(|g| !g.is_empty())
-        .unwrap_or(queen_proto::wire::QUEUE_MODE);
-    admin::queue_depth(&st.store, name, group)
+        .into_iter()
+        .next()
+        .ok_or_else(queue_not_found)?;
+    let options = store::queue_row(&st.store, name)
         .await?
-        .ok_or_else(queue_not_found)
+        .ok_or_else(queue_not_found)?;
+    let partitions = store::partitions(&st.store, summary.id).await?;
+    let groups = store::queue_groups(&st.store, summary.id).await?;
+    Ok(QueueDetail {
+        summary,
+        options,
+        partitions,
+        groups,
+    })
 }
 
-pub async fn overview(st: &AppState) -> Result<Value> {
-    admin::overview(&st.store).await
+/// Pending messages of one group on one queue, per partition (default group: queue mode).
+pub async fn depth(st: &Engine, name: &str, group: &str) -> Result<Vec<DepthRow>> {
+    let rows = store::queue_depth(&st.store, name, group).await?;
+    if rows.is_empty() {
+        return Err(queue_not_found());
+    }
+    Ok(rows)
 }
 
-/// The overview, stamped as refreshed: the numbers are computed at read time anyway.
-pub async fn refresh(st: &AppState) -> Result<Value> {
-    let overview = admin::overview(&st.store).await?;
-    Ok(json!({ "success": true, "message": "Statistics are computed live", "stats": overview }))
+pub async fn overview(st: &Engine) -> Result<Overview> {
+    store::overview(&st.store).await
 }
 
 fn queue_not_found() -> Error {

@@ -11,18 +11,17 @@ use std::collections::{HashMap, HashSet};
 
 use queen_proto::frame::Frame;
 use queen_proto::hash::txn_hash;
+use queen_proto::LeaseId;
 use uuid::Uuid;
 
 use crate::engine::ack::{self, Ack, AckOutcome};
-use crate::engine::dlq;
+use crate::engine::push::commit::after_commit_trouble;
+use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
-use crate::engine::push_commit::after_commit_trouble;
-use crate::engine::push_dedup::SegmentKey;
-use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::store::push::SegmentResult;
-use crate::store::transaction::{self as store, WireAck, WirePush, WireRefusal};
+use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::transaction::{self as store, WireAck, WireRefusal};
 
 /// One flattened operation: each pushed item is one, each ack is one.
 #[derive(Debug, Clone)]
@@ -37,7 +36,7 @@ pub struct TxnRequest {
     pub ops: Vec<TxnOp>,
     /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
     /// only one when there is exactly one.
-    pub required_leases: Vec<String>,
+    pub required_leases: Vec<LeaseId>,
 }
 
 /// The result of one operation of a committed bundle, index-aligned with `TxnRequest::ops`.
@@ -98,7 +97,7 @@ struct PlannedSegment {
 }
 
 /// Applies `req` atomically.
-pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
+pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     if req.ops.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
@@ -110,15 +109,17 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
     lend_leases(&mut req);
 
     let (plan, built) = build_segments(plan_pushes(&req.ops), state.cfg.zstd_level).await?;
-    let pushes: Vec<WirePush<'_>> = plan
+    let pushes: Vec<SegmentWrite<'_>> = plan
         .segments
         .iter()
         .zip(&built)
-        .map(|(seg, b)| WirePush {
+        .map(|(seg, b)| SegmentWrite {
             queue: &seg.queue,
             partition: &seg.partition,
             msg_count: b.msg_count,
             hashes: &b.hashes,
+            // The bundle's SQL probes the whole window itself.
+            verified: -1,
             blob: &b.blob,
         })
         .collect();
@@ -143,9 +144,9 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
         .map(|(members, planned)| {
             let first = members[0].1;
             WireAck {
-                partition_id: first.partition_id,
+                partition_id: first.partition_id.get(),
                 group: &first.group,
-                worker: &first.lease_id,
+                lease_id: first.lease_id.as_str(),
                 hashes: members
                     .iter()
                     .map(|(_, a)| txn_hash(&a.transaction_id))
@@ -183,36 +184,12 @@ pub async fn run(state: &AppState, mut req: TxnRequest) -> Result<TxnOutcome> {
             "log_transaction_wire_v1 committed a non-queued push: {bad:?}"
         ));
     }
-    let keys: Vec<SegmentKey<'_>> = pushes
-        .iter()
-        .map(|p| SegmentKey {
-            queue: p.queue,
-            partition: p.partition,
-            hashes: p.hashes,
-        })
-        .collect();
-    state.commit_effects().committed(&keys, &committed.pushes);
+    state.commit_effects().committed(&pushes, &committed.pushes);
 
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {
         let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-        let mut outcomes = ack::settle(verdict, &group);
-        if verdict.dlq {
-            let first = group[0];
-            dlq::hand_off(
-                state,
-                &db,
-                first.partition_id,
-                &first.group,
-                verdict,
-                &group,
-                &mut outcomes,
-            )
-            .await;
-        }
-        if let Some(queue) = &verdict.wake_queue {
-            state.wake.wake_queue(queue);
-        }
+        let outcomes = ack::conclude(state, &db, &group, verdict).await;
         for ((index, a), outcome) in members.iter().zip(outcomes) {
             results.insert(
                 *index,
@@ -274,21 +251,20 @@ fn build_planned(plan: &PushPlan, level: i32) -> Result<Vec<BuiltSegment>> {
 
 /// An ack without its own lease borrows the bundle's only required lease (docs/wire.md §10.1).
 fn lend_leases(req: &mut TxnRequest) {
-    let distinct: HashSet<&str> = req
+    let distinct: HashSet<&LeaseId> = req
         .required_leases
         .iter()
-        .map(String::as_str)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_none())
         .collect();
     if distinct.len() != 1 {
         return;
     }
-    let Some(only) = distinct.into_iter().next().map(str::to_string) else {
+    let Some(only) = distinct.into_iter().next().cloned() else {
         return;
     };
     for op in &mut req.ops {
         if let TxnOp::Ack(a) = op {
-            if a.lease_id.is_empty() {
+            if a.lease_id.is_none() {
                 a.lease_id = only.clone();
             }
         }

@@ -6,13 +6,13 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
 
-use crate::state::AppState;
+use crate::engine::Engine;
 
 const INDEX: &str = include_str!("../../dashboard/index.html");
 const APP: &str = include_str!("../../dashboard/app.js");
 const STYLE: &str = include_str!("../../dashboard/style.css");
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/", get(|| async { Redirect::to("/dashboard/") }))
         .route(

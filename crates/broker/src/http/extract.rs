@@ -1,24 +1,28 @@
-//! Request extractors whose rejections speak our JSON error shape instead of axum's text.
+//! Request extractors whose rejections speak our JSON error shape instead of axum's text, and
+//! the binary bodies of push and transaction (`Content-Type: application/x-queen-push`,
+//! docs/wire.md §6 and §10.4): recognising them and parsing them off the async workers.
 
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header::CONTENT_LENGTH;
+use axum::http::header::{self, CONTENT_LENGTH};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use queen_proto::push_bin::PushError;
 use serde::de::DeserializeOwned;
 
-use crate::error::Error;
-use crate::state::AppState;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 
 /// The raw request body, bounded by `QUEEN_MAX_BODY_BYTES` (413 above it) and by
 /// `QUEEN_BODY_READ_TIMEOUT_MS` (408 past it).
 pub struct RawBody(pub Bytes);
 
-impl FromRequest<AppState> for RawBody {
+impl FromRequest<Engine> for RawBody {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Error> {
+    async fn from_request(req: Request, state: &Engine) -> Result<Self, Error> {
         let limit = state.cfg.max_body_bytes;
         let declared = req
             .headers()
@@ -70,4 +74,71 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 /// Parses a JSON body, mapping failures to `400 {"error":"bad body: …"}`.
 pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))
+}
+
+/// The Content-Type of the binary push and transaction bodies.
+pub const CONTENT_TYPE: &str = "application/x-queen-push";
+
+/// Bodies above this size are parsed (decompressed and validated) on the blocking pool.
+const INLINE_PARSE_BYTES: usize = 256 * 1024;
+
+/// Whether the request carries a binary push or transaction body.
+pub fn is_binary(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(CONTENT_TYPE))
+}
+
+/// Runs `parse` on `body`, off the async workers when the body is large. A parse failure is a
+/// 400 `bad binary <what> body: <problem>`.
+///
+/// Decompression is bounded by the same configured body limit as the bytes on the wire, all
+/// zstd frames of the body together: each frame must announce its size (the flag-1 `raw_len`,
+/// a group's zstd content size), an announcement past what is left of the limit is a 413
+/// before anything is inflated, and a frame is inflated into a buffer of exactly its
+/// announced size, so it cannot grow past it.
+pub async fn parse_binary<T: Send + 'static>(
+    st: &Engine,
+    body: Bytes,
+    what: &'static str,
+    parse: fn(Bytes, usize) -> Result<T, PushError>,
+) -> Result<T> {
+    let max = st.cfg.max_body_bytes;
+    let parsed = if body.len() > INLINE_PARSE_BYTES {
+        tokio::task::spawn_blocking(move || parse(body, max))
+            .await
+            .map_err(|e| Error::internal(format!("binary body parse task failed: {e}")))?
+    } else {
+        parse(body, max)
+    };
+    parsed.map_err(|e| {
+        if e.exceeds_limit() {
+            Error::DecompressedTooLarge(max)
+        } else {
+            Error::bad(format!("bad binary {what} body: {e}"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn recognises_the_content_type_with_parameters_and_any_case() {
+        let mut h = HeaderMap::new();
+        assert!(!is_binary(&h));
+        for (value, binary) in [
+            ("application/x-queen-push", true),
+            ("Application/X-Queen-Push; charset=binary", true),
+            ("application/json", false),
+            ("application/x-queen-pushy", false),
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
+            assert_eq!(is_binary(&h), binary, "{value}");
+        }
+    }
 }

@@ -1,19 +1,22 @@
 //! `/api/v1/consumer-groups/...` (docs/wire.md §12): listings, lag, delete, subscription update and
-//! seek. Parses paths, queries and bodies; the rules live in `engine::groups`.
+//! seek. Parses paths, queries and bodies, and renders the engine's rows; the rules live in
+//! `engine::groups`.
 
 use axum::extract::{Path, State};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use queen_proto::time::iso_millis;
 use queen_proto::Name;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
-use crate::engine::groups::{self, SeekTarget};
+use crate::engine::groups::{self, GroupPartitionRow, GroupQueueRow, LaggingRow, SeekTarget};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, Query, RawBody};
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/consumer-groups", get(list))
         // Static before the parameter: a group cannot shadow the lag report.
@@ -40,8 +43,8 @@ pub fn routes() -> Router<AppState> {
         )
 }
 
-async fn list(State(st): State<AppState>) -> Result<Json<Value>> {
-    groups::list(&st).await.map(Json)
+async fn list(State(st): State<Engine>) -> Result<Json<Value>> {
+    Ok(Json(render_list(&groups::list(&st).await?)))
 }
 
 #[derive(Deserialize)]
@@ -53,17 +56,15 @@ struct LaggingParams {
 /// Lag threshold when the request names none (the official client's default).
 const DEFAULT_MIN_LAG_SECONDS: u32 = 60;
 
-async fn lagging(
-    State(st): State<AppState>,
-    Query(q): Query<LaggingParams>,
-) -> Result<Json<Value>> {
+async fn lagging(State(st): State<Engine>, Query(q): Query<LaggingParams>) -> Result<Json<Value>> {
     let min = q.min_lag_seconds.unwrap_or(DEFAULT_MIN_LAG_SECONDS);
-    groups::lagging(&st, i64::from(min)).await.map(Json)
+    let rows = groups::lagging(&st, i64::from(min)).await?;
+    Ok(Json(rows.iter().map(render_lagging).collect()))
 }
 
-async fn detail(State(st): State<AppState>, Path(group): Path<String>) -> Result<Json<Value>> {
+async fn detail(State(st): State<Engine>, Path(group): Path<String>) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
-    groups::detail(&st, &group).await.map(Json)
+    Ok(Json(render_detail(&groups::detail(&st, &group).await?)))
 }
 
 #[derive(Deserialize)]
@@ -91,25 +92,30 @@ impl DeleteParams {
 }
 
 async fn delete_group(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(group): Path<String>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
-    groups::delete(&st, &group, None, q.delete_metadata()?)
-        .await
-        .map(Json)
+    let delete_metadata = q.delete_metadata()?;
+    let deleted = groups::delete(&st, &group, None, delete_metadata).await?;
+    Ok(Json(deleted_body(&group, None, deleted, delete_metadata)))
 }
 
 async fn delete_group_on_queue(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue)): Path<(String, String)>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
-    groups::delete(&st, &group, Some(&queue), q.delete_metadata()?)
-        .await
-        .map(Json)
+    let delete_metadata = q.delete_metadata()?;
+    let deleted = groups::delete(&st, &group, Some(&queue), delete_metadata).await?;
+    Ok(Json(deleted_body(
+        &group,
+        Some(&queue),
+        deleted,
+        delete_metadata,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -119,7 +125,7 @@ struct SubscriptionBody {
 }
 
 async fn subscription(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(group): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
@@ -131,7 +137,13 @@ async fn subscription(
         .subscription_timestamp
         .ok_or_else(|| Error::bad("subscriptionTimestamp is required"))?;
     let ts = groups::parse_timestamp("subscriptionTimestamp", &text)?;
-    groups::set_subscription(&st, &group, ts).await.map(Json)
+    let updated = groups::set_subscription(&st, &group, ts).await?;
+    Ok(Json(json!({
+        "success": true,
+        "consumerGroup": group.as_str(),
+        "subscriptionTimestamp": iso(ts),
+        "registrationsUpdated": updated,
+    })))
 }
 
 #[derive(Deserialize, Default)]
@@ -149,28 +161,32 @@ impl SeekBody {
 }
 
 async fn seek_queue(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue)): Path<(String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let target = SeekBody::target(&body)?;
-    groups::seek(&st, &group, &queue, None, target)
-        .await
-        .map(Json)
+    let updated = groups::seek(&st, &group, &queue, None, target).await?;
+    Ok(Json(seeked_body(&group, &queue, None, target, updated)))
 }
 
 async fn seek_partition(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((group, queue, partition)): Path<(String, String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let partition = Name::parse("partition", &partition)?;
     let target = SeekBody::target(&body)?;
-    groups::seek(&st, &group, &queue, Some(&partition), target)
-        .await
-        .map(Json)
+    let updated = groups::seek(&st, &group, &queue, Some(&partition), target).await?;
+    Ok(Json(seeked_body(
+        &group,
+        &queue,
+        Some(&partition),
+        target,
+        updated,
+    )))
 }
 
 /// The group and queue of a path, each a name by the edge rule.
@@ -187,4 +203,156 @@ fn optional_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<Option<T
         return Ok(None);
     }
     json_body(body).map(Some)
+}
+
+fn iso(t: DateTime<Utc>) -> String {
+    iso_millis(t.timestamp_micros())
+}
+
+/// `GET /api/v1/consumer-groups`: one element per group with its queues; `state` is `idle`
+/// with nothing pending, `active` while a member holds a lease, else `lagging`.
+fn render_list(rows: &[GroupQueueRow]) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    for group in rows.chunk_by(|a, b| a.group == b.group) {
+        let members: i64 = group.iter().map(|r| r.active_leases).sum();
+        let total_lag: i64 = group.iter().map(|r| r.pending).sum();
+        let max_lag = group.iter().map(|r| r.time_lag_seconds).max().unwrap_or(0);
+        let state = match (total_lag, members) {
+            (0, _) => "idle",
+            (_, m) if m > 0 => "active",
+            _ => "lagging",
+        };
+        let queues: Vec<Value> = group
+            .iter()
+            .map(|r| {
+                json!({
+                    "queue": r.queue,
+                    "partitions": r.partitions,
+                    "pending": r.pending,
+                    "activeLeases": r.active_leases,
+                    "timeLagSeconds": r.time_lag_seconds,
+                    "subscriptionMode": r.subscription_mode,
+                    "subscriptionTimestamp": r.subscription_timestamp,
+                })
+            })
+            .collect();
+        out.push(json!({
+            "name": group[0].group,
+            "queues": queues,
+            "members": members,
+            "totalLag": total_lag,
+            "maxTimeLag": max_lag,
+            "state": state,
+        }));
+    }
+    Value::Array(out)
+}
+
+/// `GET /api/v1/consumer-groups/:group`: an object keyed by queue name.
+fn render_detail(rows: &[GroupPartitionRow]) -> Value {
+    let mut out = Map::new();
+    for queue in rows.chunk_by(|a, b| a.queue == b.queue) {
+        let first = &queue[0];
+        let partitions: Vec<Value> = queue
+            .iter()
+            .map(|r| {
+                json!({
+                    "partition": r.partition,
+                    "partitionId": r.partition_id,
+                    "workerId": r.lease_id,
+                    "lastConsumedAt": r.last_consumed_at,
+                    "totalConsumed": r.total_consumed,
+                    "offsetLag": r.offset_lag,
+                    "timeLagSeconds": r.time_lag_seconds,
+                    "leaseActive": r.lease_active,
+                })
+            })
+            .collect();
+        out.insert(
+            first.queue.clone(),
+            json!({
+                "conflation": first.conflation,
+                "subscriptionMode": first.subscription_mode,
+                "subscriptionTimestamp": first.subscription_timestamp,
+                "partitions": partitions,
+            }),
+        );
+    }
+    Value::Object(out)
+}
+
+/// One element of `GET /api/v1/consumer-groups/lagging` (snake_case, as the wire has it).
+fn render_lagging(r: &LaggingRow) -> Value {
+    json!({
+        "consumer_group": r.group,
+        "queue_name": r.queue,
+        "partition_name": r.partition,
+        "partition_id": r.partition_id,
+        "worker_id": r.lease_id,
+        "offset_lag": r.offset_lag,
+        "time_lag_seconds": r.time_lag_seconds,
+        "lag_hours": lag_hours(r.time_lag_seconds),
+        "oldest_unconsumed_at": r.oldest_unconsumed_at,
+        "last_consumed_at": r.last_consumed_at,
+    })
+}
+
+/// Seconds as hours rounded to two decimals, halves away from zero.
+fn lag_hours(seconds: i64) -> f64 {
+    (seconds as f64 / 36.0).round() / 100.0
+}
+
+fn seeked_body(
+    group: &str,
+    queue: &str,
+    partition: Option<&str>,
+    target: SeekTarget,
+    updated: i32,
+) -> Value {
+    let (to_end, ts) = match target {
+        SeekTarget::End => (true, None),
+        SeekTarget::Timestamp(t) => (false, Some(iso(t))),
+    };
+    let body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "queueName": queue,
+        "seekToEnd": to_end,
+        "targetTimestamp": ts,
+        "partitionsUpdated": updated,
+    });
+    with_name(body, "partition", partition)
+}
+
+fn deleted_body(group: &str, queue: Option<&str>, deleted: i32, metadata_deleted: bool) -> Value {
+    let body = json!({
+        "success": true,
+        "consumerGroup": group,
+        "deletedPartitions": deleted,
+        "metadataDeleted": metadata_deleted,
+    });
+    with_name(body, "queueName", queue)
+}
+
+/// `body` with `key` set to the name the request was scoped to, when it was.
+fn with_name(mut body: Value, key: &str, name: Option<&str>) -> Value {
+    if let Some(name) = name {
+        body[key] = Value::from(name);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_hours_round_to_two_decimals() {
+        assert_eq!(lag_hours(0), 0.0);
+        assert_eq!(lag_hours(3600), 1.0);
+        assert_eq!(lag_hours(5400), 1.5);
+        assert_eq!(lag_hours(18), 0.01);
+        assert_eq!(lag_hours(17), 0.0);
+        assert_eq!(lag_hours(500), 0.14);
+    }
 }

@@ -8,9 +8,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::state::AppState;
+use crate::engine::Engine;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -18,8 +18,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/status", get(status))
 }
 
-async fn health(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
-    let up = st.store.ping().await;
+async fn health(State(st): State<Engine>) -> (StatusCode, Json<Value>) {
+    let up = st.database_up().await;
     let body = json!({
         "status": if up { "healthy" } else { "unhealthy" },
         "database": if up { "connected" } else { "disconnected" },
@@ -34,12 +34,12 @@ async fn health(State(st): State<AppState>) -> (StatusCode, Json<Value>) {
     (code, Json(body))
 }
 
-async fn metrics(State(st): State<AppState>) -> Json<Value> {
+async fn metrics(State(st): State<Engine>) -> Json<Value> {
     let uptime = st.started.elapsed().as_secs_f64().max(1e-9);
     let requests = st.counters.requests.load(Relaxed);
     let pushed = st.counters.messages_pushed.load(Relaxed);
     let popped = st.counters.messages_popped.load(Relaxed);
-    let pool = st.store.pool().status();
+    let pool = st.pool_status();
     Json(json!({
         "uptime": uptime as u64,
         "requests": { "total": requests, "rate": requests as f64 / uptime },

@@ -1,17 +1,17 @@
 //! `GET /api/v1/messages/:partitionId/:transactionId` (docs/wire.md §13): one message with its
-//! per-group state. The lookup and rendering live in `engine::messages`.
+//! per-group state. The lookup lives in `engine::messages`; this module renders it.
 
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use queen_proto::name::check_id;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::engine::messages;
+use crate::engine::messages::{self, MessageDetail};
+use crate::engine::Engine;
 use crate::error::Result;
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new().route(
         "/api/v1/messages/{partition_id}/{transaction_id}",
         get(detail),
@@ -19,11 +19,61 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn detail(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;
-    messages::detail(&st, &partition_id, &transaction_id)
-        .await
-        .map(Json)
+    let found = messages::detail(&st, &partition_id, &transaction_id).await?;
+    Ok(Json(render(&found)))
+}
+
+/// The frame's fields and the message's state in one object.
+fn render(m: &MessageDetail) -> Value {
+    let s = &m.state;
+    let groups: Vec<Value> = s
+        .groups
+        .iter()
+        .map(|g| {
+            json!({
+                "name": g.name,
+                "group": g.name,
+                "consumed": g.consumed,
+                "leaseExpiresAt": g.lease_expires_at,
+            })
+        })
+        .collect();
+    json!({
+        "id": m.id.to_string(),
+        "transactionId": m.transaction_id,
+        "data": m.payload,
+        "payload": m.payload,
+        "traceId": m.trace_id.map(|t| t.to_string()),
+        "producerSub": m.producer_sub,
+        "isEncrypted": m.is_encrypted,
+        "createdAt": s.created_at,
+        "partitionId": s.partition_id,
+        "partition": s.partition,
+        "queue": s.queue,
+        "queuePath": format!("{}/{}", s.queue, s.partition),
+        "namespace": s.namespace,
+        "task": s.task,
+        "offset": m.offset,
+        "status": s.status,
+        "errorMessage": s.error,
+        "retryCount": s.retry_count,
+        "leaseExpiresAt": s.lease_expires_at,
+        "queueConfig": {
+            "leaseTime": s.lease_time,
+            "retryLimit": s.retry_limit,
+            "retryDelay": s.retry_delay,
+            "ttl": s.ttl,
+            "priority": s.priority,
+        },
+        "mode": {
+            "hasQueueMode": s.has_queue_mode,
+            "busGroupsCount": s.bus_groups,
+            "type": s.mode,
+        },
+        "consumerGroups": groups,
+    })
 }

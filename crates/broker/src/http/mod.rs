@@ -1,20 +1,24 @@
-//! The HTTP surface: the router, request parsing and response rendering. Handlers parse,
-//! call `engine`, and render; errors map to statuses in `crate::error`.
+//! The HTTP surface: the router, request parsing and response rendering, one module per
+//! concept (the same names as in `engine/` and `store/`). Handlers parse, call `engine`, and
+//! render; errors map to statuses in `http/error.rs`, once.
 
 mod ack;
 mod dashboard;
+mod dlq;
+mod error;
 pub mod extract;
 mod groups;
 mod health;
+mod lease;
 mod messages;
 mod pop;
 mod push;
-mod push_binary;
 mod queues;
 mod resources;
 mod traces;
 mod transaction;
-mod transaction_binary;
+
+pub use error::{HttpStatus, RETRY_AFTER_SECS};
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -25,10 +29,10 @@ use axum::response::Response;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::state::AppState;
+use crate::engine::Engine;
 
 /// Every route of the broker.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: Engine) -> Router {
     Router::new()
         .merge(health::routes())
         .merge(dashboard::routes())
@@ -36,6 +40,8 @@ pub fn router(state: AppState) -> Router {
         .merge(push::routes())
         .merge(pop::routes())
         .merge(ack::routes())
+        .merge(lease::routes())
+        .merge(dlq::routes())
         .merge(transaction::routes())
         .merge(groups::routes())
         .merge(resources::routes())
@@ -49,7 +55,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn count_requests(State(st): State<AppState>, req: Request, next: Next) -> Response {
+async fn count_requests(State(st): State<Engine>, req: Request, next: Next) -> Response {
     st.counters.requests.fetch_add(1, Relaxed);
     next.run(req).await
 }

@@ -1,19 +1,22 @@
 //! `/api/v1/resources/{queues,overview}` (docs/wire.md §14) and `POST /api/v1/stats/refresh`
-//! (§15). `DELETE /api/v1/resources/queues/:queue` belongs to `http::queues`.
+//! (§15): parsing, and the rendering of the engine's rows. `DELETE /api/v1/resources/queues/:queue`
+//! belongs to `http::queues`.
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use queen_proto::wire::QUEUE_MODE;
 use queen_proto::Name;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::engine::resources;
+use crate::engine::resources::{self, Counts, Overview, PartitionStats, QueueSummary};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::extract::{Query, RawBody};
-use crate::state::AppState;
+use crate::http::queues::options_json;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/resources/queues", get(queues))
         .route("/api/v1/resources/queues/{queue}", get(queue))
@@ -22,13 +25,23 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/stats/refresh", post(refresh))
 }
 
-async fn queues(State(st): State<AppState>) -> Result<Json<Value>> {
-    resources::queues(&st).await.map(Json)
+async fn queues(State(st): State<Engine>) -> Result<Json<Value>> {
+    let queues: Vec<Value> = resources::queues(&st).await?.iter().map(summary).collect();
+    Ok(Json(json!({ "queues": queues })))
 }
 
-async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>> {
+async fn queue(State(st): State<Engine>, Path(name): Path<String>) -> Result<Json<Value>> {
     let name = Name::parse("queue", &name)?;
-    resources::queue(&st, &name).await.map(Json)
+    let q = resources::queue(&st, &name).await?;
+    let mut body = summary(&q.summary);
+    body["config"] = options_json(&q.options);
+    body["partitions"] = q.partitions.iter().map(partition).collect();
+    body["consumerGroups"] = q
+        .groups
+        .iter()
+        .map(|g| json!({ "name": g.name, "pending": g.pending, "activeLeases": g.active_leases }))
+        .collect();
+    Ok(Json(body))
 }
 
 #[derive(Deserialize)]
@@ -37,22 +50,94 @@ struct DepthParams {
 }
 
 async fn depth(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     Path(name): Path<String>,
     Query(q): Query<DepthParams>,
 ) -> Result<Json<Value>> {
     let name = Name::parse("queue", &name)?;
     Name::optional("group", q.group.as_deref())?;
-    resources::depth(&st, &name, q.group.as_deref())
-        .await
-        .map(Json)
+    let group = q
+        .group
+        .as_deref()
+        .filter(|g| !g.is_empty())
+        .unwrap_or(QUEUE_MODE);
+    let rows = resources::depth(&st, &name, group).await?;
+    let pending: i64 = rows.iter().map(|r| r.pending).sum();
+    let partitions: Vec<Value> = rows
+        .iter()
+        .filter(|r| r.pending > 0)
+        .filter_map(|r| r.partition.as_ref().map(|p| (p, r.pending)))
+        .map(|(partition, pending)| json!({ "partition": partition, "pending": pending }))
+        .collect();
+    Ok(Json(json!({
+        "queue": name.as_str(),
+        "group": group,
+        "pending": pending,
+        "partitionsPending": partitions.len(),
+        "conflation": rows.first().is_some_and(|r| r.conflation),
+        "effectivePending": pending,
+        "partitions": partitions,
+    })))
 }
 
-async fn overview(State(st): State<AppState>) -> Result<Json<Value>> {
-    resources::overview(&st).await.map(Json)
+async fn overview(State(st): State<Engine>) -> Result<Json<Value>> {
+    Ok(Json(render_overview(&resources::overview(&st).await?)))
 }
 
-/// Any body (usually none) is accepted and ignored.
-async fn refresh(State(st): State<AppState>, RawBody(_ignored): RawBody) -> Result<Json<Value>> {
-    resources::refresh(&st).await.map(Json)
+/// Any body (usually none) is accepted and ignored; the numbers are computed at read time
+/// anyway, so the answer is the live overview stamped as refreshed.
+async fn refresh(State(st): State<Engine>, RawBody(_ignored): RawBody) -> Result<Json<Value>> {
+    let stats = render_overview(&resources::overview(&st).await?);
+    Ok(Json(
+        json!({ "success": true, "message": "Statistics are computed live", "stats": stats }),
+    ))
+}
+
+fn counts(c: &Counts) -> Value {
+    json!({
+        "total": c.total,
+        "pending": c.pending,
+        "processing": c.processing,
+        "deadLetter": c.dead_letter,
+    })
+}
+
+/// One queue of the listing (and the head of its detail).
+fn summary(q: &QueueSummary) -> Value {
+    json!({
+        "id": q.id.to_string(),
+        "name": q.name,
+        "namespace": q.namespace,
+        "task": q.task,
+        "priority": q.priority,
+        "partitions": q.partitions,
+        "createdAt": q.created_at,
+        "messages": counts(&q.messages),
+    })
+}
+
+fn partition(p: &PartitionStats) -> Value {
+    json!({
+        "id": p.id.to_string(),
+        "name": p.name,
+        "createdAt": p.created_at,
+        "lastActivity": p.last_activity,
+        "lastOffset": p.last_offset,
+        "logStart": p.log_start,
+        "messages": counts(&p.messages),
+    })
+}
+
+fn render_overview(o: &Overview) -> Value {
+    let mut messages = counts(&o.messages);
+    messages["completed"] = Value::from(o.completed);
+    json!({
+        "queues": o.queues,
+        "partitions": o.partitions,
+        "namespaces": o.namespaces,
+        "tasks": o.tasks,
+        "consumerGroups": o.consumer_groups,
+        "messages": messages,
+        "timestamp": o.at,
+    })
 }

@@ -6,16 +6,16 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use queen_proto::name::check_id;
-use queen_proto::Name;
+use queen_proto::{Name, PartitionId};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::engine::messages::{self, TraceEvent};
+use crate::engine::traces::{self, TraceEvent};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::{json_body, RawBody};
-use crate::state::AppState;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new().route("/api/v1/traces", post(record))
 }
 
@@ -31,20 +31,15 @@ struct TraceBody {
     data: Option<Value>,
 }
 
-async fn record(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn record(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
     let b: TraceBody = json_body(&body)?;
     let transaction_id = b
         .transaction_id
         .filter(|t| !t.is_empty())
         .ok_or_else(|| Error::bad("transactionId is required"))?;
-    let partition_id = b
-        .partition_id
-        .as_ref()
-        .and_then(|v| match v {
-            Value::String(s) => s.parse::<i64>().ok(),
-            Value::Number(n) => n.as_i64(),
-            _ => None,
-        })
+    let partition_id = PartitionId::from_json(b.partition_id.as_ref())
+        .ok()
+        .flatten()
         .ok_or_else(|| Error::bad("partitionId is required and must be a partition id"))?;
     check_id("transactionId", &transaction_id)?;
     Name::optional("consumerGroup", b.consumer_group.as_deref())?;
@@ -66,7 +61,8 @@ async fn record(State(st): State<AppState>, RawBody(body): RawBody) -> Result<Js
         event_type: b.event_type,
         data: b.data.unwrap_or(Value::Null),
     };
-    messages::record_trace(&st, event).await.map(Json)
+    let id = traces::record_trace(&st, event).await?;
+    Ok(Json(json!({ "success": true, "traceId": id.to_string() })))
 }
 
 /// Whether any key or string inside `v` holds a NUL character.

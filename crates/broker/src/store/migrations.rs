@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use tokio_postgres::Transaction;
 
+use crate::store::db_error::db_message;
 use crate::store::Store;
 
 /// One `sql/migrations/NNNN_name.sql` file.
@@ -285,14 +286,6 @@ async fn replay_functions(conn: &mut tokio_postgres::Client) -> Result<()> {
     tx.commit().await?;
     tracing::info!(files = changed.len(), "schema function files replayed");
     Ok(())
-}
-
-/// The server's own message of a database error, which tokio-postgres hides behind "db error".
-pub fn db_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
-    }
 }
 
 #[cfg(test)]

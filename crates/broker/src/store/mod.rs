@@ -1,18 +1,27 @@
 //! The one driver boundary: the connection pool, schema migrations and typed calls to the
-//! SQL functions. Nothing above this module writes SQL text.
+//! SQL functions, one module per concept (the same names as in `engine/` and `http/`). Nothing
+//! above this module writes SQL text.
 
 pub mod ack;
-pub mod admin;
-pub mod dedup_cache;
+pub mod db_error;
+pub mod dlq;
+pub mod groups;
+pub mod lease;
+pub mod messages;
 pub mod migrations;
 pub mod pop;
 pub mod push;
 pub mod queues;
+pub mod resources;
+pub mod traces;
 pub mod transaction;
+pub mod wake;
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use serde::de::DeserializeOwned;
+use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::NoTls;
 
 use crate::error::Result;
@@ -44,6 +53,28 @@ where
             done => return done,
         }
     }
+}
+
+/// Calls a function that answers one `jsonb` value and decodes it as `T`.
+pub(crate) async fn json_verdict<T: DeserializeOwned>(
+    db: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<T> {
+    let stmt = db.prepare_cached(sql).await?;
+    let Json(value): Json<T> = db.query_one(&stmt, params).await?.try_get(0)?;
+    Ok(value)
+}
+
+/// Runs a query on a pooled connection and answers its rows.
+pub(crate) async fn rows(
+    store: &Store,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>> {
+    let conn = store.conn().await?;
+    let stmt = conn.prepare_cached(sql).await?;
+    Ok(conn.query(&stmt, params).await?)
 }
 
 /// The broker's handle on PostgreSQL: a lazily filled pool plus the connection settings

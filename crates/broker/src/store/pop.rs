@@ -14,8 +14,9 @@ pub struct ClaimArgs<'a> {
     pub budget: i32,
     /// `None` = the queue's lease_time (60 without one).
     pub lease_seconds: Option<i32>,
-    /// The leaseId of a leased pop; one per request, shared by every claimed partition.
-    pub worker: &'a str,
+    /// The leaseId of a leased pop (`p_worker` in SQL); one per request, shared by every
+    /// claimed partition.
+    pub lease_id: &'a str,
     pub auto_ack: bool,
     /// Wildcard and discovery only: how many partitions may deliver.
     pub max_partitions: i32,
@@ -116,7 +117,7 @@ pub async fn pop_wildcard(
             &a.group,
             &a.budget,
             &a.lease_seconds,
-            &a.worker,
+            &a.lease_id,
             &a.auto_ack,
             &a.max_partitions,
             &a.sub_mode,
@@ -143,7 +144,7 @@ pub async fn pop_specific(
             &a.group,
             &a.budget,
             &a.lease_seconds,
-            &a.worker,
+            &a.lease_id,
             &a.auto_ack,
             &a.sub_mode,
             &a.sub_from,
@@ -170,7 +171,7 @@ pub async fn pop_hinted(
             &partitions,
             &a.budget,
             &a.lease_seconds,
-            &a.worker,
+            &a.lease_id,
             &a.auto_ack,
             &a.max_partitions,
             &a.sub_mode,
@@ -196,7 +197,7 @@ pub async fn pop_discover(
             &task,
             &a.group,
             &a.budget,
-            &a.worker,
+            &a.lease_id,
             &a.auto_ack,
             &a.max_partitions,
             &a.sub_mode,

@@ -7,22 +7,14 @@ use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
 use crate::store::ack::HashAckVerdict;
-use crate::store::push::SegmentResult;
-
-/// One push of a bundle: a built segment for one (queue, partition).
-pub struct WirePush<'a> {
-    pub queue: &'a str,
-    pub partition: &'a str,
-    pub msg_count: i32,
-    pub hashes: &'a [u8],
-    pub blob: &'a [u8],
-}
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// One ack group of a bundle, hash-resolved: `hashes[k]` acked with `statuses[k]`.
 pub struct WireAck<'a> {
     pub partition_id: i64,
     pub group: &'a str,
-    pub worker: &'a str,
+    /// The lease (`worker` in SQL).
+    pub lease_id: &'a str,
     pub hashes: Vec<[u8; 16]>,
     pub statuses: Vec<&'static str>,
     /// The bundle's signals for this (partition, group) in its other ack groups.
@@ -49,7 +41,7 @@ pub enum WireRefusal {
 /// fault (the bundle rolled back too).
 pub async fn transaction_wire(
     db: &impl GenericClient,
-    pushes: &[WirePush<'_>],
+    pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
@@ -67,7 +59,7 @@ pub async fn transaction_wire(
                 .collect();
             let fence: Vec<String> = a.fence.iter().map(queen_proto::hash::to_hex).collect();
             serde_json::json!({
-                "partitionId": a.partition_id, "group": a.group, "worker": a.worker, "acks": items,
+                "partitionId": a.partition_id, "group": a.group, "worker": a.lease_id, "acks": items,
                 "fence": fence,
             })
         })
@@ -80,7 +72,7 @@ pub async fn transaction_wire(
         .prepare_cached("SELECT queen.log_transaction_wire_v1($1, $2, $3)")
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
-    let row = match super::retry_conflicts(|| db.query_one(&stmt, &params)).await {
+    let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
         Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
     };

@@ -1,7 +1,7 @@
 //! Encoding a [`FramedPop`] into `QPF1` bytes.
 
 use super::{Claim, EncodeError, FramedPop, Record, MAGIC};
-use crate::writer::{put_text16, put_u32, Oversize};
+use crate::writer::{put_text16, put_u32};
 
 impl FramedPop {
     /// The `QPF1` bytes of this answer.
@@ -71,13 +71,4 @@ fn encode_record(out: &mut Vec<u8>, record: &Record) -> Result<(), EncodeError> 
     put_u32(out, record.bytes.len(), "record length")?;
     out.extend_from_slice(&record.bytes);
     Ok(())
-}
-
-impl From<Oversize> for EncodeError {
-    fn from(e: Oversize) -> Self {
-        match e {
-            Oversize::Text16 { what, len } => EncodeError::TooLong { what, len },
-            Oversize::Count32 { what, len } => EncodeError::TooMany { what, len },
-        }
-    }
 }

@@ -25,6 +25,7 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
+pub use crate::writer::EncodeError;
 pub use decode::{decode, is_framed, PopAnswer, PoppedMessage, MAX_RECORD_BYTES};
 
 /// The magic every framed pop answer starts with.
@@ -85,17 +86,6 @@ impl Codec {
             Codec::Raw
         }
     }
-}
-
-/// Why an answer cannot be encoded.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum EncodeError {
-    #[error("{what} of {len} bytes does not fit a u16 length")]
-    TooLong { what: &'static str, len: usize },
-    #[error("{what} {len} does not fit a u32")]
-    TooMany { what: &'static str, len: usize },
-    #[error("the answer's own keys cannot be serialized: {0}")]
-    Extra(String),
 }
 
 /// Why bytes are not a whole framed pop answer. The texts follow the official decoder's.

@@ -2,13 +2,12 @@
 //! benchmark and tests. Pre-compressed groups mint a UUIDv7 message id per item and use its
 //! text as the transactionId of an item without one.
 
-use thiserror::Error;
-
 use super::{FLAG_COUNTS, FLAG_FRAMES, FLAG_TXN, FLAG_ZSTD, PUSH_MAGIC, TXN_MAGIC};
-use crate::frame::{Frame, FrameError};
+use crate::frame::Frame;
 use crate::ids::new_v7;
 use crate::segment;
-use crate::writer::{put_text16, put_u32, Oversize};
+pub use crate::writer::EncodeError;
+use crate::writer::{put_text16, put_u32};
 
 /// The zstd level the official clients compress with.
 const CLIENT_LEVEL: i32 = 1;
@@ -28,28 +27,6 @@ pub struct BatchItem<'a> {
     pub transaction_id: Option<&'a str>,
     /// One compact JSON document, UTF-8.
     pub payload: &'a [u8],
-}
-
-/// Why a body cannot be encoded.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum EncodeError {
-    #[error("{what} of {len} bytes does not fit a u16 length")]
-    TooLong { what: &'static str, len: usize },
-    #[error("{what} {len} does not fit a u32")]
-    TooMany { what: &'static str, len: usize },
-    #[error("zstd compression failed")]
-    Compression,
-    #[error(transparent)]
-    Frame(#[from] FrameError),
-}
-
-impl From<Oversize> for EncodeError {
-    fn from(e: Oversize) -> Self {
-        match e {
-            Oversize::Text16 { what, len } => EncodeError::TooLong { what, len },
-            Oversize::Count32 { what, len } => EncodeError::TooMany { what, len },
-        }
-    }
 }
 
 /// A plain `QPB1` body (flag 4 when any item has a transactionId; `compress` sets flag 1 and

@@ -1,50 +1,13 @@
-//! `POST /api/v1/push` with the JSON body (docs/wire.md §5): parse without re-serialising
-//! payloads (each payload is a slice of the request body), push, answer 201 with one result
-//! per item in input order. A binary body (`application/x-queen-push`) goes to
-//! [`push_binary`](crate::http::push_binary).
+//! The JSON push body (docs/wire.md §5.1): `{"items":[…]}` parsed without re-serialising
+//! payloads (each payload is a zero-copy slice of the request body). The transaction body's
+//! push operations parse with [`parse_item`] too.
 
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::engine::push::{self, PushItem, PushResult};
+use crate::engine::push::PushItem;
 use crate::error::{Error, Result};
-use crate::http::extract::RawBody;
-use crate::http::push_binary;
-use crate::state::AppState;
-
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/v1/push", post(push_json))
-}
-
-async fn push_json(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    RawBody(body): RawBody,
-) -> Result<Response> {
-    if push_binary::is_binary(&headers) {
-        return push_binary::push(&st, body).await;
-    }
-    let items = parse_items(&body)?;
-    let results = push::push(&st, items).await?;
-    push::require_stored(&results)?;
-    Ok(created(&results))
-}
-
-/// The 201 answer of a push: one element per message, in input order.
-pub(crate) fn created(results: &[PushResult]) -> Response {
-    let out: Vec<ItemOut> = results
-        .iter()
-        .enumerate()
-        .map(|(index, r)| ItemOut::new(index, r))
-        .collect();
-    (StatusCode::CREATED, Json(out)).into_response()
-}
 
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -80,7 +43,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 }
 
 /// Parses `{"items":[…]}` into push items; any bad item refuses the whole body.
-fn parse_items(body: &Bytes) -> Result<Vec<PushItem>> {
+pub(super) fn parse_items(body: &Bytes) -> Result<Vec<PushItem>> {
     let envelope: Envelope<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
     let items = envelope
@@ -141,34 +104,5 @@ fn share(body: &Bytes, part: &[u8]) -> Bytes {
         body.slice_ref(part)
     } else {
         Bytes::copy_from_slice(part)
-    }
-}
-
-/// One element of the 201 answer (docs/wire.md §5.2).
-#[derive(Serialize)]
-struct ItemOut {
-    index: usize,
-    message_id: String,
-    transaction_id: String,
-    #[serde(rename = "queueName")]
-    queue_name: String,
-    status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    offset: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
-impl ItemOut {
-    fn new(index: usize, r: &PushResult) -> Self {
-        ItemOut {
-            index,
-            message_id: r.message_id().to_string(),
-            transaction_id: r.transaction_id.clone(),
-            queue_name: r.queue.clone(),
-            status: r.status(),
-            offset: r.offset(),
-            error: r.error().map(str::to_string),
-        }
     }
 }

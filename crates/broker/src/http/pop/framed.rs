@@ -18,8 +18,8 @@ use queen_proto::frame::{decode_exact, Frame};
 use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
-use crate::engine::render::{self, LeasedSpan, RenderContext, Rendered};
-use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+use super::json;
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
 /// (a name over 65 535 bytes, which validation upstream rules out), it is rendered as JSON:
@@ -27,24 +27,11 @@ use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
 pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     let mut blobs = answer.blobs.iter();
     let mut claims = Vec::with_capacity(answer.partitions.len());
-    let mut leases = Vec::new();
     let mut messages = 0;
     for part in &answer.partitions {
         let segments: Vec<(&ClaimedSegment, &Vec<u8>)> =
             part.segments.iter().zip(blobs.by_ref()).collect();
-        let claim = claim(part, &segments, ctx.max_segment_bytes);
-        if !ctx.lease_id.is_empty() {
-            // The client decodes the frames, not us: no hashes to vouch for a fast-path ack,
-            // so acks of this lease resolve in SQL.
-            leases.push(LeasedSpan {
-                partition_id: part.partition_id,
-                first_offset: claim.as_ref().map_or(-1, |(c, _)| c.start as i64),
-                batch_end: claim.as_ref().map_or(-1, |(c, _)| c.end as i64),
-                hashes: Vec::new(),
-                complete: false,
-            });
-        }
-        if let Some((claim, count)) = claim {
+        if let Some((claim, count)) = claim(part, &segments, ctx.max_segment_bytes) {
             messages += count;
             claims.push(claim);
         }
@@ -62,11 +49,10 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
             body,
             messages,
             partitions_claimed,
-            leases,
         },
         Err(e) => {
             tracing::error!(error = %e, "framed pop answer cannot be encoded; answering JSON");
-            render::render(answer, ctx)
+            json::render(answer, ctx)
         }
     }
 }
@@ -175,7 +161,7 @@ fn claimed_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::render::tests::{ctx, frame};
+    use crate::http::pop::json::tests::{ctx, frame};
     use queen_proto::pop_framed::decode;
     use queen_proto::segment;
 
@@ -246,8 +232,6 @@ mod tests {
         assert_eq!(d.partition_id, "17");
         assert_eq!(d.lease_id, "L");
         assert_eq!(d.messages[0].created_at, "2026-07-30T09:12:44.881Z");
-        assert_eq!((r.leases[0].first_offset, r.leases[0].batch_end), (41, 44));
-        assert!(!r.leases[0].complete, "acks of a framed pop resolve in SQL");
     }
 
     #[test]
@@ -256,7 +240,6 @@ mod tests {
         two.extend_from_slice(&segment::compress(&frames(&["c"]), 1));
         let r = render(&answer(vec![seg(0, 1, 2, 3)], vec![two]), &ctx(""));
         assert_eq!(txns(&r.body), ["b", "c"]);
-        assert!(r.leases.is_empty(), "autoAck takes no lease");
     }
 
     #[test]

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::push_fusion::{Failure, FrameOutcome};
 use crate::accel::wake::WakeGates;
-use crate::engine::push_dedup::{report_commits, SegmentKey};
+use crate::engine::push::dedup::report_commits;
+use crate::engine::Counters;
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::state::Counters;
-use crate::store::migrations::db_message;
-use crate::store::push::SegmentResult;
+use crate::store::db_error::failure_text;
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// What a committed write touches; cheap to clone (the fusion's writer keeps one).
 #[derive(Clone)]
@@ -33,7 +33,7 @@ impl CommitEffects {
     /// The dedup cache learns each stored segment (its entries stay extendable past it), pops
     /// parked on those partitions wake (before the pushers are answered, so a pop right after
     /// the answer sees the messages), and the pushed counter counts them.
-    pub fn committed(&self, segs: &[SegmentKey<'_>], results: &[SegmentResult]) {
+    pub fn committed(&self, segs: &[SegmentWrite<'_>], results: &[SegmentResult]) {
         report_commits(&self.dedup, segs, results);
         let mut stored = Vec::new();
         let mut messages = 0u64;
@@ -54,10 +54,7 @@ static WRITE_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 /// The outcome of frames whose write did not commit because of `e` (logged here, rate
 /// limited, with PostgreSQL's own message); `what` names the write in the log.
 pub fn write_failed(e: &Error, what: &str, segments: usize) -> FrameOutcome {
-    let error = match e {
-        Error::Db(db) => format!("database error: {}", db_message(db)),
-        other => other.to_string(),
-    };
+    let error = failure_text(e);
     if let Some(suppressed) = WRITE_FAILURES.admit(&error) {
         tracing::error!(error = %error, segments, suppressed, "{what} failed");
     }

@@ -1,55 +1,17 @@
-//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). Runs after PostgreSQL has
-//! answered and the connection is back in the pool: decompress each claimed segment's blob,
+//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). The engine runs it after
+//! PostgreSQL has answered and the connection is back in the pool: decompress each claimed segment's blob,
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
 //! buffer, splicing each stored payload verbatim.
-//!
-//! A leased pop also yields, per claimed partition, the leased span and the transaction
-//! hashes delivered in it ([`LeasedSpan`]): what an ack registry needs to turn the common
-//! full-batch ack into one positional cursor advance.
 
 use std::io::Write;
 
 use queen_proto::frame::{self, Frame};
-use queen_proto::{hash, segment, time};
+use queen_proto::{segment, time};
 
-use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
-/// Fixed parts of the envelope.
-pub struct RenderContext<'a> {
-    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
-    pub queue: &'a str,
-    pub group: &'a str,
-    /// The pop's worker id, or `""` for autoAck.
-    pub lease_id: &'a str,
-    /// Discovery answers carry a per-message `queue`.
-    pub per_message_queue: bool,
-    /// Upper bound of one decompressed segment.
-    pub max_segment_bytes: usize,
-}
-
-/// A rendered 200 answer.
-pub struct Rendered {
-    pub body: Vec<u8>,
-    pub messages: usize,
-    pub partitions_claimed: usize,
-    /// One entry per claimed partition of a leased pop (empty on autoAck).
-    pub leases: Vec<LeasedSpan>,
-}
-
-/// The lease a pop took on one (partition, group): offsets `(first_offset - 1, batch_end]`,
-/// worker = the pop's leaseId, and the distinct-or-not hashes of every delivered frame.
-#[derive(Debug, Clone)]
-pub struct LeasedSpan {
-    pub partition_id: i64,
-    pub first_offset: i64,
-    pub batch_end: i64,
-    pub hashes: Vec<[u8; 16]>,
-    /// False when a frame of the span could not be decoded: only SQL may then resolve acks.
-    pub complete: bool,
-}
-
-/// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out
-/// (their span is marked incomplete; the lease expires and they redeliver).
+/// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out (the
+/// lease expires and they redeliver).
 pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
     let first = answer.partitions.first();
@@ -68,52 +30,32 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     write_str(&mut out, ctx.group);
     out.extend_from_slice(b",\"messages\":[");
 
-    let mut walk = Walk {
-        out,
-        messages: 0,
-        leases: Vec::new(),
-    };
+    let mut walk = Walk { out, messages: 0 };
     let mut blobs = answer.blobs.iter();
     let mut partitions_claimed = 0;
     for part in &answer.partitions {
-        let mut span = LeasedSpan {
-            partition_id: part.partition_id,
-            first_offset: -1,
-            batch_end: -1,
-            hashes: Vec::new(),
-            complete: true,
-        };
         let before = walk.messages;
         for seg in &part.segments {
             let Some(blob) = blobs.next() else { break };
-            walk.segment(ctx, part, seg, blob, &mut span);
+            walk.segment(ctx, part, seg, blob);
         }
         if walk.messages > before {
             partitions_claimed += 1;
         }
-        if !ctx.lease_id.is_empty() {
-            walk.leases.push(span);
-        }
     }
-    let Walk {
-        mut out,
-        messages,
-        leases,
-    } = walk;
+    let Walk { mut out, messages } = walk;
     write!(out, "],\"partitionsClaimed\":{partitions_claimed}}}")
         .expect("writing to a Vec cannot fail");
     Rendered {
         body: out,
         messages,
         partitions_claimed,
-        leases,
     }
 }
 
 struct Walk {
     out: Vec<u8>,
     messages: usize,
-    leases: Vec<LeasedSpan>,
 }
 
 impl Walk {
@@ -123,31 +65,23 @@ impl Walk {
         part: &ClaimedPartition,
         seg: &ClaimedSegment,
         blob: &[u8],
-        span: &mut LeasedSpan,
     ) {
         let frames = match segment::decompress(blob, ctx.max_segment_bytes) {
             Ok(frames) => frames,
-            Err(e) => return undecodable(part, seg, span, &e),
+            Err(e) => return undecodable(part, seg, &e),
         };
         let count = usize::try_from(seg.msg_count).unwrap_or(0);
         let decoded = match frame::decode_exact(&frames, count) {
             Ok(decoded) => decoded,
-            Err(e) => return undecodable(part, seg, span, &e),
+            Err(e) => return undecodable(part, seg, &e),
         };
         let Some(slice) = seg.claimed_range().and_then(|range| decoded.get(range)) else {
-            return undecodable(part, seg, span, &"claimed frames lie outside the segment");
+            return undecodable(part, seg, &"claimed frames lie outside the segment");
         };
         let created_at = time::iso_millis(seg.created_at);
         for (i, f) in slice.iter().enumerate() {
             let offset = seg.base + i64::from(seg.start_idx) + i as i64;
             self.message(ctx, part, f, &created_at, offset);
-            if span.first_offset < 0 {
-                span.first_offset = offset;
-            }
-            span.batch_end = offset;
-            if !ctx.lease_id.is_empty() {
-                span.hashes.push(hash::txn_hash(f.transaction_id));
-            }
         }
     }
 
@@ -207,17 +141,11 @@ impl Walk {
     }
 }
 
-fn undecodable(
-    part: &ClaimedPartition,
-    seg: &ClaimedSegment,
-    span: &mut LeasedSpan,
-    e: &dyn std::fmt::Display,
-) {
+fn undecodable(part: &ClaimedPartition, seg: &ClaimedSegment, e: &dyn std::fmt::Display) {
     tracing::error!(
         queue = %part.queue, partition = %part.partition, partition_id = part.partition_id,
         base_offset = seg.base, error = %e, "stored segment cannot be decoded; its frames are left out"
     );
-    span.complete = false;
 }
 
 /// A JSON string literal.
@@ -256,6 +184,7 @@ pub(crate) mod tests {
             group: "g",
             lease_id,
             per_message_queue: false,
+            frames: false,
             max_segment_bytes: 1 << 20,
         }
     }
@@ -297,16 +226,10 @@ pub(crate) mod tests {
         assert_eq!(m[1]["data"], serde_json::json!([1, 2]));
         assert_eq!(m[1]["deliveryAttempt"], 2);
         assert_eq!(m[1]["createdAt"], "2026-07-30T09:12:44.881Z");
-        assert_eq!(r.leases.len(), 1);
-        assert_eq!((r.leases[0].first_offset, r.leases[0].batch_end), (41, 42));
-        assert_eq!(
-            r.leases[0].hashes,
-            vec![hash::txn_hash("b"), hash::txn_hash("c\"q")]
-        );
     }
 
     #[test]
-    fn a_corrupt_blob_is_left_out_and_marks_the_span() {
+    fn a_corrupt_blob_is_left_out() {
         let answer = PopAnswer {
             partitions: vec![ClaimedPartition {
                 partition: "p".into(),
@@ -326,7 +249,6 @@ pub(crate) mod tests {
         };
         let r = render(&answer, &ctx("L"));
         assert_eq!(r.messages, 0);
-        assert!(!r.leases[0].complete);
         serde_json::from_slice::<serde_json::Value>(&r.body).expect("still valid JSON");
     }
 }

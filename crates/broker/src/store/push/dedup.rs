@@ -3,8 +3,8 @@
 
 use deadpool_postgres::GenericClient;
 
-use crate::accel::dedup_cache::{HashRow, Hydration};
 use crate::error::{Error, Result};
+use queen_proto::sidecar::{HashRow, Hydration};
 
 /// One partition to read: rows committed after offset `after` (-1: all in the window).
 pub struct HydrateAsk<'a> {

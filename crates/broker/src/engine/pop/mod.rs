@@ -1,35 +1,34 @@
 //! One pop request from parameters to answer (docs/spec/life-of-a-pop.md, docs/engine.md §5.1): pop
 //! maintenance mode, the minimum pop wait, the cheap has-pending probe, the claim in SQL, the
 //! frame walk after the connection is released, and long-poll parking with no connection
-//! held. This is the `QUEEN_HOTLIST=0` candidate path: the wildcard shape asks the SQL
-//! wildcard procedure, which carries the group-first-contact bulk seed; a woken wildcard pop
-//! first tries the partitions its wake gate was told were pushed (docs/engine.md §5.2).
+//! held. The wildcard shape asks the SQL wildcard procedure, which carries the
+//! group-first-contact bulk seed; a woken wildcard pop first tries the partitions its wake gate
+//! was told were pushed (docs/engine.md §5.2).
+//!
+//! Beside it: [`longpoll`] (parking). The answer's body is rendered by the HTTP floor's
+//! [`Render`] (JSON or `QPF1`, `http/pop/`), which this module runs after the connection is back
+//! in the pool, off the async workers when the answer is big. What the pop path remembers
+//! between requests lives in `accel/pop_cache.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+pub mod longpoll;
+
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
-use serde_json::{json, Value};
+use queen_proto::LeaseId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::longpoll::{claim_cutoff, Armed, Backoff, Woke};
-use crate::engine::pop_state::{Delivered, Deliveries, MinPopWait};
-use crate::engine::render::{self, RenderContext, Rendered};
-use crate::engine::render_framed;
-use crate::engine::segment_build::INLINE_BUILD_BYTES;
+use crate::accel::pop_cache::Delivered;
+use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
+use crate::engine::push::segment::INLINE_BUILD_BYTES;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::state::AppState;
-use crate::store::migrations::db_message;
-use crate::store::pop::{self as sql, ClaimArgs, PopAnswer};
-
-/// Upper bound of one decompressed stored segment.
-const MAX_SEGMENT_BYTES: usize = 1 << 30;
-/// How long a read of pop maintenance mode is trusted.
-const MAINTENANCE_TTL: Duration = Duration::from_secs(1);
+use crate::store::db_error::db_message;
+use crate::store::pop::{self as sql, ClaimArgs};
 
 /// Which partitions a pop may claim from.
 #[derive(Debug, Clone)]
@@ -68,45 +67,41 @@ pub struct PopRequest {
     pub lease_seconds: Option<i32>,
     /// `frames=true`: answer `QPF1` (docs/wire.md §7.7) instead of JSON.
     pub frames: bool,
+    /// Renders the claimed answer.
+    pub render: Render,
+}
+
+pub use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
+
+/// Turns a claimed answer into the response body (the HTTP floor's renderers).
+pub type Render = fn(&PopAnswer, &RenderContext<'_>) -> Rendered;
+
+/// Fixed parts of an answer's envelope.
+pub struct RenderContext<'a> {
+    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
+    pub queue: &'a str,
+    pub group: &'a str,
+    /// The pop's lease id, or `""` for autoAck.
+    pub lease_id: &'a str,
+    /// Discovery answers carry a per-message `queue`.
+    pub per_message_queue: bool,
+    /// `QPF1` instead of JSON.
+    pub frames: bool,
+    /// Upper bound of one decompressed segment.
+    pub max_segment_bytes: usize,
+}
+
+/// A rendered 200 answer.
+pub struct Rendered {
+    pub body: Vec<u8>,
+    pub messages: usize,
+    pub partitions_claimed: usize,
 }
 
 pub enum PopOutcome {
     /// Nothing delivered: 204 with no body.
     Empty,
     Delivered(Rendered),
-}
-
-/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits, the
-/// long-poll's counters and the per-queue delivery metrics.
-#[derive(Default)]
-pub struct PopService {
-    maintenance: MaintenanceFlag,
-    min_wait: MinPopWait,
-    stats: PopStats,
-    deliveries: Deliveries,
-}
-
-impl PopService {
-    /// The `pop` section of `/metrics`.
-    pub fn metrics(&self) -> Value {
-        json!({
-            "hintClaims": self.stats.hint_claims.load(Relaxed),
-            "hintFallthroughs": self.stats.hint_fallthroughs.load(Relaxed),
-            "deadlineMarginSkips": self.stats.deadline_margin_skips.load(Relaxed),
-            "queues": self.deliveries.snapshot(),
-        })
-    }
-}
-
-/// How woken pops were scheduled, so the cheaper paths can be seen working.
-#[derive(Default)]
-struct PopStats {
-    /// Woken wildcard pops served from their pushed-partition hints.
-    hint_claims: AtomicU64,
-    /// Hinted claims that delivered nothing and fell through to the wildcard scan.
-    hint_fallthroughs: AtomicU64,
-    /// Waiting pops that answered 204 instead of starting a claim inside the deadline margin.
-    deadline_margin_skips: AtomicU64,
 }
 
 /// What one claim attempt came to.
@@ -122,9 +117,9 @@ enum Tried {
 /// Serves one pop: claims now, or parks (with `wait`) until something is claimed or the
 /// deadline passes. Every wait (pool, maintenance refresh, park) ends by the deadline, and
 /// no claim starts after it.
-pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
+pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
     let deadline = Instant::now() + req.timeout;
-    let worker = queen_proto::new_v7().to_string();
+    let lease_id = LeaseId::mint();
     // `new` means "after this request arrived", however long its first contact waits (a
     // long-poll on a queue nobody created yet registers only once a push creates it).
     let subscription = subscription_args(&req.subscription, Utc::now());
@@ -151,7 +146,7 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
             return Ok(PopOutcome::Empty);
         }
         first = false;
-        if st.pop.maintenance.on(st, start_by).await? != Some(false) {
+        if maintenance_on(st, start_by).await? != Some(false) {
             return Ok(PopOutcome::Empty);
         }
         // Armed before the attempt: a push landing between the attempt and the park is kept.
@@ -161,7 +156,7 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
         match attempt(
             st,
             req,
-            &worker,
+            &lease_id,
             &subscription,
             &tried,
             bounds,
@@ -196,9 +191,9 @@ pub async fn pop(st: &AppState, req: &PopRequest) -> Result<PopOutcome> {
 /// It claims only with a connection taken before `start_by` (`bounds.0`); `bounds.1` is the
 /// pop's deadline. Every connection it takes is back in the pool when it returns.
 async fn attempt(
-    st: &AppState,
+    st: &Engine,
     req: &PopRequest,
-    worker: &str,
+    lease_id: &LeaseId,
     (sub_mode, sub_from): &(&'static str, String),
     hints: &[String],
     (start_by, deadline): (Instant, Instant),
@@ -213,7 +208,7 @@ async fn attempt(
         group: &req.group,
         budget: req.batch,
         lease_seconds: req.lease_seconds,
-        worker,
+        lease_id: lease_id.as_str(),
         auto_ack: req.auto_ack,
         max_partitions: req.partitions,
         sub_mode,
@@ -239,7 +234,7 @@ async fn attempt(
     if answer.partitions.is_empty() {
         return Ok(Tried::Nothing);
     }
-    let (rendered, delivered) = render_answer(answer, req, worker).await?;
+    let (rendered, delivered) = render_answer(answer, req, lease_id).await?;
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
@@ -257,27 +252,28 @@ async fn attempt(
 async fn render_answer(
     answer: PopAnswer,
     req: &PopRequest,
-    worker: &str,
+    lease_id: &LeaseId,
 ) -> Result<(Rendered, Delivered)> {
     let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
-    let delivered = Delivered::of(&answer);
+    let delivered = delivered(&answer);
     let queue = queue_of(&req.shape).map_or("", |(q, _)| q).to_string();
-    let lease_id = if req.auto_ack { "" } else { worker }.to_string();
-    let (group, frames) = (req.group.clone(), req.frames);
+    let lease_id = if req.auto_ack {
+        LeaseId::none()
+    } else {
+        lease_id.clone()
+    };
+    let (group, frames, render) = (req.group.clone(), req.frames, req.render);
     let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
     let render = move || {
         let ctx = RenderContext {
             queue: &queue,
             group: &group,
-            lease_id: &lease_id,
+            lease_id: lease_id.as_str(),
             per_message_queue,
-            max_segment_bytes: MAX_SEGMENT_BYTES,
+            frames,
+            max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
         };
-        if frames {
-            render_framed::render(&answer, &ctx)
-        } else {
-            render::render(&answer, &ctx)
-        }
+        render(&answer, &ctx)
     };
     // Decompressing and rendering a big answer would stall an async worker for milliseconds.
     let rendered = if blob_bytes > INLINE_BUILD_BYTES {
@@ -295,7 +291,7 @@ async fn render_answer(
 /// runs the wildcard pop, the backstop for missed wakes and older backlog, so a stale hint
 /// never hides work.
 async fn claim_hinted(
-    st: &AppState,
+    st: &Engine,
     db: &impl GenericClient,
     req: &PopRequest,
     hints: &[String],
@@ -388,7 +384,7 @@ fn subscription_args(sub: &Subscription, arrived: DateTime<Utc>) -> (&'static st
 /// elapses or the caller's deadline (less the claim margin) passes. A push to the queue
 /// re-evaluates at once.
 async fn hold_underfull(
-    st: &AppState,
+    st: &Engine,
     req: &PopRequest,
     queue: &str,
     partition: Option<&str>,
@@ -417,43 +413,52 @@ async fn hold_underfull(
     }
 }
 
-/// Pop maintenance mode, re-read from PostgreSQL at most once per second.
-#[derive(Default)]
-struct MaintenanceFlag {
-    cached: Mutex<Option<(Instant, bool)>>,
-    /// One refresh at a time; the others wait for its answer.
-    refresh: tokio::sync::Mutex<()>,
-}
-
-impl MaintenanceFlag {
-    fn fresh(&self) -> Option<bool> {
-        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        cached
-            .filter(|(at, _)| at.elapsed() < MAINTENANCE_TTL)
-            .map(|(_, on)| on)
+/// Pop maintenance mode (cached, re-read from PostgreSQL at most once per second), or `None`
+/// when it cannot be learnt before `until` (the refresh by another pop, or a free connection,
+/// takes longer): the caller then must not claim.
+async fn maintenance_on(st: &Engine, until: Instant) -> Result<Option<bool>> {
+    let flag = &st.pop.maintenance;
+    if let Some(on) = flag.fresh() {
+        return Ok(Some(on));
     }
-
-    /// The flag, or `None` when it cannot be learnt before `until` (the refresh by another
-    /// pop, or a free connection, takes longer): the caller then must not claim.
-    async fn on(&self, st: &AppState, until: Instant) -> Result<Option<bool>> {
-        if let Some(on) = self.fresh() {
-            return Ok(Some(on));
-        }
-        let Ok(_refreshing) = tokio::time::timeout_at(until, self.refresh.lock()).await else {
+    let Some(_refreshing) = flag.refreshing(until).await else {
+        return Ok(None);
+    };
+    if let Some(on) = flag.fresh() {
+        return Ok(Some(on));
+    }
+    let on = {
+        let Some(conn) = st.store.conn_before(until).await? else {
             return Ok(None);
         };
-        if let Some(on) = self.fresh() {
-            return Ok(Some(on));
-        }
-        let on = {
-            let Some(conn) = st.store.conn_before(until).await? else {
-                return Ok(None);
-            };
-            sql::pop_maintenance(&conn).await.map_err(pop_failed)?
+        sql::pop_maintenance(&conn).await.map_err(pop_failed)?
+    };
+    flag.set(on);
+    Ok(Some(on))
+}
+
+/// What one answer delivered, per queue, for the delivery metrics.
+fn delivered(answer: &PopAnswer) -> Delivered {
+    let mut per_queue: Vec<(String, u64, i64)> = Vec::new();
+    for part in &answer.partitions {
+        let taken: u64 = part
+            .segments
+            .iter()
+            .map(|s| u64::try_from(s.take).unwrap_or(0))
+            .sum();
+        let oldest = part.segments.iter().map(|s| s.created_at).min();
+        let (Some(oldest), true) = (oldest, taken > 0) else {
+            continue;
         };
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), on));
-        Ok(Some(on))
+        match per_queue.iter_mut().find(|(q, ..)| *q == part.queue) {
+            Some(entry) => {
+                entry.1 += taken;
+                entry.2 = entry.2.min(oldest);
+            }
+            None => per_queue.push((part.queue.clone(), taken, oldest)),
+        }
     }
+    Delivered(per_queue)
 }
 
 #[cfg(test)]
@@ -475,5 +480,49 @@ mod tests {
             ("all", "2026-11-29T10:00:00.123456Z".to_string())
         );
         assert_eq!(subscription_args(&Subscription::All, arrived).1, "");
+    }
+
+    #[test]
+    fn deliveries_count_messages_and_the_oldest_wait_per_queue() {
+        use crate::accel::pop_cache::Deliveries;
+        use crate::store::pop::{ClaimedPartition, ClaimedSegment};
+        use serde_json::json;
+        let part = |queue: &str, created: &[(i32, i64)]| ClaimedPartition {
+            partition: "p".into(),
+            partition_id: 1,
+            queue: queue.into(),
+            delivery_attempt: 1,
+            segments: created
+                .iter()
+                .map(|&(take, created_at)| ClaimedSegment {
+                    base: 0,
+                    start_idx: 0,
+                    take,
+                    msg_count: take,
+                    created_at,
+                })
+                .collect(),
+        };
+        let answer = PopAnswer {
+            partitions: vec![
+                part("a", &[(2, 5_000_000), (3, 6_000_000)]),
+                part("b", &[(1, 9_000_000)]),
+                part("a", &[(4, 2_000_000)]),
+            ],
+            min_pop_wait_ms: None,
+            blobs: Vec::new(),
+        };
+        let d = Deliveries::default();
+        d.record(delivered(&answer), 10_000_000);
+        d.record(delivered(&answer), 10_500_000);
+        let v = d.snapshot();
+        assert_eq!(
+            v["a"],
+            json!({"pops": 2, "messages": 18, "lastLagMs": 8500, "maxLagMs": 8500})
+        );
+        assert_eq!(
+            v["b"],
+            json!({"pops": 2, "messages": 2, "lastLagMs": 1500, "maxLagMs": 1500})
+        );
     }
 }

@@ -1,104 +1,17 @@
-//! `POST /api/v1/transaction` with the JSON body (docs/wire.md §10): parse the operations into a
-//! `TxnRequest`, run it, and render HTTP 200 for both outcomes (a rollback is a business
-//! outcome, never a 5xx the clients would replay). A malformed bundle is 400 with the same
-//! failure shape. The binary `QTB1` body parses in [`transaction_binary`].
+//! The JSON transaction body (docs/wire.md §10.1): operations flattened into a `TxnRequest`,
+//! push items parsed like the push body's and acks like the ack body's; payloads stay slices
+//! of the request body.
 
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use queen_proto::name::check_id;
+use queen_proto::LeaseId;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::engine::transaction::{self, OpResult, TxnOp, TxnOutcome, TxnRequest};
+use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack};
-use crate::http::extract::RawBody;
-use crate::http::push::parse_item;
-use crate::http::{push_binary, transaction_binary};
-use crate::state::AppState;
-
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/v1/transaction", post(transaction_json))
-}
-
-async fn transaction_json(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    RawBody(body): RawBody,
-) -> Response {
-    let bundle_id = queen_proto::new_v7().to_string();
-    let parsed = if push_binary::is_binary(&headers) {
-        transaction_binary::parse(&st, body).await
-    } else {
-        parse_bundle(&body).map(|req| (req, false))
-    };
-    let (outcome, counts_only) = match parsed {
-        Ok((req, counts_only)) => (transaction::run(&st, req).await, counts_only),
-        Err(e) => (Err(e), false),
-    };
-    match outcome {
-        Ok(TxnOutcome::Committed(results)) if counts_only => {
-            Json(transaction_binary::counted(&bundle_id, &results)).into_response()
-        }
-        Ok(TxnOutcome::Committed(results)) => {
-            let results: Vec<Value> = results
-                .iter()
-                .enumerate()
-                .map(|(i, r)| render_result(i, r))
-                .collect();
-            Json(json!({ "transactionId": bundle_id, "success": true, "results": results }))
-                .into_response()
-        }
-        Ok(TxnOutcome::RolledBack { reason, error }) => {
-            failure(StatusCode::OK, &bundle_id, &error, reason.as_str())
-        }
-        Err(Error::BadRequest(error)) => {
-            failure(StatusCode::BAD_REQUEST, &bundle_id, &error, "bad_request")
-        }
-        Err(e) => e.into_response(),
-    }
-}
-
-/// `{"transactionId","success":false,"error","reason","results":[]}`.
-fn failure(status: StatusCode, bundle_id: &str, error: &str, reason: &str) -> Response {
-    let body = json!({
-        "transactionId": bundle_id, "success": false, "error": error, "reason": reason, "results": [],
-    });
-    (status, Json(body)).into_response()
-}
-
-fn render_result(index: usize, r: &OpResult) -> Value {
-    match r {
-        OpResult::Push {
-            queue,
-            transaction_id,
-            message_id,
-            duplicate,
-        } => {
-            let mut v = json!({
-                "index": index, "type": "push", "success": true, "transactionId": transaction_id,
-                "messageId": message_id.to_string(), "queueName": queue,
-            });
-            if *duplicate {
-                v["duplicate"] = Value::Bool(true);
-            }
-            v
-        }
-        OpResult::Ack {
-            transaction_id,
-            outcome,
-        } => json!({
-            "index": index, "type": "ack", "success": outcome.success, "transactionId": transaction_id,
-            "error": outcome.error, "dlq": outcome.dlq, "leaseReleased": outcome.lease_released,
-            "noop": outcome.noop,
-        }),
-    }
-}
+use crate::http::push::parse::parse_item;
 
 #[derive(Deserialize)]
 struct Bundle<'a> {
@@ -121,7 +34,7 @@ struct OpHead<'a> {
 }
 
 /// Parses the JSON bundle; payloads stay slices of `body`.
-pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
+pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let bundle: Bundle<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
     for (name, rider) in [("kv", &bundle.kv), ("timers", &bundle.timers)] {
@@ -178,23 +91,21 @@ pub(crate) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
 
 /// `requiredLeases`: the lease ids as strings (each an id by the edge rule); anything else
 /// is ignored.
-fn leases(value: Option<Value>) -> Result<Vec<String>> {
+fn leases(value: Option<Value>) -> Result<Vec<LeaseId>> {
     let Some(Value::Array(items)) = value else {
         return Ok(Vec::new());
     };
-    let ids: Vec<String> = items
-        .into_iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-    for id in &ids {
-        check_id("requiredLeases", id)?;
-    }
-    Ok(ids)
+    items
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|id| Ok(LeaseId::parse("requiredLeases", id)?))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse(v: Value) -> Result<TxnRequest> {
         parse_bundle(&Bytes::from(v.to_string()))
@@ -210,11 +121,14 @@ mod tests {
         .expect("valid bundle");
         assert_eq!(req.ops.len(), 4);
         assert!(matches!(&req.ops[1], TxnOp::Push(p) if &p.payload[..] == br#"{"x":2}"#));
-        assert!(matches!(&req.ops[2], TxnOp::Ack(a) if a.partition_id == 5 && a.group == "g"));
+        assert!(
+            matches!(&req.ops[2], TxnOp::Ack(a) if a.partition_id.get() == 5 && a.group == "g")
+        );
         assert!(
             matches!(&req.ops[3], TxnOp::Push(p) if p.queue == "b" && &p.payload[..] == b"null")
         );
-        assert_eq!(req.required_leases, vec!["L".to_string()]);
+        let leases: Vec<&str> = req.required_leases.iter().map(LeaseId::as_str).collect();
+        assert_eq!(leases, ["L"]);
     }
 
     #[test]

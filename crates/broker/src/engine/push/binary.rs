@@ -27,11 +27,10 @@ use queen_proto::hash::txn_hash;
 use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
+use crate::engine::push::commit::write_failed;
 use crate::engine::push::{self, check_item, PushItem, PushResult};
-use crate::engine::push_commit::write_failed;
-use crate::engine::push_dedup::SegmentKey;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
 use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
 
 /// One group of a binary body, decoded into push items.
@@ -111,7 +110,7 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
 
 /// Pushes a parsed `QPB1` envelope; results come back in wire order. A bad item refuses the
 /// whole request (400) before anything is written.
-pub async fn push_envelope(state: &AppState, env: PushEnvelope) -> Result<Vec<PushResult>> {
+pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<PushResult>> {
     let groups = env
         .groups
         .into_iter()
@@ -180,7 +179,7 @@ pub async fn push_envelope(state: &AppState, env: PushEnvelope) -> Result<Vec<Pu
 /// SQL probe reported as duplicate (nothing of them was written). A database failure fails
 /// the groups' items, as it does on the fusion path.
 async fn store_as_sent(
-    state: &AppState,
+    state: &Engine,
     groups: &[DecodedGroup],
     direct: &[usize],
     starts: &[usize],
@@ -222,15 +221,7 @@ async fn store_as_sent(
             return Ok(Vec::new());
         }
     };
-    let keys: Vec<SegmentKey<'_>> = writes
-        .iter()
-        .map(|w| SegmentKey {
-            queue: w.queue,
-            partition: w.partition,
-            hashes: w.hashes,
-        })
-        .collect();
-    state.commit_effects().committed(&keys, &written);
+    state.commit_effects().committed(&writes, &written);
 
     let mut refused = Vec::new();
     for (&g, result) in direct.iter().zip(written) {
@@ -266,15 +257,4 @@ fn settle(
             outcome: outcome(k),
         });
     }
-}
-
-/// `{"count","queued","duplicate","error"}` of the counts-only answer (flag 2).
-pub fn counts(results: &[PushResult]) -> serde_json::Value {
-    let of = |status: &str| results.iter().filter(|r| r.status() == status).count();
-    serde_json::json!({
-        "count": results.len(),
-        "queued": of("queued"),
-        "duplicate": of("duplicate"),
-        "error": of("failed"),
-    })
 }

@@ -10,17 +10,16 @@
 
 use axum::body::Bytes;
 use queen_proto::push_bin::parse_txn;
-use serde_json::{json, Value};
 
-use crate::engine::push_binary::decode_group;
-use crate::engine::transaction::{OpResult, TxnOp, TxnRequest};
+use super::parse::parse_bundle;
+use crate::engine::push::binary::decode_group;
+use crate::engine::transaction::{TxnOp, TxnRequest};
+use crate::engine::Engine;
 use crate::error::Result;
-use crate::http::push_binary::parse_binary;
-use crate::http::transaction::parse_bundle;
-use crate::state::AppState;
+use crate::http::extract::parse_binary;
 
 /// Parses a `QTB1` body; the flag says whether the answer counts instead of listing.
-pub async fn parse(st: &AppState, body: Bytes) -> Result<(TxnRequest, bool)> {
+pub(super) async fn parse(st: &Engine, body: Bytes) -> Result<(TxnRequest, bool)> {
     let env = parse_binary(st, body, "transaction", parse_txn).await?;
     let counts_only = env.counts_only();
     let mut req = if env.head.iter().all(u8::is_ascii_whitespace) {
@@ -33,25 +32,4 @@ pub async fn parse(st: &AppState, body: Bytes) -> Result<(TxnRequest, bool)> {
             .extend(decode_group(group)?.items.into_iter().map(TxnOp::Push));
     }
     Ok((req, counts_only))
-}
-
-/// The committed answer with flag 2: the pushes and acks counted instead of listed
-/// (`pushed` = messages written, `duplicate` = repeats inside the bundle, `acked` = acks
-/// that took effect). There are no rider results to keep.
-pub fn counted(bundle_id: &str, results: &[OpResult]) -> Value {
-    let (mut pushed, mut duplicate, mut acked) = (0, 0, 0);
-    for r in results {
-        match r {
-            OpResult::Push {
-                duplicate: true, ..
-            } => duplicate += 1,
-            OpResult::Push { .. } => pushed += 1,
-            OpResult::Ack { outcome, .. } if outcome.success => acked += 1,
-            OpResult::Ack { .. } => {}
-        }
-    }
-    json!({
-        "transactionId": bundle_id, "success": true, "results": [],
-        "pushed": pushed, "duplicate": duplicate, "acked": acked,
-    })
 }

@@ -8,7 +8,7 @@
 //! fusion until this returns, so no other flush of them interleaves.
 //!
 //! Each round asks the dedup cache for every segment's `p_verified`; a committed round goes
-//! through the shared post-commit step (push_commit.rs) before the next round (and before the
+//! through the shared post-commit step (engine/push/commit.rs) before the next round (and before the
 //! partition's next flush), and its frames settle whatever happens afterwards: only frames of
 //! a round that did not commit are ever reported `failed`.
 
@@ -23,16 +23,12 @@ use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{BundleWriter, Failure, FrameOutcome, FusionFrame, LaneFlush};
-use crate::engine::push_commit::{after_commit_trouble, write_failed, CommitEffects};
-use crate::engine::push_dedup::{verified_offsets, SegmentKey};
-use crate::engine::segment_build::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
+use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffects};
+use crate::engine::push::dedup::verified_offsets;
+use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::store::push::{push_multi, segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
-
-/// Decompression bound when reading a segment back: well above any segment a broker with a
-/// sane body limit writes, yet finite so a corrupt header cannot demand unbounded memory.
-const MAX_SEGMENT_BYTES: usize = 1 << 31;
 
 /// How often the coalescing summary is logged (when there was traffic).
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -140,32 +136,25 @@ impl SegmentWriter {
                 return Ok(());
             }
             let built = self.build(lanes, &pending, &round).await?;
-            let keys: Vec<SegmentKey<'_>> = round
+            let mut writes: Vec<SegmentWrite<'_>> = round
                 .iter()
                 .zip(&built)
-                .map(|(&l, seg)| SegmentKey {
+                .map(|(&l, seg)| SegmentWrite {
                     queue: &lanes[l].queue,
                     partition: &lanes[l].partition,
-                    hashes: &seg.hashes,
-                })
-                .collect();
-            let verified = verified_offsets(&self.effects.dedup, &conn, &keys).await;
-            let writes: Vec<SegmentWrite<'_>> = keys
-                .iter()
-                .zip(&built)
-                .zip(verified)
-                .map(|((key, seg), verified)| SegmentWrite {
-                    queue: key.queue,
-                    partition: key.partition,
                     msg_count: seg.msg_count,
                     hashes: &seg.hashes,
-                    verified,
+                    verified: -1,
                     blob: &seg.blob,
                 })
                 .collect();
+            let verified = verified_offsets(&self.effects.dedup, &conn, &writes).await;
+            for (write, verified) in writes.iter_mut().zip(verified) {
+                write.verified = verified;
+            }
             let results = push_multi(&conn, &writes).await?;
             // Committed: from here on nothing may fail the round's frames.
-            self.effects.committed(&keys, &results);
+            self.effects.committed(&writes, &results);
             self.summary.record(&built);
             for (&l, result) in round.iter().zip(results) {
                 let frames = &lanes[l].frames;
@@ -365,7 +354,7 @@ impl OriginalIds {
 fn message_ids(blob: &[u8], base: i64, end: i64) -> Result<Vec<Uuid>> {
     let corrupt =
         |what: String| Error::internal(format!("segment at base {base} is corrupt: {what}"));
-    let raw = queen_proto::segment::decompress(blob, MAX_SEGMENT_BYTES)
+    let raw = queen_proto::segment::decompress(blob, queen_proto::segment::MAX_SEGMENT_BYTES)
         .map_err(|e| corrupt(e.to_string()))?;
     let count =
         usize::try_from(end - base + 1).map_err(|_| corrupt(format!("end {end} below base")))?;

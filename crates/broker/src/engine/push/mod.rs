@@ -4,6 +4,16 @@
 //! to push fusion (which dedups inside a flush, lets SQL give the authoritative verdict and
 //! makes the stored messages discoverable to pops), and decide whether the request stored
 //! anything at all ([`require_stored`]).
+//!
+//! The rest of the push path sits beside it: [`binary`] (the `QPB1` envelope), [`flush`] (push
+//! fusion's writer), [`segment`] (the one segment builder), [`dedup`] (the dedup cache's side)
+//! and [`commit`] (the one post-commit step every write goes through).
+
+pub mod binary;
+pub mod commit;
+pub mod dedup;
+pub mod flush;
+pub mod segment;
 
 use std::collections::HashMap;
 
@@ -13,8 +23,8 @@ use queen_proto::name::{check_id, Name};
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::state::AppState;
 
 /// The partition of an item that names none.
 pub const DEFAULT_PARTITION: &str = "Default";
@@ -119,7 +129,7 @@ struct Group {
 /// (400) before anything is written; per-item storage failures come back as `Failed` (the
 /// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
 /// this returns (the flush's post-commit step wakes their partitions).
-pub async fn push(state: &AppState, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
     for (index, item) in items.iter().enumerate() {
         check_item(index, item)?;
     }

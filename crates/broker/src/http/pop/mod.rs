@@ -1,5 +1,9 @@
 //! The three pop routes (docs/wire.md §7): parameter parsing with the broker's defaults, and the
-//! two answers: 200 with the JSON envelope, or 204 with no body and no Content-Length.
+//! two answers: 200 with the JSON envelope ([`json`]) or the `QPF1` body ([`framed`]), or 204
+//! with no body and no Content-Length.
+
+mod framed;
+mod json;
 
 use std::time::Duration;
 
@@ -12,10 +16,12 @@ use axum::{Json, Router};
 use queen_proto::{pop_framed, Name};
 use serde_json::json;
 
-use crate::engine::pop::{self, PopOutcome, PopRequest, PopShape, Subscription};
+use crate::engine::pop::{
+    self, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered, Subscription,
+};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::Query;
-use crate::state::AppState;
 
 /// Content-Type of the framed pop answer (docs/wire.md §7.7).
 const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
@@ -24,7 +30,7 @@ const MAX_BATCH: i64 = 10_000;
 /// Largest `partitions` honoured (the SQL candidate cap); larger requests are clamped.
 const MAX_PARTITIONS: i64 = 512;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/pop", get(discovery))
         .route("/api/v1/pop/queue/{queue}", get(wildcard))
@@ -37,7 +43,7 @@ pub fn routes() -> Router<AppState> {
 type Params = Query<Vec<(String, String)>>;
 
 async fn wildcard(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     path: Result<Path<String>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
@@ -46,7 +52,7 @@ async fn wildcard(
 }
 
 async fn targeted(
-    State(st): State<AppState>,
+    State(st): State<Engine>,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
@@ -56,7 +62,7 @@ async fn targeted(
     serve(&st, PopShape::Targeted { queue, partition }, &params).await
 }
 
-async fn discovery(State(st): State<AppState>, Query(params): Params) -> Result<Response> {
+async fn discovery(State(st): State<Engine>, Query(params): Params) -> Result<Response> {
     let label =
         |field| Name::optional(field, param(&params, field)).map(|n| n.map(Name::into_string));
     let namespace = label("namespace")?.unwrap_or_default();
@@ -74,7 +80,7 @@ fn path_segment<T>(path: Result<Path<T>, PathRejection>) -> Result<T> {
         .map_err(|e| Error::bad(format!("bad path: {}", e.body_text())))
 }
 
-async fn serve(st: &AppState, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
+async fn serve(st: &Engine, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
     let req = parse_request(
         shape,
         params,
@@ -158,7 +164,17 @@ fn parse_request(
         lease_seconds,
         // Lenient: any other value simply keeps the JSON answer.
         frames: param(params, "frames").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+        render,
     })
+}
+
+/// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON.
+fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+    if ctx.frames {
+        framed::render(answer, ctx)
+    } else {
+        json::render(answer, ctx)
+    }
 }
 
 /// `subscriptionFrom` (`now` or an ISO-8601 instant) wins over `subscriptionMode`
@@ -209,6 +225,7 @@ fn invalid(name: &str, value: &str, expected: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::HttpStatus;
 
     fn parse(query: &[(&str, &str)]) -> Result<PopRequest> {
         let params: Vec<(String, String)> = query

@@ -9,22 +9,15 @@ use deadpool_postgres::GenericClient;
 use crate::accel::dedup_cache::{DedupCache, Installed, Plan, Ticket};
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::store::dedup_cache::{hydrate, HydrateAsk};
-use crate::store::migrations::db_message;
-use crate::store::push::SegmentResult;
-
-/// A segment about to be written: where, and its hash sidecar (16 bytes per frame).
-pub struct SegmentKey<'a> {
-    pub queue: &'a str,
-    pub partition: &'a str,
-    pub hashes: &'a [u8],
-}
+use crate::store::db_error::db_message;
+use crate::store::push::dedup::{hydrate, HydrateAsk};
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// `p_verified` for each of `segs`, in order.
 pub async fn verified_offsets(
     cache: &DedupCache,
     db: &impl GenericClient,
-    segs: &[SegmentKey<'_>],
+    segs: &[SegmentWrite<'_>],
 ) -> Vec<i64> {
     let mut verified = vec![-1; segs.len()];
     let mut reads: Vec<(usize, Ticket)> = Vec::new();
@@ -65,7 +58,7 @@ pub async fn verified_offsets(
 async fn read_and_install(
     cache: &DedupCache,
     db: &impl GenericClient,
-    segs: &[SegmentKey<'_>],
+    segs: &[SegmentWrite<'_>],
     reads: &[(usize, Ticket)],
 ) -> Vec<(usize, Ticket)> {
     if reads.is_empty() {
@@ -110,7 +103,7 @@ async fn read_and_install(
 }
 
 /// Reports what a write committed: each queued segment of `segs`, by its result.
-pub fn report_commits(cache: &DedupCache, segs: &[SegmentKey<'_>], results: &[SegmentResult]) {
+pub fn report_commits(cache: &DedupCache, segs: &[SegmentWrite<'_>], results: &[SegmentResult]) {
     for (seg, result) in segs.iter().zip(results) {
         let SegmentResult::Queued {
             partition_id,

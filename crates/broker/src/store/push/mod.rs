@@ -1,5 +1,8 @@
 //! Typed calls of the push path: `queen.log_push_multi_v1` (one transaction for a bundle of
-//! segments) and `queen.log_segment_at_v1` (the blob covering an offset).
+//! segments) and `queen.log_segment_at_v1` (the blob covering an offset); the dedup cache's
+//! sidecar read in [`dedup`].
+
+pub mod dedup;
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
@@ -58,7 +61,7 @@ pub async fn push_multi(
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
         [&queues, &partitions, &counts, &hashes, &verified, &blobs];
-    let row = super::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
+    let row = crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
     let results: serde_json::Value = row.try_get(0)?;
     let results: Vec<SegmentResult> = serde_json::from_value(results).map_err(|e| {
         Error::internal(format!(

@@ -1,16 +1,83 @@
-//! What the pop path learns and counts in memory, per queue: the minimum pop wait each
-//! queue configured (learned from claim answers) and the delivery metrics of `/metrics`.
+//! What the pop path remembers between requests: the pop maintenance flag (re-read at most
+//! once per [`MAINTENANCE_TTL`]), the minimum pop wait each queue configured (learned from claim
+//! answers) and the per-queue delivery metrics of `/metrics`. The engine reads PostgreSQL and
+//! feeds these; nothing here touches the database.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
-use crate::store::pop::PopAnswer;
+/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits, the
+/// long-poll's counters and the per-queue delivery metrics.
+#[derive(Default)]
+pub struct PopCache {
+    pub maintenance: MaintenanceFlag,
+    pub min_wait: MinPopWait,
+    pub stats: PopStats,
+    pub deliveries: Deliveries,
+}
 
-/// Per-queue delivery metrics (spec "Life of a pop", step 7): answers and messages delivered,
+impl PopCache {
+    /// The `pop` section of `/metrics`.
+    pub fn metrics(&self) -> Value {
+        json!({
+            "hintClaims": self.stats.hint_claims.load(Relaxed),
+            "hintFallthroughs": self.stats.hint_fallthroughs.load(Relaxed),
+            "deadlineMarginSkips": self.stats.deadline_margin_skips.load(Relaxed),
+            "queues": self.deliveries.snapshot(),
+        })
+    }
+}
+
+/// How woken pops were scheduled, so the cheaper paths can be seen working.
+#[derive(Default)]
+pub struct PopStats {
+    /// Woken wildcard pops served from their pushed-partition hints.
+    pub hint_claims: AtomicU64,
+    /// Hinted claims that delivered nothing and fell through to the wildcard scan.
+    pub hint_fallthroughs: AtomicU64,
+    /// Waiting pops that answered 204 instead of starting a claim inside the deadline margin.
+    pub deadline_margin_skips: AtomicU64,
+}
+
+/// How long a read of pop maintenance mode is trusted.
+pub const MAINTENANCE_TTL: Duration = Duration::from_secs(1);
+
+/// Pop maintenance mode as last read, trusted for [`MAINTENANCE_TTL`].
+#[derive(Default)]
+pub struct MaintenanceFlag {
+    cached: Mutex<Option<(Instant, bool)>>,
+    /// One refresh at a time; the others wait for its answer.
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl MaintenanceFlag {
+    /// The flag, when the last read is fresh.
+    pub fn fresh(&self) -> Option<bool> {
+        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .filter(|(at, _)| at.elapsed() < MAINTENANCE_TTL)
+            .map(|(_, on)| on)
+    }
+
+    /// The right to refresh, or `None` when another refresh holds it past `until`.
+    pub async fn refreshing(&self, until: Instant) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        tokio::time::timeout_at(until, self.refresh.lock())
+            .await
+            .ok()
+    }
+
+    /// Records a fresh read.
+    pub fn set(&self, on: bool) {
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), on));
+    }
+}
+
+/// Per-queue delivery metrics (docs/spec/life-of-a-pop.md Step 7): answers and messages delivered,
 /// and the delivery lag, i.e. how long the oldest message of an answer waited since its
 /// segment was written (last answer's and the largest seen).
 #[derive(Default)]
@@ -27,32 +94,7 @@ struct QueueDeliveries {
 }
 
 /// What one answer delivered per queue: (queue, messages, oldest segment timestamp in µs).
-pub struct Delivered(Vec<(String, u64, i64)>);
-
-impl Delivered {
-    pub fn of(answer: &PopAnswer) -> Self {
-        let mut per_queue: Vec<(String, u64, i64)> = Vec::new();
-        for part in &answer.partitions {
-            let taken: u64 = part
-                .segments
-                .iter()
-                .map(|s| u64::try_from(s.take).unwrap_or(0))
-                .sum();
-            let oldest = part.segments.iter().map(|s| s.created_at).min();
-            let (Some(oldest), true) = (oldest, taken > 0) else {
-                continue;
-            };
-            match per_queue.iter_mut().find(|(q, ..)| *q == part.queue) {
-                Some(entry) => {
-                    entry.1 += taken;
-                    entry.2 = entry.2.min(oldest);
-                }
-                None => per_queue.push((part.queue.clone(), taken, oldest)),
-            }
-        }
-        Delivered(per_queue)
-    }
-}
+pub struct Delivered(pub Vec<(String, u64, i64)>);
 
 impl Deliveries {
     pub fn record(&self, delivered: Delivered, now_us: i64) {
@@ -131,47 +173,5 @@ mod tests {
         assert_eq!(w.window("other"), None);
         w.learn("q", 0);
         assert_eq!(w.window("q"), None);
-    }
-
-    #[test]
-    fn deliveries_count_messages_and_the_oldest_wait_per_queue() {
-        use crate::store::pop::{ClaimedPartition, ClaimedSegment};
-        let part = |queue: &str, created: &[(i32, i64)]| ClaimedPartition {
-            partition: "p".into(),
-            partition_id: 1,
-            queue: queue.into(),
-            delivery_attempt: 1,
-            segments: created
-                .iter()
-                .map(|&(take, created_at)| ClaimedSegment {
-                    base: 0,
-                    start_idx: 0,
-                    take,
-                    msg_count: take,
-                    created_at,
-                })
-                .collect(),
-        };
-        let answer = PopAnswer {
-            partitions: vec![
-                part("a", &[(2, 5_000_000), (3, 6_000_000)]),
-                part("b", &[(1, 9_000_000)]),
-                part("a", &[(4, 2_000_000)]),
-            ],
-            min_pop_wait_ms: None,
-            blobs: Vec::new(),
-        };
-        let d = Deliveries::default();
-        d.record(Delivered::of(&answer), 10_000_000);
-        d.record(Delivered::of(&answer), 10_500_000);
-        let v = d.snapshot();
-        assert_eq!(
-            v["a"],
-            json!({"pops": 2, "messages": 18, "lastLagMs": 8500, "maxLagMs": 8500})
-        );
-        assert_eq!(
-            v["b"],
-            json!({"pops": 2, "messages": 2, "lastLagMs": 1500, "maxLagMs": 1500})
-        );
     }
 }

@@ -1,0 +1,65 @@
+//! The one mapping from the broker's [`Error`] to HTTP: 4xx for what the caller sent, 5xx (with
+//! the cause logged, identical ones at most once per window) for what went wrong inside. A
+//! database that cannot be reached is a 503 with `Retry-After`: nothing was done, and the same
+//! request will work once it is back.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::Error;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+
+/// The `Retry-After` of a 503: the official client's own first retry delay.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// Server failures are logged per request: identical ones at most once per window.
+static INTERNAL_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+
+/// The HTTP status of an error.
+pub trait HttpStatus {
+    fn status(&self) -> StatusCode;
+}
+
+impl HttpStatus for Error {
+    fn status(&self) -> StatusCode {
+        match self {
+            _ if self.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Error::Pool(_) | Error::Unavailable(_) | Error::Db(_) | Error::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            Error::InvalidOption { message, option } => {
+                json!({ "error": message, "invalid": option })
+            }
+            e if status.is_server_error() => {
+                let chain = e.chain();
+                if let Some(suppressed) = INTERNAL_FAILURES.admit(&chain) {
+                    tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
+                }
+                json!({ "error": e.to_string() })
+            }
+            e => json!({ "error": e.to_string() }),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+        }
+        response
+    }
+}

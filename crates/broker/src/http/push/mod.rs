@@ -1,0 +1,36 @@
+//! `POST /api/v1/push` (docs/wire.md §5, §6): the JSON body ([`parse`]) or the binary `QPB1` body
+//! ([`binary`], `Content-Type: application/x-queen-push`) becomes push items, the engine pushes
+//! them, and the answer is 201 with one result per item in input order ([`render`]).
+
+mod binary;
+pub(crate) mod parse;
+mod render;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+
+use crate::engine::push;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::http::extract::{is_binary, RawBody};
+
+pub fn routes() -> Router<Engine> {
+    Router::new().route("/api/v1/push", post(push_json))
+}
+
+async fn push_json(
+    State(st): State<Engine>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response> {
+    if is_binary(&headers) {
+        return binary::push(&st, body).await;
+    }
+    let items = parse::parse_items(&body)?;
+    let results = push::push(&st, items).await?;
+    push::require_stored(&results)?;
+    Ok(render::created(&results))
+}

@@ -1,0 +1,197 @@
+//! Typed calls of the resource SQL (sql/functions/admin.sql): queue listings, one queue with its
+//! partitions and member groups, a group's depth on a queue, and the overview, all computed
+//! live from watermarks. Every answer is rows; the HTTP floor renders them.
+
+use tokio_postgres::Row;
+
+use crate::error::Result;
+use crate::store::queues::QueueRow;
+use crate::store::{rows, Store};
+
+/// Message counts of a queue, a partition or everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    pub total: i64,
+    pub pending: i64,
+    pub processing: i64,
+    pub dead_letter: i64,
+}
+
+impl Counts {
+    fn of(r: &Row) -> Result<Self> {
+        Ok(Counts {
+            total: r.try_get("total")?,
+            pending: r.try_get("pending")?,
+            processing: r.try_get("processing")?,
+            dead_letter: r.try_get("dead_letter")?,
+        })
+    }
+}
+
+/// One queue of the listing.
+#[derive(Debug, Clone)]
+pub struct QueueSummary {
+    pub id: i64,
+    pub name: String,
+    pub namespace: String,
+    pub task: String,
+    pub priority: i32,
+    pub created_at: Option<String>,
+    pub partitions: i64,
+    pub messages: Counts,
+}
+
+/// Every queue (`None`), or the named one (empty when unknown), by name.
+pub async fn queues(store: &Store, only: Option<&str>) -> Result<Vec<QueueSummary>> {
+    let found = rows(store, "SELECT * FROM queen.admin_queues_v1($1)", &[&only]).await?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(QueueSummary {
+                id: r.try_get("id")?,
+                name: r.try_get("name")?,
+                namespace: r.try_get("namespace")?,
+                task: r.try_get("task")?,
+                priority: r.try_get("priority")?,
+                created_at: r.try_get("created_at")?,
+                partitions: r.try_get("partitions")?,
+                messages: Counts::of(r)?,
+            })
+        })
+        .collect()
+}
+
+/// The options of the named queue.
+pub async fn queue_row(store: &Store, queue: &str) -> Result<Option<QueueRow>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_queue_row_v1($1)",
+        &[&queue],
+    )
+    .await?;
+    found.first().map(QueueRow::from_row).transpose()
+}
+
+/// One partition of a queue's detail.
+#[derive(Debug, Clone)]
+pub struct PartitionStats {
+    pub id: i64,
+    pub name: String,
+    pub created_at: Option<String>,
+    pub last_activity: Option<String>,
+    pub last_offset: i64,
+    pub log_start: i64,
+    pub messages: Counts,
+}
+
+/// The partitions of a queue, by name.
+pub async fn partitions(store: &Store, queue_id: i64) -> Result<Vec<PartitionStats>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_queue_partitions_v1($1)",
+        &[&queue_id],
+    )
+    .await?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(PartitionStats {
+                id: r.try_get("id")?,
+                name: r.try_get("name")?,
+                created_at: r.try_get("created_at")?,
+                last_activity: r.try_get("last_activity")?,
+                last_offset: r.try_get("last_offset")?,
+                log_start: r.try_get("log_start")?,
+                messages: Counts::of(r)?,
+            })
+        })
+        .collect()
+}
+
+/// One member group of a queue with what it has pending.
+#[derive(Debug, Clone)]
+pub struct QueueGroup {
+    pub name: String,
+    pub pending: i64,
+    pub active_leases: i64,
+}
+
+/// The member groups of a queue, by name.
+pub async fn queue_groups(store: &Store, queue_id: i64) -> Result<Vec<QueueGroup>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_queue_groups_v1($1)",
+        &[&queue_id],
+    )
+    .await?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(QueueGroup {
+                name: r.try_get("name")?,
+                pending: r.try_get("pending")?,
+                active_leases: r.try_get("active_leases")?,
+            })
+        })
+        .collect()
+}
+
+/// One partition's pending count for a group (`partition` `None`: the queue has none).
+#[derive(Debug, Clone)]
+pub struct DepthRow {
+    pub partition: Option<String>,
+    pub pending: i64,
+    pub conflation: bool,
+}
+
+/// The group's pending count per partition of the queue, by name; empty when the queue is
+/// unknown.
+pub async fn queue_depth(store: &Store, queue: &str, group: &str) -> Result<Vec<DepthRow>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_queue_depth_v1($1, $2)",
+        &[&queue, &group],
+    )
+    .await?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(DepthRow {
+                partition: r.try_get("partition_name")?,
+                pending: r.try_get("pending")?,
+                conflation: r.try_get("conflation")?,
+            })
+        })
+        .collect()
+}
+
+/// The whole broker's numbers.
+#[derive(Debug, Clone)]
+pub struct Overview {
+    pub queues: i64,
+    pub partitions: i64,
+    pub namespaces: i64,
+    pub tasks: i64,
+    pub consumer_groups: i64,
+    pub messages: Counts,
+    pub completed: i64,
+    /// The database clock, ISO-8601.
+    pub at: Option<String>,
+}
+
+pub async fn overview(store: &Store) -> Result<Overview> {
+    let found = rows(store, "SELECT * FROM queen.admin_overview_v1()", &[]).await?;
+    let r = found
+        .first()
+        .ok_or_else(|| crate::error::Error::internal("admin_overview_v1 answered no row"))?;
+    Ok(Overview {
+        queues: r.try_get("queues")?,
+        partitions: r.try_get("partitions")?,
+        namespaces: r.try_get("namespaces")?,
+        tasks: r.try_get("tasks")?,
+        consumer_groups: r.try_get("consumer_groups")?,
+        messages: Counts::of(r)?,
+        completed: r.try_get("completed")?,
+        at: r.try_get("at")?,
+    })
+}
