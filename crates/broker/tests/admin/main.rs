@@ -1,0 +1,15 @@
+//! Tests of running the broker: queue configuration, consumer-group and resource
+//! administration, refusal of unstorable input on every route, slow clients, schema files at
+//! boot, and the lifecycle of the `queen` binary through crashes. One PostgreSQL cluster
+//! serves the whole binary, each test on its own database (see `queen_test_harness`); the crash tests
+//! start `queen` with an embedded cluster of its own, the one they kill.
+
+use queen_test_harness as common;
+
+mod configure;
+mod edge_input;
+mod groups;
+mod lifecycle;
+mod resources;
+mod schema_files;
+mod slow_clients;
