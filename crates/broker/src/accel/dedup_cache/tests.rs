@@ -1,6 +1,6 @@
 //! Unit tests of the dedup cache's bookkeeping: vouching, hints, extension and interleave
 //! detection, catch-up, metadata refresh, expiry, budget eviction and suppression. The SQL
-//! side (hydration read, probe honouring p_verified) is covered by tests/dedup_cache.rs.
+//! side (hydration read, probe honouring p_verified) is covered by tests/push/dedup_cache.rs.
 
 use super::ring::{HashRing, BLOCK_HASHES};
 use super::*;

@@ -1,0 +1,317 @@
+//! The `queen` binary's client commands against a real broker (in-process, on the test
+//! cluster): NDJSON push and its in-order consume, exit codes, `--json` shapes, and the
+//! human tables. Each command runs as a child process of the built binary.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::*;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+/// What a finished `queen` command left.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+}
+
+/// Runs `queen <args>` against `url` with `stdin` fed to it.
+async fn queen(url: &str, args: &[&str], stdin: &str) -> Run {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_queen"))
+        .args(args)
+        .env("QUEEN_URL", url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn queen");
+    let mut input = child.stdin.take().expect("stdin");
+    let text = stdin.to_string();
+    let feed = tokio::spawn(async move {
+        let _ = input.write_all(text.as_bytes()).await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("queen finished within 120 s")
+        .expect("queen output");
+    feed.await.expect("stdin feeder");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_ndjson_lines_push_and_consume_in_order() {
+    let b = broker().await;
+    let input: String = (0..10_000).map(|i| format!("{{\"i\":{i}}}\n")).collect();
+    let push = queen(&b.url, &["push", "cli-orders", "--json"], &input).await;
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    assert_eq!(
+        push.json(),
+        json!({"queued": 10_000, "duplicate": 0, "buffered": 0, "failed": 0, "error": null})
+    );
+
+    let args = [
+        "consume",
+        "cli-orders",
+        "--limit",
+        "10000",
+        "--batch",
+        "1000",
+    ];
+    let consume = queen(&b.url, &args, "").await;
+    assert_eq!(consume.code, 0, "{}", consume.stderr);
+    let got: Vec<i64> = consume
+        .lines()
+        .iter()
+        .map(|m| m["data"]["i"].as_i64().expect("data.i"))
+        .collect();
+    assert_eq!(got, (0..10_000).collect::<Vec<i64>>());
+    let first = &consume.lines()[0];
+    for key in [
+        "transactionId",
+        "partitionId",
+        "partition",
+        "createdAt",
+        "queue",
+    ] {
+        assert!(!first[key].is_null(), "{key} missing in {first}");
+    }
+
+    // Everything printed was acknowledged: nothing is left to consume.
+    let again = queen(&b.url, &["consume", "cli-orders", "--idle-ms", "300"], "").await;
+    assert_eq!(
+        (again.code, again.stdout.as_str()),
+        (0, ""),
+        "{}",
+        again.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn human_push_summary_binary_body_and_no_ack_redelivery() {
+    let b = broker().await;
+    configure(&b, "cli-lease", json!({"leaseTime": 1})).await;
+    let args = ["push", "cli-lease", "--binary", "--data", "{\"n\":1}"];
+    let push = queen(&b.url, &args, "").await;
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    assert_eq!(push.stdout, "queued 1  duplicate 0  failed 0\n");
+
+    let peek = ["consume", "cli-lease", "--limit", "1", "--no-ack"];
+    let first = queen(&b.url, &peek, "").await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    // Not acknowledged: delivered again once the 1 s lease expires.
+    let take = ["consume", "cli-lease", "--limit", "1", "--idle-ms", "5000"];
+    let second = queen(&b.url, &take, "").await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    let (a, z) = (&first.lines()[0], &second.lines()[0]);
+    assert_eq!(a["transactionId"], z["transactionId"]);
+    assert_eq!(z["data"], json!({"n": 1}));
+    assert_eq!(z["deliveryAttempt"], json!(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configure_queues_queue_and_stats_answer_tables_and_json() {
+    let b = broker().await;
+    let cfg = [
+        "configure",
+        "cli-cfg",
+        "leaseTime=7",
+        "retryLimit=2",
+        "--json",
+    ];
+    let run = queen(&b.url, &cfg, "").await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let echo = run.json();
+    assert_eq!(
+        (
+            echo["options"]["leaseTime"].clone(),
+            echo["options"]["retryLimit"].clone()
+        ),
+        (json!(7), json!(2))
+    );
+    let human = queen(&b.url, &["configure", "cli-cfg", "priority=3"], "").await;
+    assert!(
+        human.stdout.starts_with("configured cli-cfg "),
+        "{}",
+        human.stdout
+    );
+    b.push("cli-cfg", "p1", &[json!(1), json!(2)]).await;
+
+    let list = queen(&b.url, &["queues", "--json"], "").await;
+    let listed = list.json();
+    let names: Vec<&str> = listed["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .filter_map(|q| q["name"].as_str())
+        .collect();
+    assert!(names.contains(&"cli-cfg"), "{names:?}");
+    let table = queen(&b.url, &["queues"], "").await;
+    assert!(table.stdout.starts_with("QUEUE "), "{}", table.stdout);
+    assert!(
+        table.stdout.lines().any(|l| l.starts_with("cli-cfg ")),
+        "{}",
+        table.stdout
+    );
+
+    let one = queen(&b.url, &["queue", "cli-cfg", "--json"], "").await;
+    assert_eq!(one.json()["messages"]["pending"], json!(2));
+    let view = queen(&b.url, &["queue", "cli-cfg"], "").await;
+    assert!(
+        view.stdout
+            .starts_with("queue cli-cfg  partitions 1  total 2  pending 2"),
+        "{}",
+        view.stdout
+    );
+    assert!(view.stdout.contains("leaseTime=7"), "{}", view.stdout);
+
+    let stats = queen(&b.url, &["stats", "--json"], "").await;
+    assert_eq!(stats.code, 0, "{}", stats.stderr);
+    assert_eq!(stats.json()["overview"]["queues"], json!(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_lists_dead_letters_and_seek_replays_a_group() {
+    let b = broker().await;
+    b.push(
+        "cli-dlq",
+        "Default",
+        &[json!({"k": "a"}), json!({"k": "b"})],
+    )
+    .await;
+    let (_, popped) = b.get("/api/v1/pop/queue/cli-dlq?batch=1").await;
+    let msg = &popped["messages"][0];
+    let acks = ack_batch(&b, None, vec![ack_item(msg, "dlq")]).await;
+    assert_eq!(acks[0]["success"], json!(true), "{acks:?}");
+
+    let dlq = queen(&b.url, &["dlq", "cli-dlq", "--json"], "").await;
+    assert_eq!(dlq.code, 0, "{}", dlq.stderr);
+    assert_eq!(dlq.json()["total"], json!(1));
+    let table = queen(&b.url, &["dlq", "cli-dlq"], "").await;
+    let txn = msg["transactionId"].as_str().expect("transactionId");
+    assert!(table.stdout.contains(txn), "{}", table.stdout);
+    assert!(table.stdout.ends_with("1 shown of 1\n"), "{}", table.stdout);
+
+    let drain = ["consume", "cli-dlq", "--group", "g", "--idle-ms", "500"];
+    assert_eq!(queen(&b.url, &drain, "").await.lines().len(), 2);
+    let seek = [
+        "seek",
+        "g",
+        "cli-dlq",
+        "--timestamp",
+        "2000-01-01T00:00:00Z",
+    ];
+    let moved = queen(&b.url, &seek, "").await;
+    assert_eq!(moved.code, 0, "{}", moved.stderr);
+    assert_eq!(moved.stdout, "group g on cli-dlq: 1 partitions moved\n");
+    assert_eq!(queen(&b.url, &drain, "").await.lines().len(), 2);
+    let end = ["seek", "g", "cli-dlq", "--to-end", "--json"];
+    assert_eq!(
+        queen(&b.url, &end, "").await.json()["seekToEnd"],
+        json!(true)
+    );
+    assert_eq!(queen(&b.url, &drain, "").await.lines().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_say_refused_usage_or_unreachable() {
+    let b = broker().await;
+    let missing = queen(&b.url, &["queue", "cli-no-such-queue"], "").await;
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("Queue not found"),
+        "{}",
+        missing.stderr
+    );
+
+    // Lines before an invalid one are pushed; the bad line is named.
+    let bad = queen(
+        &b.url,
+        &["push", "cli-bad", "--json"],
+        "{\"a\":1}\nnot json\n{\"a\":3}\n",
+    )
+    .await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("line 2 is not one JSON value"),
+        "{}",
+        bad.stderr
+    );
+    assert_eq!(bad.json()["queued"], json!(1));
+
+    let option = queen(&b.url, &["configure", "cli-bad", "leaseTime"], "").await;
+    assert_eq!(option.code, 2, "{}", option.stderr);
+    let usage = queen(&b.url, &["seek", "g", "cli-bad"], "").await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+
+    let nobody = queen("http://127.0.0.1:1", &["queues"], "").await;
+    assert_eq!(nobody.code, 3, "{}", nobody.stderr);
+    assert!(nobody.stderr.contains("QUEEN_URL"), "{}", nobody.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_are_generated_for_every_command() {
+    let run = queen("http://127.0.0.1:1", &["completions", "bash"], "").await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for cmd in [
+        "serve",
+        "push",
+        "consume",
+        "queues",
+        "configure",
+        "dlq",
+        "seek",
+        "stats",
+    ] {
+        assert!(run.stdout.contains(cmd), "completion lacks {cmd}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_a_waiting_consume_cleanly() {
+    let b = broker().await;
+    configure(&b, "cli-idle", json!({})).await;
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_queen"))
+        .args(["consume", "cli-idle"])
+        .env("QUEEN_URL", &b.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn queen");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pid = child.id().expect("pid").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    assert!(sent.expect("kill").success());
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("consume stopped within 10 s of SIGINT")
+        .expect("output");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,18 @@
+//! Pop tests: the pop routes and what a claim means, long-polls and their wake-ups, bounds,
+//! locks, visibility, racing consumers and the framed answer. One PostgreSQL cluster serves
+//! the whole binary; each test gets its own database (see `queen_test_harness`).
+
+use queen_test_harness as common;
+use queen_test_harness::wire;
+
+mod bounds;
+mod concurrency;
+mod framed;
+mod hints;
+mod locks;
+mod longpoll;
+mod routes;
+mod semantics;
+mod spec;
+mod support;
+mod visibility;

@@ -1,0 +1,14 @@
+//! Push tests: the JSON and binary push routes, their refusals and limits, the dedup cache,
+//! and pushes under real faults. One PostgreSQL cluster serves the whole binary; each test
+//! gets its own database (see `queen_test_harness`).
+
+use queen_test_harness as common;
+use queen_test_harness::wire;
+
+mod bad_input;
+mod binary;
+mod binary_limits;
+mod binary_load;
+mod dedup_cache;
+mod faults;
+mod json;
