@@ -2,7 +2,7 @@
 //! `POST /api/v1/lease/:leaseId/extend` (§9) and `GET /api/v1/dlq` (§11). Parsing and
 //! rendering only; the decisions live in `engine::{ack, lease, dlq}` and SQL.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use queen_proto::name::{check_id, check_text};
@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use crate::engine::ack::{self, Ack, AckOutcome, AckStatus};
 use crate::engine::{dlq, lease};
 use crate::error::{Error, Result};
+use crate::http::extract::Path;
 use crate::http::extract::{json_body, Query, RawBody};
 use crate::state::AppState;
 use crate::store::ack::{DlqFilter, DlqRow};

@@ -1,7 +1,7 @@
 //! `/api/v1/consumer-groups/...` (docs/wire.md §12): listings, lag, delete, subscription update and
 //! seek. Parses paths, queries and bodies; the rules live in `engine::groups`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use queen_proto::Name;
@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::engine::groups::{self, SeekTarget};
 use crate::error::{Error, Result};
+use crate::http::extract::Path;
 use crate::http::extract::{json_body, Query, RawBody};
 use crate::state::AppState;
 

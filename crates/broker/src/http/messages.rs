@@ -1,7 +1,7 @@
 //! `GET /api/v1/messages/:partitionId/:transactionId` (docs/wire.md §13): one message with its
 //! per-group state. The lookup and rendering live in `engine::messages`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use queen_proto::name::check_id;
@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::engine::messages;
 use crate::error::Result;
+use crate::http::extract::Path;
 use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {

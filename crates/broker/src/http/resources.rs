@@ -1,7 +1,7 @@
 //! `/api/v1/resources/{queues,overview}` (docs/wire.md §14) and `POST /api/v1/stats/refresh`
 //! (§15). `DELETE /api/v1/resources/queues/:queue` belongs to `http::queues`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use queen_proto::Name;
@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::engine::resources;
 use crate::error::Result;
+use crate::http::extract::Path;
 use crate::http::extract::{Query, RawBody};
 use crate::state::AppState;
 
