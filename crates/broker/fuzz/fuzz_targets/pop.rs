@@ -22,5 +22,10 @@ fuzz_target!(|data: &[u8]| {
             segment(partition)
         )
     };
-    send(Method::GET, &format!("{path}?{}", query(q)), &[], Vec::new());
+    send(
+        Method::GET,
+        &format!("{path}?{}", query(q)),
+        &[],
+        Vec::new(),
+    );
 });

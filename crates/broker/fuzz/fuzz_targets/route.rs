@@ -89,7 +89,10 @@ fuzz_target!(|input: Input| {
         headers.push(("content-type", ct));
     }
     if let Some(e) = input.encoding {
-        headers.push(("content-encoding", ENCODINGS[usize::from(e) % ENCODINGS.len()]));
+        headers.push((
+            "content-encoding",
+            ENCODINGS[usize::from(e) % ENCODINGS.len()],
+        ));
     }
     send(method, &path, &headers, input.body);
 });
