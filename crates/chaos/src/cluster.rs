@@ -106,6 +106,14 @@ impl Cluster {
             .unwrap_or_else(|| self.url(0))
     }
 
+    /// The process id of the broker of `slot`, when it runs.
+    pub fn broker_pid(&self, slot: usize) -> Option<u32> {
+        self.brokers.lock().unwrap()[slot]
+            .child
+            .as_ref()
+            .map(|c| c.id())
+    }
+
     pub fn is_up(&self, slot: usize) -> bool {
         self.brokers.lock().unwrap()[slot].child.is_some()
     }

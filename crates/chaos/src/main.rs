@@ -48,6 +48,9 @@ enum Cmd {
         /// Seed of the input generator (printed; a run is reproducible from it).
         #[arg(long)]
         seed: Option<u64>,
+        /// Requests per route, overriding the profile's count.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        per_route: Option<u64>,
     },
 }
 
@@ -74,11 +77,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = rt.block_on(async {
-        let profile = if cli.common.full {
+        let mut profile = if cli.common.full {
             Profile::full()
         } else {
             Profile::small()
         };
+        if let Some(Cmd::FuzzHttp {
+            per_route: Some(n), ..
+        }) = cli.cmd
+        {
+            profile.fuzz_per_route = n as usize;
+        }
         let bin = queen_launch::locate_queen(cli.common.queen_bin.clone())?;
         let env = vec![("DB_POOL_SIZE".to_string(), profile.pool_size.to_string())];
         let slots = if matches!(cli.cmd, Some(Cmd::FuzzHttp { .. })) {
@@ -91,7 +100,7 @@ fn main() -> ExitCode {
         );
         cluster.start_broker(0).await?;
         let found = match cli.cmd {
-            Some(Cmd::FuzzHttp { seed }) => fuzz::run(&cluster, &profile, seed).await,
+            Some(Cmd::FuzzHttp { seed, .. }) => fuzz::run(&cluster, &profile, seed).await,
             _ => history_run(cluster.clone(), profile, cli.common.keep).await,
         };
         cluster.finish().await;

@@ -71,6 +71,21 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// Path parameters parsed into `T`, with a JSON 400 that names the problem (axum's own
+/// rejection, e.g. for a segment that is not UTF-8 once percent-decoded, is plain text).
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| Path(v))
+            .map_err(|e| Error::bad(format!("bad path: {}", e.body_text())))
+    }
+}
+
 /// Parses a JSON body, mapping failures to `400 {"error":"bad body: …"}`.
 pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))

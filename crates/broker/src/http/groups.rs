@@ -2,7 +2,7 @@
 //! seek. Parses paths, queries and bodies, and renders the engine's rows; the rules live in
 //! `engine::groups`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::engine::groups::{self, GroupPartitionRow, GroupQueueRow, LaggingRow, SeekTarget};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::http::extract::Path;
 use crate::http::extract::{json_body, Query, RawBody};
 
 pub fn routes() -> Router<Engine> {

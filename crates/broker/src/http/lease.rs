@@ -1,7 +1,7 @@
 //! `POST /api/v1/lease/:leaseId/extend` (docs/wire.md §9): parsing and rendering of a lease
 //! renewal; the rule lives in `engine::lease` and SQL.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use queen_proto::LeaseId;
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::engine::lease;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::http::extract::{json_body, RawBody};
+use crate::http::extract::{json_body, Path, RawBody};
 
 pub fn routes() -> Router<Engine> {
     Router::new().route("/api/v1/lease/{lease_id}/extend", post(extend_lease))

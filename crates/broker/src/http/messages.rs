@@ -1,7 +1,7 @@
 //! `GET /api/v1/messages/:partitionId/:transactionId` (docs/wire.md §13): one message with its
 //! per-group state. The lookup lives in `engine::messages`; this module renders it.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use queen_proto::name::check_id;
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::engine::messages::{self, MessageDetail};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::http::extract::Path;
 
 pub fn routes() -> Router<Engine> {
     Router::new().route(

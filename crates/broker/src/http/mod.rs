@@ -48,6 +48,7 @@ pub fn router(state: Engine) -> Router {
         .merge(messages::routes())
         .merge(traces::routes())
         .fallback(no_such_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -58,6 +59,15 @@ pub fn router(state: Engine) -> Router {
 async fn count_requests(State(st): State<Engine>, req: Request, next: Next) -> Response {
     st.counters.requests.fetch_add(1, Relaxed);
     next.run(req).await
+}
+
+/// A path served with another method: 405 in our JSON shape (axum's own has no body; the
+/// `Allow` header is still set by the route).
+async fn method_not_allowed() -> (StatusCode, Json<serde_json::Value>) {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(json!({ "error": "method not allowed on this path", "code": "method_not_allowed" })),
+    )
 }
 
 async fn no_such_route() -> (StatusCode, Json<serde_json::Value>) {

@@ -1,7 +1,7 @@
 //! `POST /api/v1/configure` (create or reconfigure a queue, every option echoed) and
 //! `DELETE /api/v1/resources/queues/:queue` (remove the queue and everything it owns).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
 use queen_proto::Name;
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::engine::queues::{self, QueueRow};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::http::extract::Path;
 use crate::http::extract::{json_body, RawBody};
 
 pub fn routes() -> Router<Engine> {

@@ -2,7 +2,7 @@
 //! (§15): parsing, and the rendering of the engine's rows. `DELETE /api/v1/resources/queues/:queue`
 //! belongs to `http::queues`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use queen_proto::wire::QUEUE_MODE;
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::engine::resources::{self, Counts, Overview, PartitionStats, QueueSummary};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::http::extract::Path;
 use crate::http::extract::{Query, RawBody};
 use crate::http::queues::options_json;
 

@@ -10,6 +10,7 @@ use queen_test_harness as common;
 mod cli;
 mod configure;
 mod edge_input;
+mod framework_rejections;
 mod groups;
 mod layering;
 mod lifecycle;

@@ -5,6 +5,7 @@
 //! first input that produced them.
 
 mod inputs;
+mod memory;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,6 +58,10 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
         .build()?;
     let mut findings: BTreeMap<(String, String), Finding> = BTreeMap::new();
     let mut sent = 0usize;
+    let mut mem = memory::Trace {
+        before: cluster.broker_pid(0).and_then(memory::sample),
+        ..Default::default()
+    };
     for (i, route) in ROUTES.iter().enumerate() {
         let queen = Queen::with_client(cluster.url(0), http.clone());
         let fx = fixture(&queen, &format!("fuzz-g{i}")).await?;
@@ -92,10 +97,12 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
                 });
                 f.count += 1;
                 if answer.is_err() && !cluster.live_urls().is_empty() {
-                    restart_if_dead(cluster).await?;
+                    mem.restarts += restart_if_dead(cluster).await? as usize;
                 }
             }
         }
+        mem.after_route
+            .push(cluster.broker_pid(0).and_then(memory::sample));
     }
     for path in cluster.log_paths() {
         let log = std::fs::read_to_string(&path).unwrap_or_default();
@@ -114,6 +121,7 @@ pub async fn run(cluster: &Cluster, profile: &Profile, seed: Option<u64>) -> Res
         "fuzz-http: {sent} requests over {} routes, seed {seed}",
         ROUTES.len()
     );
+    println!("{}", mem.render());
     println!("findings: {}", findings.len());
     for ((route, what), f) in &findings {
         println!(
@@ -136,14 +144,15 @@ async fn send(http: &reqwest::Client, base: &str, req: &Request) -> Result<(u16,
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-/// A broker that stopped answering is restarted so the remaining routes still get fuzzed.
-async fn restart_if_dead(cluster: &Cluster) -> Result<()> {
+/// A broker that stopped answering is restarted so the remaining routes still get fuzzed;
+/// `true` when it was.
+async fn restart_if_dead(cluster: &Cluster) -> Result<bool> {
     let healthy = Queen::new(cluster.url(0)).healthy().await.unwrap_or(false);
     if !healthy {
         cluster.kill9_broker(0);
         cluster.start_broker(0).await?;
     }
-    Ok(())
+    Ok(!healthy)
 }
 
 /// A queue with messages and `group` (fresh per route: the previous route's fixture still

@@ -1,0 +1,13 @@
+//! `POST /api/v1/transaction`: the JSON bundle (operations, requiredLeases) and, under the
+//! binary content type, `QTB1`. First byte: content type; the rest: the body.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use queen_broker_fuzz::post;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    post("/api/v1/transaction", pick, body);
+});
