@@ -182,13 +182,48 @@ async function dlqPage(queue, page = 0) {
   const params = new URLSearchParams({ queue, limit: PAGE, offset: page * PAGE });
   if (state.group) params.set("consumerGroup", state.group);
   const d = await api(`/api/v1/dlq?${params}`);
+  const purgeLabel = state.group ? `purge ${state.group}'s dead letters` : "purge all dead letters";
   render(el("h1", {}, `Dead letters of ${queue}`), filter,
+    el("p", {}, el("button", { class: "danger", "data-action": "purge", onclick: () => dlqPurge(queue, state.group) }, purgeLabel)),
     pager(d.total, page, p => { state.page = p; refresh(); }),
-    table(["failed at", "partition", "transaction id", "group", "retries", "error", "payload"],
+    table(["failed at", "partition", "transaction id", "group", "retries", "error", "payload", ""],
       d.messages.map(m => [m.failedAt, m.partition,
         link(`#/message/${seg(m.partitionId)}/${seg(m.transactionId)}`, m.transactionId),
         m.consumerGroup, m.retryCount, m.errorMessage,
-        el("details", {}, el("summary", {}, "show"), el("pre", {}, JSON.stringify(m.data, null, 2)))]), [4]));
+        el("details", {}, el("summary", {}, "show"), el("pre", {}, JSON.stringify(m.data, null, 2))),
+        el("span", {},
+          el("button", { "data-action": "replay", onclick: () => dlqReplay(m.partitionId, m.transactionId) }, "replay"),
+          el("button", { class: "danger", "data-action": "delete", onclick: () => dlqDelete(m.partitionId, m.transactionId) }, "delete"))]),
+      [4]));
+}
+
+// The dead-letter actions act on an address (every group that filed it) or on the queue.
+async function dlqAct(label, path, method) {
+  const r = await api(path, { method }).catch(e => ({ error: e.message }));
+  status(r.error ? `${label} failed: ${r.error}` : `${label}: ${describe(r)}`, !!r.error);
+  refresh();
+}
+
+function describe(r) {
+  if (r.replayed !== undefined) return `pushed back at offset ${r.offset}, ${r.replayed} dead letters removed`;
+  return `${r.deleted} dead letters removed`;
+}
+
+function dlqReplay(pid, txn) {
+  return dlqAct(`replay ${txn}`, `/api/v1/messages/${seg(pid)}/${seg(txn)}/retry`, "POST");
+}
+
+function dlqDelete(pid, txn) {
+  if (!confirm(`Delete the dead letters of ${txn} (every group)?`)) return;
+  return dlqAct(`delete ${txn}`, `/api/v1/messages/${seg(pid)}/${seg(txn)}`, "DELETE");
+}
+
+function dlqPurge(queue, group) {
+  const whose = group ? `of group ${group} ` : "";
+  if (!confirm(`Delete every dead letter ${whose}of ${queue}?`)) return;
+  const params = new URLSearchParams({ queue });
+  if (group) params.set("consumerGroup", group);
+  return dlqAct(`purge ${queue}`, `/api/v1/dlq?${params}`, "DELETE");
 }
 
 async function messagePage(pid, txn) {

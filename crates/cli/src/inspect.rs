@@ -1,7 +1,6 @@
-//! Read-only views: `queues`, `queue`, `dlq`, `stats`. Each prints the broker's JSON with
-//! `--json`, else a table of the fields an operator looks at first.
+//! Read-only views: `queues`, `queue`, `stats` (`dlq` has its own module). Each prints the
+//! broker's JSON with `--json`, else a table of the fields an operator looks at first.
 
-use queen_client::DlqQuery;
 use serde_json::Value;
 
 use crate::table::{cell, render};
@@ -19,21 +18,6 @@ pub struct QueueArgs {
     /// Partitions shown in the table, those with the most pending messages first.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
-    #[command(flatten)]
-    pub conn: Connection,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct DlqArgs {
-    pub queue: String,
-    #[arg(long)]
-    pub group: Option<String>,
-    #[arg(long)]
-    pub partition: Option<String>,
-    #[arg(long, default_value_t = 20)]
-    pub limit: u32,
-    #[arg(long, default_value_t = 0)]
-    pub offset: u32,
     #[command(flatten)]
     pub conn: Connection,
 }
@@ -159,51 +143,6 @@ fn partitions_table(partitions: &Value, top: usize) -> String {
     out
 }
 
-pub async fn dlq(a: DlqArgs) -> Result<()> {
-    let query = DlqQuery {
-        queue: a.queue.clone(),
-        group: a.group.clone(),
-        partition: a.partition.clone(),
-        limit: Some(a.limit),
-        offset: Some(a.offset),
-    };
-    let v = a
-        .conn
-        .client()
-        .dlq(&query)
-        .await
-        .map_err(|e| a.conn.fail(e))?;
-    if a.conn.json {
-        return print_json(&v);
-    }
-    let rows: Vec<Vec<String>> = as_list(&v["messages"])
-        .iter()
-        .map(|d| {
-            vec![
-                cell(&d["failedAt"]),
-                cell(&d["partition"]),
-                cell(&d["partitionId"]),
-                cell(&d["transactionId"]),
-                cell(&d["consumerGroup"]),
-                cell(&d["retryCount"]),
-                cell(&d["errorMessage"]),
-            ]
-        })
-        .collect();
-    let header = [
-        "FAILED AT",
-        "PARTITION",
-        "PARTITION ID",
-        "TRANSACTION ID",
-        "GROUP",
-        "RETRIES",
-        "ERROR",
-    ];
-    let mut out = render(&header, &rows);
-    out.push_str(&format!("{} shown of {}\n", rows.len(), cell(&v["total"])));
-    print(&out)
-}
-
 pub async fn stats(a: StatsArgs) -> Result<()> {
     let client = a.conn.client();
     let overview = client.overview().await.map_err(|e| a.conn.fail(e))?;
@@ -233,6 +172,6 @@ pub async fn stats(a: StatsArgs) -> Result<()> {
 }
 
 /// A JSON array's elements (an absent or non-array value is an empty list).
-fn as_list(v: &Value) -> &[Value] {
+pub(crate) fn as_list(v: &Value) -> &[Value] {
     v.as_array().map(Vec::as_slice).unwrap_or(&[])
 }

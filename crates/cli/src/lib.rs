@@ -4,6 +4,7 @@
 //! happened (see [`CliError`]).
 
 mod consume;
+mod dlq;
 mod error;
 mod inspect;
 mod manage;
@@ -14,14 +15,20 @@ use std::process::ExitCode;
 
 pub use error::{CliError, Result};
 
-/// Where the broker is and how to print; shared by every client command.
+/// Where the broker is and how to print; shared by every client command. Global, so a command
+/// with actions (`queen dlq QUEUE purge --json`) takes them after the action too.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Connection {
     /// The broker's base URL.
-    #[arg(long, env = "QUEEN_URL", default_value = "http://127.0.0.1:6632")]
+    #[arg(
+        long,
+        global = true,
+        env = "QUEEN_URL",
+        default_value = "http://127.0.0.1:6632"
+    )]
     pub url: String,
     /// Print the broker's JSON answer (or a JSON summary) instead of a table.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 
@@ -62,8 +69,8 @@ pub enum Command {
         dlqAfterMaxRetries=true"
     )]
     Configure(manage::ConfigureArgs),
-    /// List a queue's dead letters, newest first.
-    Dlq(inspect::DlqArgs),
+    /// List a queue's dead letters, newest first; or replay, delete or purge them.
+    Dlq(dlq::DlqArgs),
     /// Move a consumer group's cursors on a queue to the end or to a point in time.
     #[command(after_help = "Examples:\n  queen seek billing orders --to-end\n  \
         queen seek billing orders --timestamp 2026-12-01T00:00:00Z")]
@@ -104,7 +111,7 @@ async fn dispatch(command: Command) -> Result<()> {
         Command::Queues(a) => inspect::queues(a).await,
         Command::Queue(a) => inspect::queue(a).await,
         Command::Configure(a) => manage::configure(a).await,
-        Command::Dlq(a) => inspect::dlq(a).await,
+        Command::Dlq(a) => dlq::run(a).await,
         Command::Seek(a) => manage::seek(a).await,
         Command::Stats(a) => inspect::stats(a).await,
     }

@@ -1,5 +1,5 @@
-//! Read and manage broker state: queue listings, consumer groups, dead letters, seeks,
-//! totals. These answers are operator views whose shapes the broker may extend, so they are
+//! Read and manage broker state: queue listings, consumer groups, dead letters (listing, purge,
+//! delete, replay), message details, seeks, totals. These answers are operator views whose shapes the broker may extend, so they are
 //! returned as JSON values (docs/wire.md §11, §12, §14).
 
 use serde_json::{json, Value};
@@ -61,6 +61,39 @@ impl Queen {
         self.get_json("/api/v1/dlq", &query).await
     }
 
+    /// `DELETE /api/v1/dlq?queue=&consumerGroup=`: purges the queue's dead letters (of one
+    /// group if given); answers `{"success":true,"deleted":n}`.
+    pub async fn dlq_purge(&self, queue: &str, group: Option<&str>) -> Result<Value> {
+        let mut query = vec![("queue", queue)];
+        query.extend(group.map(|g| ("consumerGroup", g)));
+        let req = self.http().delete(self.path("/api/v1/dlq")).query(&query);
+        expect_json(req.send().await?).await
+    }
+
+    /// `DELETE /api/v1/messages/:partitionId/:transactionId`: deletes that address's dead
+    /// letters, every group (HTTP 404 when it has none).
+    pub async fn dlq_delete(&self, partition_id: &str, transaction_id: &str) -> Result<Value> {
+        let path = message_path(partition_id, transaction_id);
+        let req = self.http().delete(self.path(&path));
+        expect_json(req.send().await?).await
+    }
+
+    /// `POST /api/v1/messages/:partitionId/:transactionId/retry`: pushes the dead letter's
+    /// payload back under the same transactionId and removes its rows, in one transaction;
+    /// answers `{"success":true,"partitionId":..,"offset":..,"replayed":n}`.
+    pub async fn dlq_replay(&self, partition_id: &str, transaction_id: &str) -> Result<Value> {
+        let path = format!("{}/retry", message_path(partition_id, transaction_id));
+        let req = self.http().post(self.path(&path));
+        expect_json(req.send().await?).await
+    }
+
+    /// `GET /api/v1/messages/:partitionId/:transactionId`: one message with its queue and
+    /// per-group state.
+    pub async fn message(&self, partition_id: &str, transaction_id: &str) -> Result<Value> {
+        self.get_json(&message_path(partition_id, transaction_id), &[])
+            .await
+    }
+
     /// `POST /api/v1/consumer-groups/:group/queues/:queue[/partitions/:partition]/seek`.
     pub async fn seek(
         &self,
@@ -90,4 +123,12 @@ impl Queen {
         let req = self.http().get(self.path(path)).query(query);
         expect_json(req.send().await?).await
     }
+}
+
+fn message_path(partition_id: &str, transaction_id: &str) -> String {
+    format!(
+        "/api/v1/messages/{}/{}",
+        encode_segment(partition_id),
+        encode_segment(transaction_id)
+    )
 }

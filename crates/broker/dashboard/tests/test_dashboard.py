@@ -1,6 +1,7 @@
 """The dashboard in a real browser against a real broker: what the test pushes shows up, with
 its depth, on the overview and queue pages; dead letters are listed and open their message;
-a seek from the queue page moves the group; the system page reports the database."""
+a dead letter replayed from the DLQ page is poppable again; a seek from the queue page moves the
+group; the system page reports the database."""
 
 import uuid
 
@@ -62,6 +63,36 @@ def test_dlq_page_lists_a_dead_letter_and_opens_its_message(browser, url):
     wait_text(browser, "h1", msg["transactionId"])
     wait_text(browser, "main", "dead_letter")
     shot(browser, "message")
+
+
+def test_dlq_page_replays_a_dead_letter_and_it_is_poppable_again(browser, url):
+    queue = f"dash-replay-{uuid.uuid4().hex[:8]}"
+    push(queue, 1)
+    _, popped = call("GET", f"/api/v1/pop/queue/{queue}?batch=1")
+    msg = popped["messages"][0]
+    ack = {"transactionId": msg["transactionId"], "partitionId": msg["partitionId"],
+           "leaseId": msg["leaseId"], "status": "dlq"}
+    _, answer = call("POST", "/api/v1/ack/batch", {"acknowledgments": [ack]})
+    assert answer[0]["dlq"], answer
+    status, _ = call("GET", f"/api/v1/pop/queue/{queue}?batch=1")
+    assert status == 204, "nothing left to pop before the replay"
+
+    browser.get(f"{url}/#/dlq/{queue}")
+    wait_text(browser, "main", msg["transactionId"])
+    row = row_of(browser, msg["transactionId"])
+    row.find_element(By.CSS_SELECTOR, "button[data-action=replay]").click()
+    wait_text(browser, "#status", "pushed back at offset 1")
+    wait_text(browser, "main", "page 1 of 1 (0)")
+    shot(browser, "dlq-replayed")
+
+    status, again = call("GET", f"/api/v1/pop/queue/{queue}?batch=1")
+    assert status == 200, again
+    replayed = again["messages"][0]
+    assert replayed["transactionId"] == msg["transactionId"]
+    assert replayed["data"] == msg["data"]
+    assert replayed["id"] != msg["id"]
+    _, left = call("GET", f"/api/v1/dlq?queue={queue}")
+    assert left["total"] == 0, left
 
 
 def test_seek_from_the_queue_page_moves_a_group_to_the_end(browser, url):

@@ -1,6 +1,8 @@
--- dlq: dead letters (docs/engine.md §6.3; docs/wire.md §11): the hand-off that files one under
--- the lease that asked for it, and the listing. The hand-off locks only the consumer row, like
--- the ack path. Replayed (CREATE OR REPLACE) when its checksum changes.
+-- dlq: dead letters (docs/engine.md §6.3, §2.8; docs/wire.md §11): the hand-off that files one
+-- under the lease that asked for it, the listing, and the operations on filed rows (purge,
+-- delete by address, replay). The hand-off locks only the consumer row, like the ack path; a
+-- replay locks the partition row, then the address's DLQ rows (the global lock order,
+-- docs/engine.md §4.5). Replayed (CREATE OR REPLACE) when its checksum changes.
 
 -- Files the dead letter a log_ack_by_hash_v1 {"dlq":true} asked for, under that lease:
 -- inserts the log_dlq row (a payload snapshot, with the retry budget consumed), moves the
@@ -99,4 +101,89 @@ LANGUAGE sql STABLE AS $$
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
                 ORDER BY p.failed_at DESC, p."offset" DESC, p.id)
             FROM page p), '[]'::json))
+$$;
+
+-- Deletes the dead letters of queue p_queue, of consumer group p_group only when not NULL.
+-- Returns how many rows went. Rows whose partition is gone no longer belong to a queue name
+-- and are not matched.
+CREATE OR REPLACE FUNCTION queen.log_dlq_purge_v1(p_queue text, p_group text)
+RETURNS bigint
+LANGUAGE sql AS $$
+    WITH gone AS (
+        DELETE FROM queen.log_dlq d
+        USING queen.log_partitions lp, queen.queues q
+        WHERE lp.id = d.partition_id AND q.id = lp.queue_id AND q.name = p_queue
+          AND (p_group IS NULL OR d.consumer_group = p_group)
+        RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+-- Deletes the dead letters of one address (partition, transactionId), of every group.
+-- Returns how many rows went (0: the address has none).
+CREATE OR REPLACE FUNCTION queen.log_dlq_delete_v1(p_pid bigint, p_txn text)
+RETURNS bigint
+LANGUAGE sql AS $$
+    WITH gone AS (
+        DELETE FROM queen.log_dlq WHERE partition_id = p_pid AND transaction_id = p_txn
+        RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+-- The payload copy a replay of the address pushes back: one row when the address has dead
+-- letters (the newest one's copy; r_payload NULL for an empty payload), none otherwise.
+-- Read before the replay so the broker can build the segment; the replay itself decides.
+CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text)
+RETURNS TABLE(r_payload text)
+LANGUAGE sql STABLE AS $$
+    SELECT payload::text FROM queen.log_dlq
+    WHERE partition_id = p_pid AND transaction_id = p_txn
+    ORDER BY failed_at DESC, id
+    LIMIT 1
+$$;
+
+-- Replays an address: deletes its dead letters (every group) and appends the one-frame
+-- segment the broker built from the payload copy to the same partition, in this one call,
+-- hence one transaction. The append bypasses the dedup window (window 0): the transactionId is
+-- stored under it already, and the replay is deliberate.
+--
+-- Lock order: the partition row first (FOR NO KEY UPDATE, the allocator's own lock, which the
+-- append then reuses), then the DLQ rows (the DELETE locks them). Not the other way round:
+-- delete_queue_v1 (queues.sql) holds the partition rows while it deletes their DLQ rows, so a
+-- replay holding DLQ rows while waiting for the partition would close a cycle with it.
+-- A second replay of the same address waits on the first one's partition lock, then finds the
+-- rows gone and answers {"status":"none"} having written nothing: no double push.
+--
+-- Result: {"status":"none"} (no dead letter), {"status":"gone"} (its partition was deleted;
+-- nothing written), or {"status":"replayed","replayed":n,"queue":Q,"partition":P,
+-- "push":<log_push_one_v1 result>}.
+CREATE OR REPLACE FUNCTION queen.log_dlq_replay_v1(
+    p_pid bigint, p_txn text, p_hashes bytea, p_blob bytea)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+    v_partition text;
+    v_deleted bigint;
+BEGIN
+    SELECT q.name, lp.name INTO v_queue, v_partition
+    FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+    WHERE lp.id = p_pid
+    FOR NO KEY UPDATE OF lp;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM queen.log_dlq
+                   WHERE partition_id = p_pid AND transaction_id = p_txn) THEN
+            RETURN jsonb_build_object('status', 'gone');
+        END IF;
+        RETURN jsonb_build_object('status', 'none');
+    END IF;
+
+    v_deleted := queen.log_dlq_delete_v1(p_pid, p_txn);
+    IF v_deleted = 0 THEN
+        RETURN jsonb_build_object('status', 'none');
+    END IF;
+    RETURN jsonb_build_object(
+        'status', 'replayed', 'replayed', v_deleted, 'queue', v_queue,
+        'partition', v_partition,
+        'push', queen.log_push_one_v1(v_queue, v_partition, 1, p_hashes, -1, p_blob, p_pid, 0));
+END
 $$;

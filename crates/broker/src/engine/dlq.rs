@@ -1,19 +1,23 @@
 //! Dead letters: the filing after an ack verdict asked for one (read the covering segment,
-//! extract the poison frame, file it with `queen.log_dlq_head_v1`), and the listing behind
-//! `GET /api/v1/dlq`. Only the broker can decompress a segment, which is why SQL keeps the
-//! lease and leaves the filing to this module; what the filing means for the acks' answers is
-//! `engine::ack`'s.
+//! extract the poison frame, file it with `queen.log_dlq_head_v1`), the listing behind
+//! `GET /api/v1/dlq`, and the operations on filed rows (docs/engine.md §2.8): purge, delete by
+//! address, and replay, which builds a one-frame segment from the payload copy and appends it
+//! while deleting the rows, in one transaction. Only the broker can (de)compress a segment,
+//! which is why SQL keeps the lease and leaves the filing and the building to this module; what
+//! the filing means for the acks' answers is `engine::ack`'s.
 
 use deadpool_postgres::GenericClient;
-use queen_proto::frame::Frames;
-use queen_proto::segment;
+use queen_proto::frame::{Frame, Frames};
+use queen_proto::{segment, PartitionId};
 use serde_json::value::RawValue;
 
+use crate::engine::push::commit::after_commit_trouble;
+use crate::engine::push::segment::build_segment;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::ack::HashAckVerdict;
-use crate::store::dlq::{self as store, DeadLetter};
-use crate::store::push::segment_at;
+use crate::store::dlq::{self as store, DeadLetter, ReplayVerdict, ReplayWrite};
+use crate::store::push::{segment_at, SegmentResult, SegmentWrite};
 
 pub use crate::store::dlq::{DlqFilter, DlqPage, DlqRow};
 
@@ -119,6 +123,106 @@ pub fn reason<'a>(poison_txn: &str, nacks: &[Nack<'a>]) -> &'a str {
 pub async fn list(state: &Engine, filter: &DlqFilter<'_>) -> Result<DlqPage> {
     let db = state.store.conn().await?;
     store::dlq_list(&db, filter).await
+}
+
+/// Deletes the dead letters of `queue` (of `group` only, if given); answers how many went.
+pub async fn purge(state: &Engine, queue: &str, group: Option<&str>) -> Result<i64> {
+    let db = state.store.conn().await?;
+    store::dlq_purge(&db, queue, group).await
+}
+
+/// Deletes the dead letters of one address, every group; 404 when it has none (a live
+/// message that was never dead-lettered has none).
+pub async fn delete(state: &Engine, partition_id: &str, transaction_id: &str) -> Result<i64> {
+    let pid = address(partition_id, transaction_id)?;
+    let db = state.store.conn().await?;
+    match store::dlq_delete(&db, pid, transaction_id).await? {
+        0 => Err(no_dead_letter(partition_id, transaction_id)),
+        n => Ok(n),
+    }
+}
+
+/// What a replay appended.
+pub struct Replayed {
+    pub partition_id: i64,
+    pub offset: i64,
+    /// How many dead letters (one per group that filed it) the replay removed.
+    pub replayed: i64,
+}
+
+/// Pushes the payload copy of an address back to its partition under the same transactionId
+/// (a new message id, past the dedup window) and deletes its dead letters, in one
+/// transaction, so every group sees the message again at a new offset. 404 when the address
+/// has no dead letter, including when a concurrent replay took it first.
+pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) -> Result<Replayed> {
+    let pid = address(partition_id, transaction_id)?;
+    let db = state.store.conn().await?;
+    let Some(copy) = store::dlq_payload(&db, pid, transaction_id).await? else {
+        return Err(no_dead_letter(partition_id, transaction_id));
+    };
+    let payload = copy.unwrap_or_default();
+    let frame = Frame {
+        flags: 0,
+        message_id: *queen_proto::new_v7().as_bytes(),
+        trace_id: None,
+        transaction_id,
+        producer_sub: None,
+        payload: payload.as_bytes(),
+    };
+    let seg = build_segment(&[frame], state.cfg.zstd_level)
+        .map_err(|e| Error::bad(format!("replay: {e}")))?;
+    let write = ReplayWrite {
+        partition_id: pid,
+        transaction_id,
+        hashes: &seg.hashes,
+        blob: &seg.blob,
+    };
+    let (replayed, queue, partition, push) = match store::dlq_replay(&db, &write).await? {
+        ReplayVerdict::None => return Err(no_dead_letter(partition_id, transaction_id)),
+        ReplayVerdict::Gone => {
+            return Err(Error::NotFound(format!(
+                "the partition {partition_id} of the dead letter no longer exists"
+            )))
+        }
+        ReplayVerdict::Replayed {
+            replayed,
+            queue,
+            partition,
+            push,
+        } => (replayed, queue, partition, push),
+    };
+    let SegmentResult::Queued { base_offset, .. } = push else {
+        // Window 0 never answers duplicate; the rows are gone and a frame may stand.
+        after_commit_trouble(&format!("log_dlq_replay_v1 answered {push:?}"));
+        return Err(Error::internal("replay committed without a queued push"));
+    };
+    let written = SegmentWrite {
+        queue: &queue,
+        partition: &partition,
+        msg_count: seg.msg_count,
+        hashes: &seg.hashes,
+        verified: -1,
+        blob: &seg.blob,
+    };
+    state.commit_effects().committed(&[written], &[push]);
+    Ok(Replayed {
+        partition_id: pid,
+        offset: base_offset,
+        replayed,
+    })
+}
+
+/// The partition id of an address; one that cannot be an id has no dead letter.
+fn address(partition_id: &str, transaction_id: &str) -> Result<i64> {
+    PartitionId::parse(partition_id)
+        .map(PartitionId::get)
+        .map_err(|_| no_dead_letter(partition_id, transaction_id))
+}
+
+fn no_dead_letter(partition_id: &str, transaction_id: &str) -> Error {
+    Error::NotFound(format!(
+        "no dead letter for transactionId {transaction_id} in partition {partition_id}"
+    ))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `GET /api/v1/dlq` (docs/wire.md §11): the listing's filters and its rendering; the rows come
-//! from `engine::dlq`.
+//! `GET /api/v1/dlq` and `DELETE /api/v1/dlq` (docs/wire.md §11): the listing's filters and its
+//! rendering, and the purge of a queue's dead letters; the rows come from `engine::dlq`. The
+//! operations on one address live with the message routes (`http::messages`).
 
 use axum::extract::State;
 use axum::routing::get;
@@ -15,7 +16,23 @@ use crate::error::{Error, Result};
 use crate::http::extract::Query;
 
 pub fn routes() -> Router<Engine> {
-    Router::new().route("/api/v1/dlq", get(list_dlq))
+    Router::new().route("/api/v1/dlq", get(list_dlq).delete(purge_dlq))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PurgeQuery {
+    queue: Option<String>,
+    consumer_group: Option<String>,
+}
+
+/// `DELETE /api/v1/dlq?queue=&consumerGroup=`: the queue's dead letters, of one group if given.
+async fn purge_dlq(State(st): State<Engine>, Query(q): Query<PurgeQuery>) -> Result<Json<Value>> {
+    let queue = filter_name("queue", &q.queue)?
+        .ok_or_else(|| Error::bad("queue is required to purge dead letters"))?;
+    let group = filter_name("consumerGroup", &q.consumer_group)?;
+    let deleted = dlq::purge(&st, queue, group).await?;
+    Ok(Json(json!({ "success": true, "deleted": deleted })))
 }
 
 #[derive(Deserialize)]

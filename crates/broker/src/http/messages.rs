@@ -1,22 +1,55 @@
 //! `GET /api/v1/messages/:partitionId/:transactionId` (docs/wire.md §13): one message with its
-//! per-group state. The lookup lives in `engine::messages`; this module renders it.
+//! per-group state. The lookup lives in `engine::messages`; this module renders it. The same
+//! address's dead-letter operations (docs/wire.md §11): `DELETE` removes its dead letters and
+//! `POST …/retry` replays it, both through `engine::dlq`.
 
 use axum::extract::State;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use queen_proto::name::check_id;
 use serde_json::{json, Value};
 
+use crate::engine::dlq;
 use crate::engine::messages::{self, MessageDetail};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::extract::Path;
 
 pub fn routes() -> Router<Engine> {
-    Router::new().route(
-        "/api/v1/messages/{partition_id}/{transaction_id}",
-        get(detail),
-    )
+    Router::new()
+        .route(
+            "/api/v1/messages/{partition_id}/{transaction_id}",
+            get(detail).delete(delete_dead_letters),
+        )
+        .route(
+            "/api/v1/messages/{partition_id}/{transaction_id}/retry",
+            post(replay),
+        )
+}
+
+/// `DELETE /api/v1/messages/:partitionId/:transactionId`: the address's dead letters.
+async fn delete_dead_letters(
+    State(st): State<Engine>,
+    Path((partition_id, transaction_id)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    check_id("transactionId", &transaction_id)?;
+    let deleted = dlq::delete(&st, &partition_id, &transaction_id).await?;
+    Ok(Json(json!({ "success": true, "deleted": deleted })))
+}
+
+/// `POST /api/v1/messages/:partitionId/:transactionId/retry`: replays a dead letter.
+async fn replay(
+    State(st): State<Engine>,
+    Path((partition_id, transaction_id)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    check_id("transactionId", &transaction_id)?;
+    let done = dlq::replay(&st, &partition_id, &transaction_id).await?;
+    Ok(Json(json!({
+        "success": true,
+        "partitionId": done.partition_id.to_string(),
+        "offset": done.offset,
+        "replayed": done.replayed,
+    })))
 }
 
 async fn detail(

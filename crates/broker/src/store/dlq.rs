@@ -1,5 +1,6 @@
 //! Typed calls of the dead-letter SQL (sql/functions/dlq.sql): `queen.log_dlq_head_v1` files one dead
-//! letter (the hand-off after a `dlq` ack verdict) and `queen.log_dlq_list_v1` lists them.
+//! letter (the hand-off after a `dlq` ack verdict), `queen.log_dlq_list_v1` lists them, and the
+//! operations on filed rows: purge, delete by address, and replay (`queen.log_dlq_replay_v1`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -10,6 +11,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::store::json_verdict;
+use crate::store::push::SegmentResult;
 
 /// What `queen.log_dlq_head_v1` needs to file one dead letter.
 pub struct DeadLetter<'a> {
@@ -109,4 +111,72 @@ pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>) -> Result<DlqP
     // Read as text: the payload copies are spliced into the answer without re-parsing.
     let text: String = row.try_get(0)?;
     serde_json::from_str(&text).map_err(|e| Error::internal(format!("log_dlq_list_v1 answer: {e}")))
+}
+
+/// `queen.log_dlq_purge_v1`: deletes the queue's dead letters (of `group` only, if given).
+pub async fn dlq_purge(db: &impl GenericClient, queue: &str, group: Option<&str>) -> Result<i64> {
+    let stmt = db
+        .prepare_cached("SELECT queen.log_dlq_purge_v1($1, $2)")
+        .await?;
+    Ok(db.query_one(&stmt, &[&queue, &group]).await?.try_get(0)?)
+}
+
+/// `queen.log_dlq_delete_v1`: deletes the dead letters of one address, every group.
+pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -> Result<i64> {
+    let stmt = db
+        .prepare_cached("SELECT queen.log_dlq_delete_v1($1, $2)")
+        .await?;
+    Ok(db
+        .query_one(&stmt, &[&partition_id, &txn])
+        .await?
+        .try_get(0)?)
+}
+
+/// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else its payload
+/// copy as JSON text (`Some(None)`: the copy is NULL, an empty payload).
+pub async fn dlq_payload(
+    db: &impl GenericClient,
+    partition_id: i64,
+    txn: &str,
+) -> Result<Option<Option<String>>> {
+    let stmt = db
+        .prepare_cached("SELECT r_payload FROM queen.log_dlq_payload_v1($1, $2)")
+        .await?;
+    let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+/// The one-frame segment a replay appends, built by the engine.
+pub struct ReplayWrite<'a> {
+    pub partition_id: i64,
+    pub transaction_id: &'a str,
+    pub hashes: &'a [u8],
+    pub blob: &'a [u8],
+}
+
+/// What `queen.log_dlq_replay_v1` did.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ReplayVerdict {
+    /// The address had no dead letter (any more): nothing written.
+    None,
+    /// The dead letters' partition was deleted: nothing written.
+    Gone,
+    Replayed {
+        replayed: i64,
+        queue: String,
+        partition: String,
+        push: SegmentResult,
+    },
+}
+
+/// `queen.log_dlq_replay_v1`: deletes the address's dead letters and appends the segment, in
+/// one call (one transaction).
+pub async fn dlq_replay(db: &impl GenericClient, w: &ReplayWrite<'_>) -> Result<ReplayVerdict> {
+    json_verdict(
+        db,
+        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4)",
+        &[&w.partition_id, &w.transaction_id, &w.hashes, &w.blob],
+    )
+    .await
 }

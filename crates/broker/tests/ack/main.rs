@@ -7,6 +7,7 @@ use queen_test_harness::wire;
 
 mod concurrency;
 mod dlq;
+mod dlq_ops;
 mod honesty;
 mod lease;
 mod positional;

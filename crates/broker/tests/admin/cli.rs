@@ -233,6 +233,75 @@ async fn dlq_lists_dead_letters_and_seek_replays_a_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_replays_deletes_and_purges_dead_letters() {
+    let b = broker().await;
+    b.push(
+        "cli-ops",
+        "Default",
+        &[json!({"k": 0}), json!({"k": 1}), json!({"k": 2})],
+    )
+    .await;
+    let mut txns = Vec::new();
+    for _ in 0..3 {
+        let (_, popped) = b.get("/api/v1/pop/queue/cli-ops?batch=1").await;
+        let msg = &popped["messages"][0];
+        let acks = ack_batch(&b, None, vec![ack_item(msg, "dlq")]).await;
+        assert_eq!(acks[0]["dlq"], json!(true), "{acks:?}");
+        txns.push(msg["transactionId"].as_str().expect("txn").to_string());
+    }
+    let (_, first) = b.get("/api/v1/dlq?queue=cli-ops").await;
+    let pid = first["messages"][0]["partitionId"]
+        .as_str()
+        .expect("pid")
+        .to_string();
+
+    let replay = queen(&b.url, &["dlq", "cli-ops", "replay", &pid, &txns[0]], "").await;
+    assert_eq!(replay.code, 0, "{}", replay.stderr);
+    assert!(
+        replay.stdout.starts_with(&format!(
+            "replayed {} at partition {pid} offset 3 (1 dead",
+            txns[0]
+        )),
+        "{}",
+        replay.stdout
+    );
+    let (_, again) = b.get("/api/v1/pop/queue/cli-ops?batch=5").await;
+    assert_eq!(
+        again["messages"][0]["transactionId"],
+        json!(txns[0]),
+        "{again}"
+    );
+    assert_eq!(again["messages"][0]["data"], json!({"k": 0}));
+
+    let elsewhere = queen(&b.url, &["dlq", "cli-other", "replay", &pid, &txns[1]], "").await;
+    assert_eq!(
+        elsewhere.code, 2,
+        "another queue's address: {}",
+        elsewhere.stderr
+    );
+    let delete = ["dlq", "cli-ops", "delete", &pid, &txns[1], "--json"];
+    let deleted = queen(&b.url, &delete, "").await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    assert_eq!(deleted.json(), json!({"success": true, "deleted": 1}));
+    let twice = queen(&b.url, &delete, "").await;
+    assert_eq!(twice.code, 1, "no dead letter left: {}", twice.stderr);
+
+    let bad = queen(&b.url, &["dlq", "cli-ops", "purge", "--limit", "5"], "").await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let other_group = queen(&b.url, &["dlq", "cli-ops", "purge", "--group", "g"], "").await;
+    assert_eq!(
+        other_group.stdout, "purged 0 dead letters\n",
+        "{}",
+        other_group.stderr
+    );
+    let purge = queen(&b.url, &["dlq", "cli-ops", "purge"], "").await;
+    assert_eq!(purge.code, 0, "{}", purge.stderr);
+    assert_eq!(purge.stdout, "purged 1 dead letters\n");
+    let (_, left) = b.get("/api/v1/dlq?queue=cli-ops").await;
+    assert_eq!(left["total"], json!(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_refused_usage_or_unreachable() {
     let b = broker().await;
     let missing = queen(&b.url, &["queue", "cli-no-such-queue"], "").await;
