@@ -47,7 +47,7 @@ impl Profile {
             name: "full",
             messages: 1_000_000,
             producers: 8,
-            push_for: Duration::from_secs(1_500),
+            push_for: Duration::from_secs(1_100),
             fault_every: Duration::from_secs(50),
             // Three per group fell 170 000 messages behind the producers on a loaded 2-core
             // machine; the drain must deliver everything for "lost" to mean anything.

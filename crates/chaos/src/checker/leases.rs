@@ -17,15 +17,25 @@ struct Lease<'a> {
     end_lb: Micros,
 }
 
-/// Whether `a` may have ended a lease of its (partition, group) claimed before `a` was sent.
-fn may_release(a: &AckRec, lease: &str) -> bool {
-    let own = a.lease.as_deref() == Some(lease);
-    let lease_less = a.lease.is_none();
+/// Whether `a` may have ended a lease it names (or, lease-less, any lease of its (partition,
+/// group)) claimed before `a` was sent: unanswered, or accepted — a refused one changed
+/// nothing.
+fn may_release(a: &AckRec) -> bool {
     match &a.answer {
-        None => own || lease_less,
-        // Any accepted ack may have completed the batch; a refused one changed nothing.
-        Some(x) => (own || lease_less) && (x.success || x.lease_released || x.dlq),
+        None => true,
+        Some(x) => x.success || x.lease_released || x.dlq,
     }
+}
+
+/// The first of the sorted `times` at or after `t` (`Micros::MAX` if none).
+fn first_at_or_after(times: Option<&Vec<Micros>>, t: Micros) -> Micros {
+    let Some(times) = times else {
+        return Micros::MAX;
+    };
+    times
+        .get(times.partition_point(|&x| x < t))
+        .copied()
+        .unwrap_or(Micros::MAX)
 }
 
 pub fn overlapping(log: &Log, v: &mut Vec<Violation>) {
@@ -37,10 +47,24 @@ pub fn overlapping(log: &Log, v: &mut Vec<Violation>) {
         e.0 = e.0.min(d.pop_sent);
         e.1 = e.1.min(d.received);
     }
-    let mut acks: HashMap<(&str, &str), Vec<&AckRec>> = HashMap::new();
-    for a in &log.acks {
-        acks.entry((&a.partition_id, &a.group)).or_default().push(a);
+    // The send times of the acks that may end a lease, sorted: those under each lease, and
+    // the lease-less ones of each (partition, group) (which may end any lease of the row).
+    let mut own: HashMap<(&str, &str, &str), Vec<Micros>> = HashMap::new();
+    let mut lease_less: HashMap<(&str, &str), Vec<Micros>> = HashMap::new();
+    for a in log.acks.iter().filter(|a| may_release(a)) {
+        match &a.lease {
+            Some(l) => own
+                .entry((&a.partition_id, &a.group, l))
+                .or_default()
+                .push(a.sent),
+            None => lease_less
+                .entry((&a.partition_id, &a.group))
+                .or_default()
+                .push(a.sent),
+        }
     }
+    own.values_mut().for_each(|t| t.sort_unstable());
+    lease_less.values_mut().for_each(|t| t.sort_unstable());
     let mut renewed: HashMap<&str, Micros> = HashMap::new();
     for e in log.extends.iter().filter(|e| e.renewed) {
         let until = renewed.entry(&e.lease).or_default();
@@ -49,14 +73,9 @@ pub fn overlapping(log: &Log, v: &mut Vec<Violation>) {
     let mut per_row: HashMap<(&str, &str), Vec<Lease<'_>>> = HashMap::new();
     for (&(partition, group, id), &(pop_sent, received, secs)) in &claims {
         let expiry = (pop_sent + secs * 1_000_000).max(renewed.get(id).copied().unwrap_or(0));
-        let release = acks
-            .get(&(partition, group))
-            .into_iter()
-            .flatten()
-            .filter(|a| a.sent >= pop_sent && may_release(a, id))
-            .map(|a| a.sent)
-            .min()
-            .unwrap_or(Micros::MAX);
+        let release = first_at_or_after(own.get(&(partition, group, id)), pop_sent).min(
+            first_at_or_after(lease_less.get(&(partition, group)), pop_sent),
+        );
         per_row.entry((partition, group)).or_default().push(Lease {
             id,
             received,

@@ -25,7 +25,10 @@ pub const PARTITIONS: usize = 4;
 pub const QUEUE_MODE: &str = "__QUEUE_MODE__";
 /// Named groups and their first-contact subscription mode.
 pub const NAMED_GROUPS: [(&str, &str); 2] = [("g-all", "all"), ("g-new", "new")];
-/// Consumers leave after this many consecutive empty long-polls once the run is draining.
+/// Consumers leave after at least this many consecutive empty long-polls once the run is
+/// draining, and never before a lease could have expired: a partition whose batch was acked
+/// lease-less stays leased, so invisible, until then (the first full run's consumers left
+/// 8 000 messages behind such leases).
 const IDLE_ROUNDS: u32 = 4;
 
 /// What every worker shares.
@@ -153,5 +156,7 @@ pub async fn run(ctx: Arc<Ctx>) -> Result<()> {
 
 /// True when a consumer should leave: drained (idle for a while) or out of time.
 fn consumer_done(ctx: &Ctx, idle: u32) -> bool {
-    (ctx.draining() && idle >= IDLE_ROUNDS) || Instant::now() > ctx.deadline
+    // Each empty long-poll waits about a second (consumer::POLL_MS).
+    let rounds = IDLE_ROUNDS.max(2 * ctx.profile.lease_secs as u32 + 2);
+    (ctx.draining() && idle >= rounds) || Instant::now() > ctx.deadline
 }
