@@ -22,6 +22,13 @@ pub struct PopCache {
 }
 
 impl PopCache {
+    /// Drops what this broker remembers of a deleted queue, so a stream of created and deleted
+    /// names leaves nothing behind.
+    pub fn forget(&self, queue: &str) {
+        self.deliveries.forget(queue);
+        self.min_wait.learn(queue, 0);
+    }
+
     /// The `pop` section of `/metrics`.
     pub fn metrics(&self) -> Value {
         json!({
@@ -107,6 +114,11 @@ impl Deliveries {
             q.last_lag_ms = lag_ms;
             q.max_lag_ms = q.max_lag_ms.max(lag_ms);
         }
+    }
+
+    pub fn forget(&self, queue: &str) {
+        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(queue);
     }
 
     pub fn snapshot(&self) -> Value {

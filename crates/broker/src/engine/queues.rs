@@ -209,7 +209,11 @@ pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRo
 /// of partitions deleted.
 pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let conn = state.store.conn().await?;
-    queues::delete(&conn, queue).await
+    let deleted = queues::delete(&conn, queue).await?;
+    if deleted.is_some() {
+        state.pop.forget(queue);
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

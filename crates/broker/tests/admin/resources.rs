@@ -321,3 +321,21 @@ async fn traces_are_stored_and_bad_bodies_rejected() {
         "rejected traces wrote nothing"
     );
 }
+
+#[tokio::test]
+async fn a_deleted_queue_leaves_no_delivery_metrics_behind() {
+    let b = common::broker().await;
+    for round in 0..3 {
+        let queue = format!("metrics-churn-{round}");
+        b.push(&queue, "Default", &[json!({ "round": round })])
+            .await;
+        let (status, _) = pop(&b, &queue, "batch=1&autoAck=true").await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, metrics) = b.get("/metrics").await;
+        assert!(metrics["pop"]["queues"][&queue].is_object(), "{metrics}");
+        let (status, _) = b.delete(&format!("/api/v1/resources/queues/{queue}")).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, metrics) = b.get("/metrics").await;
+        assert!(metrics["pop"]["queues"][&queue].is_null(), "{metrics}");
+    }
+}
