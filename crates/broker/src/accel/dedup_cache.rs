@@ -30,8 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
 pub use queen_proto::sidecar::{HashRow, Hydration};
 
 mod entry;
@@ -344,8 +342,9 @@ impl DedupCache {
         }
     }
 
-    /// The `dedupCache` object of `/metrics`.
-    pub fn metrics(&self) -> Value {
+    /// The cache's size and counters, for the `dedupCache` object of `/metrics` (rendered by
+    /// the http floor).
+    pub fn metrics(&self) -> DedupSnapshot {
         let (bytes, partitions, hashes, suppressed) = {
             let st = lock(&self.state);
             let hashes: usize = st.entries.values().map(|s| s.hashes).sum();
@@ -353,25 +352,46 @@ impl DedupCache {
         };
         let s = &self.stats;
         let n = |c: &AtomicU64| c.load(Relaxed);
-        json!({
-            "enabled": self.enabled,
-            "budgetBytes": self.limits.budget_bytes,
-            "bytes": bytes,
-            "partitions": partitions,
-            "hashes": hashes,
-            "suppressedPartitions": suppressed,
-            "hydrations": n(&s.hydrations),
-            "catchUps": n(&s.catch_ups),
-            "fetchErrors": n(&s.fetch_errors),
-            "vouchedPushes": n(&s.vouched),
-            "fullProbePushes": n(&s.full_probes),
-            "hits": n(&s.hits),
-            "extensions": n(&s.extensions),
-            "invalidations": n(&s.invalidations),
-            "evictions": n(&s.evictions),
-            "suppressions": n(&s.suppressions),
-        })
+        DedupSnapshot {
+            enabled: self.enabled,
+            budget_bytes: self.limits.budget_bytes as u64,
+            bytes: bytes as u64,
+            partitions: partitions as u64,
+            hashes: hashes as u64,
+            suppressed_partitions: suppressed as u64,
+            hydrations: n(&s.hydrations),
+            catch_ups: n(&s.catch_ups),
+            fetch_errors: n(&s.fetch_errors),
+            vouched_pushes: n(&s.vouched),
+            full_probe_pushes: n(&s.full_probes),
+            hits: n(&s.hits),
+            extensions: n(&s.extensions),
+            invalidations: n(&s.invalidations),
+            evictions: n(&s.evictions),
+            suppressions: n(&s.suppressions),
+        }
     }
+}
+
+/// What [`DedupCache::metrics`] reports: the cache's size now and its counters since start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DedupSnapshot {
+    pub enabled: bool,
+    pub budget_bytes: u64,
+    pub bytes: u64,
+    pub partitions: u64,
+    pub hashes: u64,
+    pub suppressed_partitions: u64,
+    pub hydrations: u64,
+    pub catch_ups: u64,
+    pub fetch_errors: u64,
+    pub vouched_pushes: u64,
+    pub full_probe_pushes: u64,
+    pub hits: u64,
+    pub extensions: u64,
+    pub invalidations: u64,
+    pub evictions: u64,
+    pub suppressions: u64,
 }
 
 impl State {

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::{json, Value};
 use tokio::time::Instant;
 
 /// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits, the
@@ -29,15 +28,26 @@ impl PopCache {
         self.min_wait.learn(queue, 0);
     }
 
-    /// The `pop` section of `/metrics`.
-    pub fn metrics(&self) -> Value {
-        json!({
-            "hintClaims": self.stats.hint_claims.load(Relaxed),
-            "hintFallthroughs": self.stats.hint_fallthroughs.load(Relaxed),
-            "deadlineMarginSkips": self.stats.deadline_margin_skips.load(Relaxed),
-            "queues": self.deliveries.snapshot(),
-        })
+    /// The pop path's counters and per-queue deliveries, for the `pop` section of `/metrics`
+    /// (rendered by the http floor).
+    pub fn metrics(&self) -> PopSnapshot {
+        PopSnapshot {
+            hint_claims: self.stats.hint_claims.load(Relaxed),
+            hint_fallthroughs: self.stats.hint_fallthroughs.load(Relaxed),
+            deadline_margin_skips: self.stats.deadline_margin_skips.load(Relaxed),
+            queues: self.deliveries.snapshot(),
+        }
     }
+}
+
+/// What [`PopCache::metrics`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PopSnapshot {
+    pub hint_claims: u64,
+    pub hint_fallthroughs: u64,
+    pub deadline_margin_skips: u64,
+    /// Per queue that delivered since start (and was not deleted here), by name.
+    pub queues: Vec<(String, QueueDeliveries)>,
 }
 
 /// How woken pops were scheduled, so the cheaper paths can be seen working.
@@ -92,12 +102,13 @@ pub struct Deliveries {
     by_queue: Mutex<HashMap<String, QueueDeliveries>>,
 }
 
-#[derive(Default)]
-struct QueueDeliveries {
-    pops: u64,
-    messages: u64,
-    last_lag_ms: u64,
-    max_lag_ms: u64,
+/// One queue's deliveries: answers, messages, and the lag of the last and the slowest answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDeliveries {
+    pub pops: u64,
+    pub messages: u64,
+    pub last_lag_ms: u64,
+    pub max_lag_ms: u64,
 }
 
 /// What one answer delivered per queue: (queue, messages, oldest segment timestamp in µs).
@@ -121,20 +132,11 @@ impl Deliveries {
         map.remove(queue);
     }
 
-    pub fn snapshot(&self) -> Value {
+    pub fn snapshot(&self) -> Vec<(String, QueueDeliveries)> {
         let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
-            .map(|(queue, q)| {
-                let v = json!({
-                    "pops": q.pops,
-                    "messages": q.messages,
-                    "lastLagMs": q.last_lag_ms,
-                    "maxLagMs": q.max_lag_ms,
-                });
-                (queue.clone(), v)
-            })
-            .collect::<serde_json::Map<String, Value>>()
-            .into()
+        let mut queues: Vec<_> = map.iter().map(|(q, d)| (q.clone(), *d)).collect();
+        queues.sort_by(|a, b| a.0.cmp(&b.0));
+        queues
     }
 }
 

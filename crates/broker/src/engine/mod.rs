@@ -18,6 +18,9 @@ pub mod traces;
 pub mod transaction;
 mod wake;
 
+/// The accelerators' snapshots `/metrics` renders.
+pub use crate::accel::dedup_cache::DedupSnapshot;
+pub use crate::accel::pop_cache::PopSnapshot;
 pub use context::{Counters, Engine, Inner};
 
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::engine::Engine;
+use crate::engine::{DedupSnapshot, Engine, PopSnapshot};
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -49,9 +49,9 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
             "pushed": pushed,
             "popped": popped,
         },
-        "pop": st.pop.metrics(),
+        "pop": render_pop(&st.pop.metrics()),
         "wake": { "gates": st.wake.gate_count() },
-        "dedupCache": st.dedup_cache.metrics(),
+        "dedupCache": render_dedup(&st.dedup_cache.metrics()),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,
@@ -61,6 +61,49 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "memory": { "rssBytes": rss_bytes() },
         "cpu": { "processSeconds": cpu_seconds() },
     }))
+}
+
+fn render_pop(p: &PopSnapshot) -> Value {
+    let queues: serde_json::Map<String, Value> = p
+        .queues
+        .iter()
+        .map(|(queue, d)| {
+            let v = json!({
+                "pops": d.pops,
+                "messages": d.messages,
+                "lastLagMs": d.last_lag_ms,
+                "maxLagMs": d.max_lag_ms,
+            });
+            (queue.clone(), v)
+        })
+        .collect();
+    json!({
+        "hintClaims": p.hint_claims,
+        "hintFallthroughs": p.hint_fallthroughs,
+        "deadlineMarginSkips": p.deadline_margin_skips,
+        "queues": queues,
+    })
+}
+
+fn render_dedup(d: &DedupSnapshot) -> Value {
+    json!({
+        "enabled": d.enabled,
+        "budgetBytes": d.budget_bytes,
+        "bytes": d.bytes,
+        "partitions": d.partitions,
+        "hashes": d.hashes,
+        "suppressedPartitions": d.suppressed_partitions,
+        "hydrations": d.hydrations,
+        "catchUps": d.catch_ups,
+        "fetchErrors": d.fetch_errors,
+        "vouchedPushes": d.vouched_pushes,
+        "fullProbePushes": d.full_probe_pushes,
+        "hits": d.hits,
+        "extensions": d.extensions,
+        "invalidations": d.invalidations,
+        "evictions": d.evictions,
+        "suppressions": d.suppressions,
+    })
 }
 
 async fn status() -> Json<Value> {

@@ -67,10 +67,7 @@ fn vouches_for_absent_hashes_and_hints_on_present_ones() {
         "a cached hash is a hint: SQL must find the original"
     );
     let m = cache.metrics();
-    assert_eq!(
-        (m["vouchedPushes"].as_u64(), m["hits"].as_u64()),
-        (Some(1), Some(1))
-    );
+    assert_eq!((Some(m.vouched_pushes), Some(m.hits)), (Some(1), Some(1)));
 }
 
 #[test]
@@ -116,7 +113,7 @@ fn a_catch_up_keeps_only_rows_past_what_commits_already_added() {
     let read = hydration(7, 3600, &[(1, NOW, vec![11]), (2, NOW, vec![12])]);
     cache.install("q", "p", t, Some(read));
     assert_eq!(cache.plan("q", "p", &sidecar(&[99]), true), Plan::Send(2));
-    assert_eq!(cache.metrics()["hashes"], 3, "no hash added twice");
+    assert_eq!(cache.metrics().hashes, 3, "no hash added twice");
 }
 
 #[test]
@@ -182,10 +179,10 @@ fn expiry_drops_whole_blocks_past_window_and_slack_and_stays_sound() {
     let n = old.len() as i64;
     let rows = [(0, NOW - 100 * SEC, old), (n, NOW, vec![1_000_000])];
     let cache = hydrated(limits(), hydration(7, 10, &rows));
-    assert_eq!(cache.metrics()["hashes"], BLOCK_HASHES + 1);
+    assert_eq!(cache.metrics().hashes, BLOCK_HASHES as u64 + 1);
     // The sealed block is 100 s old, past 10 s + 5 s: dropped at the next use.
     assert_eq!(cache.plan("q", "p", &sidecar(&[5]), true), Plan::Send(n));
-    assert_eq!(cache.metrics()["hashes"], 1);
+    assert_eq!(cache.metrics().hashes, 1);
     assert_eq!(
         cache.plan("q", "p", &sidecar(&[1_000_000]), true),
         Plan::Send(-1),
@@ -205,7 +202,7 @@ fn a_read_that_does_not_cover_the_window_never_vouches() {
 fn window_zero_partitions_hold_no_hashes() {
     let cache = hydrated(limits(), hydration(7, 0, &[]));
     cache.committed("q", "p", 7, 0, &sidecar(&[1, 2, 3]), NOW);
-    assert_eq!(cache.metrics()["hashes"], 0);
+    assert_eq!(cache.metrics().hashes, 0);
     assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
 }
 
@@ -217,7 +214,7 @@ fn rows_of(from: u128, hashes: usize) -> Vec<(i64, i64, Vec<u128>)> {
 #[test]
 fn the_budget_evicts_least_recently_used_partitions() {
     let probe = hydrated(limits(), hydration(1, 3600, &rows_of(0, 5000)));
-    let one = probe.metrics()["bytes"].as_u64().unwrap_or(0) as usize;
+    let one = probe.metrics().bytes as usize;
     let cache = DedupCache::new(
         true,
         Limits {
@@ -238,11 +235,8 @@ fn the_budget_evicts_least_recently_used_partitions() {
         }
     }
     let m = cache.metrics();
-    assert_eq!(
-        (m["partitions"].as_u64(), m["evictions"].as_u64()),
-        (Some(2), Some(1))
-    );
-    assert!(m["bytes"].as_u64() <= Some(one as u64 * 5 / 2));
+    assert_eq!((Some(m.partitions), Some(m.evictions)), (Some(2), Some(1)));
+    assert!(Some(m.bytes) <= Some(one as u64 * 5 / 2));
     assert_eq!(ticket(cache.plan("q", "b", &sidecar(&[1]), true)).after, -1);
     assert!(matches!(
         cache.plan("q", "a", &sidecar(&[1]), true),
@@ -262,10 +256,7 @@ fn a_partition_larger_than_the_budget_is_suppressed_for_a_while() {
     cache.install("q", "p", t, Some(hydration(1, 3600, &rows_of(0, 1000))));
     assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
     let m = cache.metrics();
-    assert_eq!(
-        (m["suppressions"].as_u64(), m["bytes"].as_u64()),
-        (Some(1), Some(0))
-    );
+    assert_eq!((Some(m.suppressions), Some(m.bytes)), (Some(1), Some(0)));
     std::thread::sleep(Duration::from_millis(80));
     assert_eq!(ticket(cache.plan("q", "p", &sidecar(&[1]), true)).after, -1);
 }
@@ -291,7 +282,7 @@ fn a_disabled_cache_always_asks_for_the_full_probe() {
     let cache = DedupCache::new(false, limits());
     assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
     cache.committed("q", "p", 1, 0, &sidecar(&[1]), NOW);
-    assert_eq!(cache.metrics()["partitions"], 0);
+    assert_eq!(cache.metrics().partitions, 0);
 }
 
 #[test]
@@ -431,6 +422,6 @@ fn racing_writers_readers_and_evictions_never_vouch_for_a_stored_hash() {
     assert_eq!(violations.load(Relaxed), 0, "vouched past a stored hash");
     assert!(vouched.load(Relaxed) > 0, "the race exercised vouching");
     let m = cache.metrics();
-    assert!(m["bytes"].as_u64() <= Some(250_000), "{m}");
-    println!("race: {m}");
+    assert!(Some(m.bytes) <= Some(250_000), "{m:?}");
+    println!("race: {m:?}");
 }
