@@ -116,23 +116,12 @@ async fn push_batch(
                 }
                 pending = again;
             }
-            Err(e) if retryable(&e) && !last => tally.last_error = Some(e.to_string()),
+            Err(e) if e.is_transient() && !last => tally.last_error = Some(e.to_string()),
             Err(e) => return Err(args.conn.fail(e)),
         }
         tokio::time::sleep(backoff(attempt)).await;
     }
     Ok(())
-}
-
-/// Transport failures and server-side trouble may pass; a 4xx will not.
-fn retryable(e: &queen_client::Error) -> bool {
-    match e {
-        queen_client::Error::Transport(_) => true,
-        queen_client::Error::Api { status, .. } => {
-            status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408
-        }
-        _ => false,
-    }
 }
 
 fn backoff(attempt: u32) -> Duration {

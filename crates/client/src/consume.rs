@@ -266,7 +266,7 @@ impl Worker {
             let messages = match popped {
                 Ok(Some(resp)) => resp.messages,
                 Ok(None) => Vec::new(),
-                Err(e) if passing(&e) => {
+                Err(e) if e.is_transient() => {
                     self.shared.give_back(want);
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -336,14 +336,5 @@ impl Worker {
                 let _ = queen.extend_lease(&lease, seconds).await;
             }
         }))
-    }
-}
-
-/// Failures a pop loop waits out: the broker unreachable or in trouble, not a refusal.
-fn passing(e: &Error) -> bool {
-    match e {
-        Error::Transport(_) => true,
-        Error::Api { status, .. } => status.is_server_error(),
-        _ => false,
     }
 }

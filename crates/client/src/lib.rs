@@ -42,6 +42,20 @@ pub enum Error {
     Rejected { reason: String, message: String },
 }
 
+impl Error {
+    /// Whether the same request may succeed later: the broker was unreachable, in trouble
+    /// (5xx) or asked to be called back (408, 429). A refusal (other 4xx) will not change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport(_) => true,
+            Error::Api { status, .. } => {
+                status.is_server_error() || matches!(status.as_u16(), 408 | 429)
+            }
+            _ => false,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A connection to one broker. Cheap to clone (the HTTP pool is shared).
