@@ -103,10 +103,11 @@ impl AckOutcome {
 /// nack and a later completed ack of the same batch are judged together and the nack wins;
 /// the fences of [`group_by_lease`] keep that true across groups of one (partition, group).
 ///
-/// Each group is its own transaction, so a group that fails (a database error) does not undo
-/// those before it: its items fail with the cause and the later groups still run. Only when
-/// no group reached PostgreSQL at all does the request fail as a whole (nothing happened, so
-/// retrying it is safe).
+/// Each group is its own transaction, so a group PostgreSQL refuses (a database error) does
+/// not undo those before it: its items fail with the cause and the later groups still run.
+/// The request fails as a whole when no group reached PostgreSQL, and when the connection is
+/// lost: a group in flight may have committed before its answer was lost, so its items can be
+/// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
 pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
@@ -122,6 +123,7 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
                 answered = true;
                 settled
             }
+            Err(e) if e.is_unavailable() => return Err(e),
             Err(e) => {
                 let first = group[0];
                 let cause = failure_text(&e);
@@ -168,44 +170,48 @@ async fn apply_group(
         &fence_refs,
     )
     .await?;
-    Ok(conclude(state, db, group, &verdict).await)
+    conclude(state, db, group, &verdict).await
 }
 
 /// What a committed verdict means for its group (plain acks and a transaction's alike): the
 /// per-item outcomes, the DLQ hand-off it may ask for, and the wake-up of parked pops when it
-/// released a lease with data pending.
+/// released a lease with data pending. Fails only when the hand-off's outcome is unknown.
 pub async fn conclude(
     state: &Engine,
     db: &impl GenericClient,
     group: &[&Ack],
     verdict: &HashAckVerdict,
-) -> Vec<AckOutcome> {
+) -> Result<Vec<AckOutcome>> {
     let mut settled = settle(verdict, group);
-    if verdict.ok && verdict.dlq {
-        hand_off(state, db, verdict, group, &mut settled).await;
-    }
     if let Some(queue) = &verdict.wake_queue {
         state.wake.wake_queue(queue);
     }
-    settled
+    if verdict.ok && verdict.dlq {
+        hand_off(state, db, verdict, group, &mut settled).await?;
+    }
+    Ok(settled)
 }
 
 /// Files the dead letter `verdict` asks for and, when it was filed, marks the group's
 /// outcomes: every item saw its lease released, and the items carrying the poison message's
 /// transactionId were dead-lettered.
 ///
-/// Failures are not returned: the ack itself has already committed, and a hand-off that did
-/// not happen leaves the lease to expire, so the message redelivers with its retry budget
-/// still spent and the next failed ack files it again. Redelivery over loss. They are logged,
-/// and the group's signal items (whose verdict was this dead letter) are answered as refused
-/// with the cause: `success:true` would claim a verdict that did not take effect.
+/// A refusal by PostgreSQL is not returned: the ack itself has already committed, and a
+/// hand-off that did not happen leaves the lease to expire, so the message redelivers with its
+/// retry budget still spent and the next failed ack files it again. Redelivery over loss. It
+/// is logged, and the group's signal items (whose verdict was this dead letter) are answered
+/// as refused with the cause: `success:true` would claim a verdict that did not take effect.
+///
+/// A connection lost on the way is returned: the dead letter may have committed before the
+/// answer was lost, so neither `dlq:true` nor a refusal would be honest; the request's
+/// answer is a 503 (outcome unknown), and the client's retry meets the settled state.
 async fn hand_off(
     state: &Engine,
     db: &impl GenericClient,
     verdict: &HashAckVerdict,
     acks: &[&Ack],
     outcomes: &mut [AckOutcome],
-) {
+) -> Result<()> {
     let (partition_id, group) = (acks[0].partition_id.get(), acks[0].group.as_str());
     match dlq::file(db, partition_id, group, verdict, &nacks(acks)).await {
         Ok(Some(filed)) => {
@@ -218,6 +224,7 @@ async fn hand_off(
             }
         }
         Ok(None) => {}
+        Err(e) if e.is_unavailable() => return Err(e),
         Err(e) => {
             let cause = failure_text(&e);
             tracing::warn!(
@@ -234,6 +241,7 @@ async fn hand_off(
             }
         }
     }
+    Ok(())
 }
 
 /// The group's nacks, whose errors give the dead letter its reason.

@@ -189,7 +189,7 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {
         let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-        let outcomes = ack::conclude(state, &db, &group, verdict).await;
+        let outcomes = ack::conclude(state, &db, &group, verdict).await?;
         for ((index, a), outcome) in members.iter().zip(outcomes) {
             results.insert(
                 *index,

@@ -325,6 +325,47 @@ async fn a_hand_off_the_database_refuses_is_not_answered_as_success() {
 }
 
 #[tokio::test]
+async fn a_hand_off_whose_connection_dies_is_answered_as_unknown() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    push_txns(&b, "cut", "p", &txns("cut", 1)).await;
+    // The backend filing this dead letter is terminated mid-statement: to the broker, the
+    // connection is gone and the hand-off may or may not have committed.
+    db.batch_execute(
+        "CREATE FUNCTION queen.test_cut() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.error = 'cut me' THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER test_cut BEFORE INSERT ON queen.log_dlq
+           FOR EACH ROW EXECUTE FUNCTION queen.test_cut();",
+    )
+    .await
+    .expect("trigger");
+    let popped = pop(&b, "cut", Some("p"), G, 1, "")
+        .await
+        .expect("one message");
+    let mut item = ack_item(&popped.messages[0], "dlq");
+    item["error"] = json!("cut me");
+    let body = json!({ "acknowledgments": [item.clone()], "consumerGroup": "g" });
+    let (status, answer) = b.post("/api/v1/ack/batch", &body).await;
+    assert_eq!(
+        status.as_u16(),
+        503,
+        "neither dlq:true nor a refusal is known to be true: {answer}"
+    );
+    assert!(answer["error"].is_string(), "{answer}");
+    // The client's retry meets the settled state and completes the hand-off.
+    db.batch_execute("DROP TRIGGER test_cut ON queen.log_dlq")
+        .await
+        .expect("drop trigger");
+    let r = ack_batch(&b, G, vec![item]).await;
+    assert_ok(&r[0]);
+    assert_eq!(r[0]["dlq"], true, "{}", r[0]);
+    assert_eq!(dlq(&b, "queue=cut").await["total"], 1);
+}
+
+#[tokio::test]
 async fn a_jsonb_dead_letter_table_from_before_is_converted_at_boot() {
     let b = common::broker().await;
     let db = b.sql().await;
