@@ -1,6 +1,6 @@
 //! The engine's context: everything one broker process shares between requests (configuration,
-//! the store, the accelerators, counters). Every engine function takes it; the HTTP floor holds
-//! it as its router state. It is assembled in `engine/mod.rs`, so this module depends on no
+//! the store, the accelerators, counters, metrics). Every engine function takes it; the HTTP
+//! floor holds it as its router state. It is assembled in `engine/mod.rs`, so this module depends on no
 //! concept of the engine.
 
 use std::ops::Deref;
@@ -14,6 +14,7 @@ use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::store::Store;
+use crate::telemetry::Telemetry;
 
 /// Cheap to clone: one `Arc` around everything the broker shares between requests.
 #[derive(Clone)]
@@ -30,6 +31,8 @@ pub struct Inner {
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
     pub dedup_cache: Arc<DedupCache>,
     pub counters: Arc<Counters>,
+    /// The live Prometheus series (requests per route, acknowledgements).
+    pub telemetry: Telemetry,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
     pub broker_id: uuid::Uuid,

@@ -32,6 +32,7 @@ use crate::accel::wake::{PeerLink, WakeGates};
 use crate::config::Config;
 use crate::store::migrations::{self, SchemaError};
 use crate::store::Store;
+use crate::telemetry::Telemetry;
 use push::commit::CommitEffects;
 use push::flush::SegmentWriter;
 use wake::StorePeerLink;
@@ -76,6 +77,7 @@ impl Engine {
             push_fusion,
             dedup_cache,
             counters,
+            telemetry: Telemetry::start(),
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),

@@ -3,7 +3,8 @@
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
 //! `main → server → http → engine → {accel, store}`, with `proto` (another crate) below all of
-//! them; `config`, `error` and `log_limit` are leaves any floor may use and that use no floor.
+//! them; `config`, `error`, `log_limit` and `telemetry` are leaves any floor may use and that use
+//! no floor.
 //! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("main", "main"),
     ("server", "server"),
     ("listener", "server"),
+    ("logging", "server"),
     ("http", "http"),
     ("engine", "engine"),
     ("accel", "accel"),
@@ -21,6 +23,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
+    ("telemetry", "leaf"),
 ];
 
 /// The floors each floor may use (besides itself).
