@@ -11,7 +11,7 @@ use prometheus_parse::{LineInfo, Sample, Value as Metric};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{self, ack_batch, ack_item, TestBroker};
+use crate::common::{self, ack_batch, ack_item, configure, TestBroker};
 
 /// One parsed scrape.
 struct Scrape {
@@ -161,6 +161,26 @@ async fn counters_move_with_push_pop_and_ack() {
         );
     }
     assert!(!after.text.contains("queen_retention_deleted"));
+}
+
+#[tokio::test]
+async fn dead_letters_are_counted_and_sampled() {
+    let b = common::broker().await;
+    configure(&b, "prom-dlq", json!({ "retryLimit": 0 })).await;
+    b.push("prom-dlq", "p", &[json!("poison")]).await;
+    let popped = pop(&b, "prom-dlq").await;
+    let failed = ack_batch(&b, None, vec![ack_item(&popped[0], "failed")]).await;
+    assert_eq!(failed[0]["dlq"], true, "{failed:?}");
+    let s = scrape(&b).await;
+    assert_eq!(s.value("queen_messages_dead_lettered_total", &[]), 1.0);
+    assert_eq!(
+        s.value("queen_messages_acked_total", &[("status", "failed")]),
+        1.0
+    );
+    assert_eq!(s.value("queen_dead_letter_messages", &[]), 1.0);
+    let queue = [("queue", "prom-dlq")];
+    assert_eq!(s.value("queen_queue_dead_letter_messages", &queue), 1.0);
+    assert_eq!(s.value("queen_queue_pending_messages", &queue), 0.0);
 }
 
 #[tokio::test]
