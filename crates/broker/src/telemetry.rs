@@ -61,8 +61,8 @@ pub const MESSAGES_DEAD_LETTERED: Metric = metric(
     Kind::Counter,
     "Messages this broker filed into the dead-letter queue.",
 );
-/// Counted by the retention loop (docs/engine.md §10) once it exists; a counter appears in the
-/// output only once something has counted it, so until then it is described but absent.
+/// Reserved for the retention loop (docs/engine.md §10). Nothing sets it yet, so it is described
+/// but absent from the output: a series exists only once something sets it.
 pub const RETENTION_DELETED_MESSAGES: Metric = metric(
     "queen_retention_deleted_messages_total",
     Kind::Counter,
