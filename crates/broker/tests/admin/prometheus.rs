@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common::{self, ack_batch, ack_item, configure, TestBroker};
+use crate::layering::{rust_files, src};
 
 /// One parsed scrape.
 struct Scrape {
@@ -284,4 +285,30 @@ async fn a_failed_queue_sample_still_answers_with_the_broker_series() {
     assert_eq!(s.value("queen_messages_pushed_total", &[]), 1.0);
     assert!(s.samples("queen_queue_pending_messages", &[]).is_empty());
     assert!(s.samples("queen_pending_messages", &[]).is_empty());
+}
+
+/// `queen_pg_statements_total` counts where the store takes a statement (`store::prepare`): a
+/// `prepare_cached` anywhere else in `src/` would run statements the counter never sees. (The
+/// schema application at boot is left out by design.)
+#[test]
+fn statements_are_prepared_in_one_place() {
+    let allowed = [
+        src().join("store/mod.rs"),
+        src().join("store/migrations.rs"),
+    ];
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut bypasses = Vec::new();
+    for file in files.iter().filter(|f| !allowed.contains(f)) {
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("prepare_cached(") {
+                bypasses.push(format!("{}:{}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        bypasses.is_empty(),
+        "use crate::store::prepare instead of prepare_cached: {bypasses:?}"
+    );
 }
