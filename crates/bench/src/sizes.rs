@@ -67,7 +67,10 @@ async fn take(
     let mut bytes = Vec::with_capacity(TABLES.len());
     for (name, table) in TABLES {
         let row = db
-            .query_one("SELECT pg_total_relation_size($1::regclass)", &[table])
+            .query_one(
+                "SELECT pg_total_relation_size($1::text::regclass)",
+                &[table],
+            )
             .await?;
         bytes.push((name.to_string(), row.get(0)));
     }

@@ -2,9 +2,13 @@
 //! default) on a queue whose consumed messages go after `completedRetentionSeconds`
 //! (`--soak-retention`, 60), with the dedup window at the same value so the hash sidecar is
 //! purged on the same horizon. Every 30 s the sizes of the tables that grow with traffic are
-//! sampled and printed (`sizes.rs`); the row fails when, once retention has had time to start
-//! (the later of one minute and two retention periods), a table keeps growing. Delivery is
-//! verified like any e2e cell.
+//! sampled and printed (`sizes.rs`); the row fails when, once the sizes had time to settle, a
+//! table keeps growing. Delivery is verified like any e2e cell.
+//!
+//! Settling takes the later of one minute and two retention periods (retention has started
+//! deleting), plus two autovacuum rounds (`autovacuum_naptime`, a minute by default): the
+//! space of deleted segments becomes reusable only when vacuum has passed, so a table's
+//! plateau holds the live messages plus up to one round of deleted ones.
 //!
 //! The sidecar's purge horizon also has the broker's floor in it
 //! (`QUEEN_SIDECAR_PURGE_FLOOR_SECONDS`, 900 s by default): a broker this program starts gets
@@ -66,13 +70,17 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
         cell.label,
         SAMPLE_EVERY.as_secs()
     );
+    let naptime = autovacuum_naptime(&ctx.admin).await?;
     let mut row = e2e::run_cell(ctx, &cell, false).await?;
-    let settle = Duration::from_secs(60).max(Duration::from_secs(2 * u64::from(retention_s)));
+    let settle =
+        Duration::from_secs(60).max(Duration::from_secs(2 * u64::from(retention_s))) + 2 * naptime;
     row.flat_sizes = sizes::flat_after(&row.sizes, settle);
     match row.flat_sizes {
-        Some(_) => row
-            .notes
-            .push(format!("sizes judged from {}s on", settle.as_secs())),
+        Some(_) => row.notes.push(format!(
+            "sizes judged from {}s on (autovacuum_naptime {}s)",
+            settle.as_secs(),
+            naptime.as_secs()
+        )),
         None => row.notes.push(format!(
             "too short to judge table sizes (needs samples after {}s)",
             settle.as_secs()
@@ -85,4 +93,16 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
         }
     }
     Ok(vec![row])
+}
+
+/// The server's `autovacuum_naptime`.
+async fn autovacuum_naptime(db: &tokio_postgres::Client) -> Result<Duration> {
+    let row = db
+        .query_one(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'autovacuum_naptime'",
+            &[],
+        )
+        .await?;
+    let seconds: i64 = row.get(0);
+    Ok(Duration::from_secs(u64::try_from(seconds).unwrap_or(60)))
 }
