@@ -10,6 +10,7 @@ mod procstat;
 mod profile;
 mod report;
 mod scenarios;
+mod sizes;
 mod target;
 mod tracker;
 
@@ -88,6 +89,23 @@ struct Cli {
     /// pgbench binary.
     #[arg(long)]
     pgbench: Option<PathBuf>,
+    /// How long the soak runs, in seconds (`--scenario soak`).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    soak_seconds: u64,
+    /// completedRetentionSeconds (and dedup window) of the soak's queue.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..))]
+    soak_retention: u32,
+}
+
+/// The broker environment: the command line's, plus, for a soak, the sidecar purge floor at the
+/// soak's retention (unless given), so the sidecar is purged on the soak's horizon.
+fn broker_env(cli: &Cli) -> Vec<(String, String)> {
+    let mut env = cli.broker_env.clone();
+    let floor = "QUEEN_SIDECAR_PURGE_FLOOR_SECONDS";
+    if cli.scenario.contains(&Scenario::Soak) && !env.iter().any(|(k, _)| k == floor) {
+        env.push((floor.to_string(), cli.soak_retention.to_string()));
+    }
+    env
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -122,6 +140,7 @@ async fn run(cli: Cli) -> Result<bool> {
     if let Some(n) = cli.inflight {
         profile.inflight = n.max(1);
     }
+    let broker_env = broker_env(&cli);
     let target = match (&cli.url, &cli.pg_url) {
         (Some(url), Some(pg)) => Target::external(url.clone(), pg, cli.broker_pid).await?,
         _ => {
@@ -130,12 +149,12 @@ async fn run(cli: Cli) -> Result<bool> {
                 "starting {} on a fresh embedded PostgreSQL ...",
                 bin.display()
             );
-            Target::spawn(&bin, cli.keep_data, &cli.broker_env).await?
+            Target::spawn(&bin, cli.keep_data, &broker_env).await?
         }
     };
     let meter = Meter::new(&target).await?;
     let admin = target.connect(None).await?;
-    let meta = run_meta(&admin, &profile, &meter, &target, &cli.broker_env).await;
+    let meta = run_meta(&admin, &profile, &meter, &target, &broker_env).await;
     let run_id = format!(
         "{:x}",
         SystemTime::now()
@@ -155,6 +174,10 @@ async fn run(cli: Cli) -> Result<bool> {
             binary_push: cli.binary_push,
             pgmq_sql: cli.pgmq_sql.clone(),
             pgbench: cli.pgbench.clone(),
+            soak: scenarios::soak::SoakOptions {
+                duration: std::time::Duration::from_secs(cli.soak_seconds),
+                retention_s: cli.soak_retention,
+            },
         },
         payloads: Payloads::new(0x5eed),
         clock: Clock::new(),
@@ -182,6 +205,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 let ours = rows.clone();
                 scenarios::peer::run(&mut ctx, &ours).await
             }
+            Scenario::Soak => scenarios::soak::run(&mut ctx).await,
         };
         match result {
             Ok(r) => rows.extend(r),

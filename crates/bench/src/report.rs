@@ -9,6 +9,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::meter::Usage;
+use crate::sizes::Sample;
 use crate::tracker::Verification;
 
 /// Latency percentiles in milliseconds.
@@ -52,6 +53,10 @@ pub struct Row {
     pub usage: Usage,
     pub wal_bytes_per_msg: Option<f64>,
     pub verification: Option<Verification>,
+    /// Table sizes sampled while the cell ran (the soak), and whether they stayed flat.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<Sample>,
+    pub flat_sizes: Option<bool>,
     pub extra: BTreeMap<String, f64>,
     pub notes: Vec<String>,
 }
@@ -80,8 +85,9 @@ impl Row {
         self.verification.as_ref().is_none_or(|v| v.ok)
     }
 
+    /// Verification failed, or table sizes that had to stay flat grew.
     pub fn failed(&self) -> bool {
-        !self.verified()
+        !self.verified() || self.flat_sizes == Some(false)
     }
 }
 
@@ -143,6 +149,16 @@ pub fn table(rows: &[Row]) -> String {
                         "backlog stable".into()
                     } else {
                         "BACKLOG GREW".into()
+                    },
+                );
+            }
+            if let Some(flat) = r.flat_sizes {
+                notes.insert(
+                    0,
+                    if flat {
+                        "table sizes flat".into()
+                    } else {
+                        "TABLE SIZES GREW".into()
                     },
                 );
             }

@@ -35,6 +35,14 @@ impl LogFormat {
     }
 }
 
+/// A positive, finite number of days (fractions allowed).
+fn parse_days(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if d.is_finite() && d > 0.0 && d <= 36_500.0 => Ok(d),
+        _ => Err(format!("not a number of days between 0 and 36500: {s:?}")),
+    }
+}
+
 /// Options of `queen serve` (its help text describes the embedded PostgreSQL default).
 #[derive(Args, Debug, Clone)]
 pub struct Config {
@@ -139,6 +147,38 @@ pub struct Config {
     /// recently used partitions are evicted beyond it.
     #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 512)]
     pub dedup_cache_mb: usize,
+    /// Milliseconds between two runs of the retention loop (docs/engine.md §10.3): rules 1 and
+    /// 2, the hash-sidecar purge, max-wait eviction and partition cleanup. One broker of a
+    /// database runs it at a time; the others try to take it over at the same cadence.
+    #[arg(long, env = "RETENTION_INTERVAL", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(50..))]
+    pub retention_interval_ms: u64,
+    /// Rows (segments or sidecar rows) one retention step deletes at most: one short
+    /// transaction holding one partition's allocator lock.
+    #[arg(long, env = "RETENTION_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(i32).range(1..=100_000))]
+    pub retention_batch_size: i32,
+    /// Partitions the retention loop works on at once, each on its own connection.
+    #[arg(long, env = "RETENTION_PARALLELISM", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub retention_parallelism: u16,
+    /// Due partitions one run takes per phase, oldest first; 0 derives
+    /// RETENTION_BATCH_SIZE × RETENTION_PARALLELISM × 5.
+    #[arg(long, env = "QUEEN_RETENTION_DUE_CAP", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+    pub retention_due_cap: i32,
+    /// Milliseconds between two watermark safety walks (the first runs when a broker starts
+    /// running the loop).
+    #[arg(long, env = "QUEEN_RETENTION_SAFETY_WALK_MS", default_value_t = 86_400_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub retention_safety_walk_ms: u64,
+    /// Floor of the hash-sidecar purge horizon in seconds: sidecar rows older than
+    /// GREATEST(dedup window, completedRetentionSeconds, this) are purged (ours; upstream
+    /// fixes it at 900).
+    #[arg(long, env = "QUEEN_SIDECAR_PURGE_FLOOR_SECONDS", default_value_t = 900, value_parser = clap::value_parser!(i32).range(0..))]
+    pub sidecar_purge_floor_s: i32,
+    /// Days a partition must stay idle (no push) and empty before it is deleted; fractions
+    /// of a day are accepted.
+    #[arg(long, env = "PARTITION_CLEANUP_DAYS", default_value_t = 30.0, value_parser = parse_days)]
+    pub partition_cleanup_days: f64,
+    /// Delete idle, empty partitions (see PARTITION_CLEANUP_DAYS).
+    #[arg(long, env = "QUEEN_PARTITION_CLEANUP_ENABLED", default_value = "true", value_parser = parse_bool)]
+    pub partition_cleanup_enabled: bool,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -153,6 +193,22 @@ impl Config {
     /// The embedded cluster's directory.
     pub fn pg_dir(&self) -> PathBuf {
         self.data_dir.join("pg")
+    }
+
+    /// Due partitions per phase and run of the retention loop (`QUEEN_RETENTION_DUE_CAP`, 0 =
+    /// batch × parallelism × 5).
+    pub fn retention_due_cap(&self) -> i32 {
+        if self.retention_due_cap > 0 {
+            return self.retention_due_cap;
+        }
+        self.retention_batch_size
+            .saturating_mul(i32::from(self.retention_parallelism))
+            .saturating_mul(5)
+    }
+
+    /// How long a partition must stay idle and empty before partition cleanup deletes it.
+    pub fn partition_cleanup_age(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.partition_cleanup_days * 86_400.0)
     }
 
     /// One line per setting, with passwords masked, for the boot log.
@@ -181,7 +237,8 @@ impl Config {
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
-             dedup_cache={} dedup_cache_mb={} dev_unsafe={}",
+             dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
+             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={}",
             self.host,
             self.port,
             db,
@@ -207,6 +264,14 @@ impl Config {
             self.peer_wake,
             self.dedup_cache,
             self.dedup_cache_mb,
+            self.retention_interval_ms,
+            self.retention_batch_size,
+            self.retention_parallelism,
+            self.retention_due_cap(),
+            self.retention_safety_walk_ms,
+            self.sidecar_purge_floor_s,
+            self.partition_cleanup_enabled,
+            self.partition_cleanup_days,
             self.dev_unsafe
         )
     }
@@ -244,6 +309,15 @@ mod tests {
             "postgresql://u:****@h:5432/db"
         );
         assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
+    }
+
+    #[test]
+    fn days() {
+        assert_eq!(parse_days("0.5"), Ok(0.5));
+        assert!(parse_days("0").is_err());
+        assert!(parse_days("-1").is_err());
+        assert!(parse_days("NaN").is_err());
+        assert!(parse_days("soon").is_err());
     }
 
     #[test]

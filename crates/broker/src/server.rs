@@ -1,5 +1,6 @@
-//! Boots one broker on a PostgreSQL connection: pool, schema, background tasks and the HTTP
-//! listener; and stops it gracefully. Used by `queen serve` and by the test harness.
+//! Boots one broker on a PostgreSQL connection: pool, schema, background tasks (the retention
+//! loop) and the HTTP listener; and stops them gracefully. Used by `queen serve` and by the
+//! test harness.
 
 use std::net::SocketAddr;
 
@@ -16,6 +17,8 @@ pub struct RunningServer {
     pub state: Engine,
     stop: oneshot::Sender<()>,
     join: JoinHandle<()>,
+    /// The retention loop (engine/retention/); it ends when the engine starts closing.
+    retention: JoinHandle<()>,
 }
 
 /// Builds the pool, applies the schema (when configured) and starts serving on
@@ -36,21 +39,29 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
         };
         crate::listener::serve(listener, app, &cfg, stopping).await;
     });
+    let retention = crate::engine::retention::start(&state);
     tracing::info!(%addr, "queen-rs listening");
     Ok(RunningServer {
         addr,
         state,
         stop,
         join,
+        retention,
     })
 }
 
 impl RunningServer {
-    /// Stops accepting, answers parked long-polls, and waits for in-flight requests.
+    /// Stops accepting, answers parked long-polls, waits for in-flight requests, and stops the
+    /// retention loop (which gives its runner lock back to the other brokers).
     pub async fn shutdown(self) {
         let _ = self.stop.send(());
         if let Err(e) = self.join.await {
             tracing::warn!(error = %e, "HTTP server task failed");
+        }
+        // The listener's drain flipped it already; said again in case that task died early.
+        self.state.begin_shutdown();
+        if let Err(e) = self.retention.await {
+            tracing::warn!(error = %e, "retention task failed");
         }
     }
 }

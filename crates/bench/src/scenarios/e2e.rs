@@ -17,6 +17,7 @@ use super::Ctx;
 use crate::openloop::{self, Schedule};
 use crate::payload::{Clock, Stamp};
 use crate::report::{Latency, Row};
+use crate::sizes;
 use crate::tracker::Tracker;
 
 /// Long-poll deadline of bench consumers: short, so they notice the end of a cell quickly.
@@ -36,6 +37,15 @@ pub struct Cell {
     pub consumers_per_group: u32,
     pub warmup: Duration,
     pub measure: Duration,
+    /// The queue's `/configure` options.
+    pub options: serde_json::Value,
+    /// Sample table sizes at this period during the measured window (the soak).
+    pub sample_sizes: Option<Duration>,
+}
+
+/// The options of an e2e queue: only the lease.
+pub fn queue_options() -> serde_json::Value {
+    serde_json::json!({ "leaseTime": LEASE_SECONDS })
 }
 
 /// Consumer counters shared with the cell.
@@ -87,6 +97,8 @@ async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64)> {
             consumers_per_group: consumers_for(partitions),
             warmup: ctx.profile.e2e_warmup,
             measure: ctx.profile.e2e_measure,
+            options: queue_options(),
+            sample_sizes: None,
         };
         let row = run_cell(ctx, &cell, !last || best.is_some()).await?;
         tried += 1;
@@ -145,6 +157,8 @@ pub async fn run_latency(ctx: &mut Ctx) -> Result<Vec<Row>> {
         consumers_per_group: 1,
         warmup: Duration::from_secs(1),
         measure: ctx.profile.latency_measure,
+        options: queue_options(),
+        sample_sizes: None,
     };
     Ok(vec![run_cell(ctx, &cell, false).await?])
 }
@@ -169,15 +183,13 @@ fn group_name(groups: u32, g: u32) -> Option<String> {
 
 /// Runs one cell. With `may_abandon`, a cell whose backlog grew returns right after its window,
 /// unverified and undrained (the caller retries slower and reports only the retry).
-async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> {
+pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> {
     let name = ctx.queue_name(&format!(
         "{}-p{}-g{}-r{}",
         cell.scenario, cell.partitions, cell.groups, cell.rate as u64
     ));
     let queue = ctx.queen.queue(&name);
-    queue
-        .configure(serde_json::json!({ "leaseTime": LEASE_SECONDS }))
-        .await?;
+    queue.configure(cell.options.clone()).await?;
     let tracker = Arc::new(Tracker::new(cell.groups as usize));
     let cstats = Arc::new(ConsumerStats::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -254,7 +266,13 @@ async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> {
     let delivered_start: u64 = per_group_start.iter().sum();
     let queued_start = queued.load(Ordering::Relaxed);
     let start = ctx.meter.start().await?;
-    let stats = openloop::run(schedule(cell.measure), send).await;
+    let sampling = async {
+        match cell.sample_sizes {
+            Some(every) => sizes::sample(&ctx.admin, every, cell.measure).await,
+            None => Vec::new(),
+        }
+    };
+    let (stats, samples) = tokio::join!(openloop::run(schedule(cell.measure), send), sampling);
     let usage = ctx.meter.since(&start).await?;
     let backlog_end = backlog(&tracker);
     let delivered: u64 = tracker.unique().iter().sum::<u64>() - delivered_start;
@@ -284,6 +302,7 @@ async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> {
     row.errors = stats.errors + warm.errors + cstats.errors.load(Ordering::Relaxed);
     row.latency = Latency::of(&tracker.latency());
     row.stable_backlog = Some(stable);
+    row.sizes = samples;
     row.extra.insert(
         "min_group_delivered_per_s".into(),
         slowest_group as f64 / usage.seconds.max(1e-3),

@@ -7,6 +7,7 @@ pub mod idle;
 pub mod peer;
 pub mod pgpool;
 pub mod push;
+pub mod soak;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,16 +30,19 @@ pub enum Scenario {
     Latency,
     Idle,
     Peer,
+    /// Not in the default list: `--scenario soak`.
+    Soak,
 }
 
 /// Command-line overrides of the profile.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Overrides {
     pub push_rate: Option<f64>,
     pub e2e_rate: Option<f64>,
     pub binary_push: bool,
     pub pgmq_sql: Option<PathBuf>,
     pub pgbench: Option<PathBuf>,
+    pub soak: soak::SoakOptions,
 }
 
 /// PostgreSQL's own throughput for the write patterns, messages per second.

@@ -114,11 +114,15 @@ BEGIN
     -- Ranges are disjoint and ascending, so the sidecar rows overlapping the span are the
     -- one covering lo and those based above it: a primary-key range scan. Under a lease the
     -- range ends at batch_end, which is the whole optimisation: an ack at the head of a deep
-    -- partition explodes only the batch's hash blobs.
+    -- partition explodes only the batch's hash blobs. No row lies below txns_start (the
+    -- purge, retention.sql), so every scan of the sidecar starts there: what a partition's
+    -- purged history costs an ack is nothing, not even a walk over its dead index entries.
+    v_txns_start := COALESCE(v_txns_start, 0);
     v_hi_bound := COALESCE(v_hi, 9223372036854775807);
     SELECT x.base_offset INTO v_lo_base
     FROM queen.log_txns x
     WHERE x.partition_id = p_partition_id AND x.base_offset <= v_lo
+      AND x.base_offset >= v_txns_start
     ORDER BY x.base_offset DESC
     LIMIT 1;
     v_lo_base := COALESCE(v_lo_base, v_lo);
@@ -184,7 +188,7 @@ BEGIN
         JOIN (SELECT DISTINCT m.h FROM unnest(v_h, v_eff) AS m(h, eff) WHERE m.eff IS NULL) miss
           ON miss.h = u.h
         WHERE x.partition_id = p_partition_id
-          AND x.base_offset <= v_committed
+          AND x.base_offset BETWEEN v_txns_start AND v_committed
           AND x.base_offset + u.idx <= v_committed;
     END IF;
 

@@ -40,7 +40,8 @@ LANGUAGE sql STABLE AS $$
           -- From the row covering v_from + 1 on: a primary-key range, not the partition.
           AND lt.base_offset >= COALESCE(
                 (SELECT max(s.base_offset) FROM queen.log_txns s
-                 WHERE s.partition_id = lp.id AND s.base_offset <= f.v_from),
+                 WHERE s.partition_id = lp.id AND s.base_offset <= f.v_from
+                   AND s.base_offset >= lp.txns_start),
                 f.v_from + 1)
           AND lt.end_offset > f.v_from
           AND lt.end_offset <= lp.last_offset

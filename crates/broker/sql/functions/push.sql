@@ -163,10 +163,14 @@ BEGIN
                     SELECT base_offset, hashes FROM queen.log_txns AS lt
                     WHERE partition_id = v_pid
                       -- From the row covering v_from + 1 on: a primary-key range, so a
-                      -- vouched probe reads the tail, not every row of the partition.
+                      -- vouched probe reads the tail, not every row of the partition. No
+                      -- row lies below txns_start (the purge, retention.sql): the backward
+                      -- step stops there instead of walking the purged history's dead
+                      -- index entries.
                       AND base_offset >= COALESCE(
                             (SELECT max(f.base_offset) FROM queen.log_txns f
-                             WHERE f.partition_id = v_pid AND f.base_offset <= v_from),
+                             WHERE f.partition_id = v_pid AND f.base_offset <= v_from
+                               AND f.base_offset >= v_txns_start),
                             v_from + 1)
                       AND end_offset > v_from
                       AND created_at >= v_now - make_interval(secs => v_window)

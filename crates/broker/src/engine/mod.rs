@@ -1,6 +1,7 @@
 //! The request logic between HTTP and PostgreSQL, one module per concept (the same names as in
 //! `http/` and `store/`): push, pop, ack, lease, DLQ, transaction, queues, groups, resources,
-//! messages and traces. Every function takes the broker's [`Engine`] context, which this
+//! messages and traces; and the retention loop, the one background task of the engine that
+//! deletes (`retention/`). Every function takes the broker's [`Engine`] context, which this
 //! module assembles from the store, the accelerators and the push path's writer: the concepts
 //! depend on the context, the context on none of them.
 
@@ -14,6 +15,7 @@ pub mod pop;
 pub mod push;
 pub mod queues;
 pub mod resources;
+pub mod retention;
 pub mod traces;
 pub mod transaction;
 mod wake;
@@ -21,7 +23,7 @@ mod wake;
 /// The accelerators' snapshots `/metrics` renders.
 pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
-pub use context::{Counters, Engine, Inner};
+pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -78,6 +80,7 @@ impl Engine {
             dedup_cache,
             counters,
             telemetry: Telemetry::start(),
+            retention: RetentionCounters::default(),
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),

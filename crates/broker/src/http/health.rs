@@ -8,7 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::engine::{DedupSnapshot, Engine, PopSnapshot};
+use crate::engine::{DedupSnapshot, Engine, PopSnapshot, RetentionSnapshot};
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -52,6 +52,7 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "pop": render_pop(&st.pop.metrics()),
         "wake": { "gates": st.wake.gate_count() },
         "dedupCache": render_dedup(&st.dedup_cache.metrics()),
+        "retention": render_retention(&st.retention.snapshot()),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,
@@ -103,6 +104,24 @@ fn render_dedup(d: &DedupSnapshot) -> Value {
         "invalidations": d.invalidations,
         "evictions": d.evictions,
         "suppressions": d.suppressions,
+    })
+}
+
+fn render_retention(r: &RetentionSnapshot) -> Value {
+    json!({
+        "runner": r.runner,
+        "takeovers": r.takeovers,
+        "runs": r.runs,
+        "lastRunMs": r.last_run_ms,
+        "segmentsDeleted": r.segments_deleted,
+        "messagesDeleted": r.messages_deleted,
+        "segmentsEvicted": r.segments_evicted,
+        "messagesEvicted": r.messages_evicted,
+        "sidecarRowsPurged": r.sidecar_rows_purged,
+        "partitionsCleaned": r.partitions_cleaned,
+        "watermarksRepaired": r.watermarks_repaired,
+        "lockSkips": r.lock_skips,
+        "errors": r.errors,
     })
 }
 

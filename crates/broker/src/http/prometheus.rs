@@ -50,6 +50,17 @@ fn read_broker(st: &Engine, s: &Scrape) {
         st.counters.messages_popped.load(Relaxed),
     );
     s.counter(&t::PG_STATEMENTS, &[], t::statements_sent());
+    let retention = st.retention.snapshot();
+    s.counter(
+        &t::RETENTION_DELETED_MESSAGES,
+        &[],
+        retention.messages_deleted + retention.messages_evicted,
+    );
+    s.counter(
+        &t::RETENTION_DELETED_SEGMENTS,
+        &[],
+        retention.segments_deleted + retention.segments_evicted,
+    );
     let pool = st.pool_status();
     let in_use = pool.size.saturating_sub(pool.available);
     s.gauge(&t::POOL_CONNECTIONS, &[("state", "in_use")], in_use as f64);

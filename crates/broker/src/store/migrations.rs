@@ -52,7 +52,10 @@ macro_rules! functions {
 }
 
 /// The migrations, in version order (a unit test checks the list against the directory).
-const MIGRATIONS: &[Migration] = &[migration!(1, "0001_baseline.sql")];
+const MIGRATIONS: &[Migration] = &[
+    migration!(1, "0001_baseline.sql"),
+    migration!(2, "0002_retention.sql"),
+];
 
 /// The function files, in replay order: a SQL-language function is checked against the
 /// functions it calls when created, so callees come first.
@@ -66,6 +69,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("transaction.sql"),
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),
+    functions!("retention.sql"),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

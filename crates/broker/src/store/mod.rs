@@ -13,6 +13,7 @@ pub mod pop;
 pub mod push;
 pub mod queues;
 pub mod resources;
+pub mod retention;
 pub mod traces;
 pub mod transaction;
 pub mod wake;

@@ -1,6 +1,6 @@
 //! Tests of running the broker: queue configuration, consumer-group and resource
 //! administration, refusal of unstorable input on every route, slow clients, migrations at
-//! boot, the `queen` command line, the layering of the source tree, and the lifecycle of the
+//! boot, the retention loop, the `queen` command line, the layering of the source tree, and the lifecycle of the
 //! `queen` binary through crashes. One PostgreSQL cluster serves the whole binary, each test
 //! on its own database (see `queen_test_harness`); the crash tests start `queen` with an
 //! embedded cluster of its own, the one they kill.
@@ -18,4 +18,5 @@ mod logs;
 mod migrations;
 mod prometheus;
 mod resources;
+mod retention;
 mod slow_clients;
