@@ -13,6 +13,7 @@ use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
+use crate::engine::encryption::Encryption;
 use crate::store::Store;
 
 /// Cheap to clone: one `Arc` around everything the broker shares between requests.
@@ -29,6 +30,8 @@ pub struct Inner {
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
     pub dedup_cache: Arc<DedupCache>,
+    /// The at-rest encryption key and which queues to seal (docs/engine.md §3.1).
+    pub encryption: Arc<Encryption>,
     pub counters: Arc<Counters>,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.

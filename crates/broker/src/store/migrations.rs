@@ -52,7 +52,11 @@ macro_rules! functions {
 }
 
 /// The migrations, in version order (a unit test checks the list against the directory).
-const MIGRATIONS: &[Migration] = &[migration!(1, "0001_baseline.sql")];
+// 0002 is h-retention's 0002_retention.sql (a parallel branch); the list runs 1, 2, 3 once merged.
+const MIGRATIONS: &[Migration] = &[
+    migration!(1, "0001_baseline.sql"),
+    migration!(3, "0003_options.sql"),
+];
 
 /// The function files, in replay order: a SQL-language function is checked against the
 /// functions it calls when created, so callees come first.

@@ -8,8 +8,8 @@
 //! data: such a blob is decompressed and its claimed frames ship raw, and one that cannot be
 //! decompressed is logged and left out, as the JSON renderer does.
 //!
-//! Encrypted frames would make the client raise; this broker has no at-rest encryption, so
-//! no stored frame carries that flag and every answer can be framed.
+//! Encrypted frames would make the client raise, so a broker with an encryption key answers
+//! JSON instead (`http/pop/mod.rs`); without a key no frame this broker wrote is sealed.
 
 use std::io::Read;
 
