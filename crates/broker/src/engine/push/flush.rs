@@ -273,10 +273,7 @@ impl Lane<'_> {
     /// untouched).
     fn refuse(self, keep: usize, error: &str) {
         for &f in self.pending.iter().skip(keep) {
-            self.settled[f] = Some(FrameOutcome::Failed(Failure {
-                error: error.to_string(),
-                unavailable: false,
-            }));
+            self.settled[f] = Some(Failure::refusal(error));
         }
         self.pending.truncate(keep);
     }

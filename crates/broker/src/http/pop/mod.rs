@@ -168,12 +168,9 @@ fn parse_request(
     })
 }
 
-/// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON. A broker
-/// with an encryption key answers JSON: framed records would ship sealed payloads the client
-/// cannot open (docs/wire.md §7.7 allows either answer); the JSON answer opens them, with a
-/// per-message error where one cannot be opened.
+/// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON.
 fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
-    if ctx.frames && !ctx.encryption.has_key() {
+    if ctx.frames {
         framed::render(answer, ctx)
     } else {
         json::render(answer, ctx)
