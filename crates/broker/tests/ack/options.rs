@@ -37,21 +37,23 @@ async fn max_size_refuses_the_items_past_the_limit_and_only_those() {
     let (status, out) = b
         .post(
             "/api/v1/push",
-            &push_body(&[
-                ("cap", "a", 0),
-                ("cap", "a", 1),
-                ("cap", "b", 2),
-                ("cap", "a", 3),
-                ("free", "a", 4),
-            ]),
+            &push_body(&[("cap", "a", 0), ("cap", "a", 1), ("free", "a", 2)]),
+        )
+        .await;
+    assert_eq!(
+        (status, statuses(&out)),
+        (StatusCode::CREATED, vec!["queued"; 3])
+    );
+    // Within a partition, request order decides which items fit.
+    let (status, out) = b
+        .post(
+            "/api/v1/push",
+            &push_body(&[("cap", "a", 3), ("cap", "a", 4), ("free", "a", 5)]),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{out}");
-    assert_eq!(
-        statuses(&out),
-        ["queued", "queued", "queued", "failed", "queued"]
-    );
-    let error = out[3]["error"].as_str().unwrap();
+    assert_eq!(statuses(&out), ["queued", "failed", "queued"]);
+    let error = out[1]["error"].as_str().unwrap();
     assert!(
         error.contains("max capacity") && error.contains("maxSize of 3"),
         "{error}"
@@ -84,7 +86,7 @@ async fn max_size_refuses_the_items_past_the_limit_and_only_those() {
     );
     assert!(txn["error"].as_str().unwrap().contains("maxSize"), "{txn}");
 
-    // Consuming makes room: two acked, two more fit, and not a third.
+    // Consuming makes room: three acked, three more fit, and not a fourth.
     let popped = pop(&b, "cap", Some("a"), None, 10, "")
         .await
         .expect("messages");
@@ -101,10 +103,15 @@ async fn max_size_refuses_the_items_past_the_limit_and_only_those() {
     let (_, out) = b
         .post(
             "/api/v1/push",
-            &push_body(&[("cap", "c", 8), ("cap", "c", 9), ("cap", "c", 10)]),
+            &push_body(&[
+                ("cap", "c", 8),
+                ("cap", "c", 9),
+                ("cap", "c", 10),
+                ("cap", "c", 11),
+            ]),
         )
         .await;
-    assert_eq!(statuses(&out), ["queued", "queued", "failed"]);
+    assert_eq!(statuses(&out), ["queued", "queued", "queued", "failed"]);
 }
 
 #[tokio::test]
