@@ -1,7 +1,8 @@
 //! The engine's context: everything one broker process shares between requests (configuration,
 //! the store, the accelerators, counters). Every engine function takes it; the HTTP floor holds
 //! it as its router state. It is assembled in `engine/mod.rs`, so this module depends on no
-//! concept of the engine.
+//! concept of the engine but one: the encryption state (`engine/encryption.rs`), which itself
+//! uses no engine type, so no concept loops back here through it.
 
 use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
