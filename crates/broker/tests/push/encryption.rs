@@ -407,3 +407,61 @@ async fn a_corrupted_envelope_is_a_per_message_error() {
         "{dlq}"
     );
 }
+
+#[tokio::test]
+async fn a_broker_that_has_not_learned_the_option_is_corrected_by_the_sql() {
+    // Encryption is turned on through `a`; `b` shares the key but never saw the configure, so
+    // its first write of each kind goes out plaintext and the SQL refuses it.
+    let a = keyed(KEY).await;
+    let key = queen_broker::config::EncryptionKey::from_hex(KEY).unwrap();
+    let b = a.sibling(|c| c.encryption_key = Some(key)).await;
+    let db = a.sql().await;
+    let marker = "LATE-MARKER-51c0de";
+    b.push("late", "p0", &[json!({"warm": 1})]).await; // b now knows the queue, unencrypted
+    configure(&a, "late", json!({ "encryptionEnabled": true })).await;
+
+    let (status, out) = b
+        .post(
+            "/api/v1/transaction",
+            &json!({"operations":[{"type":"push","items":[
+                {"queue":"late","partition":"p1","payload":{"secret":marker}}]}]}),
+        )
+        .await;
+    assert_eq!(
+        (status, &out["success"]),
+        (StatusCode::OK, &json!(true)),
+        "{out}"
+    );
+    let body = encode_push_precompressed(
+        &[batch(
+            "late",
+            "p2",
+            vec![item(
+                Some("pre"),
+                format!("{{\"secret\":\"{marker}\"}}").as_bytes(),
+            )],
+        )],
+        false,
+    )
+    .expect("encodes");
+    // Learned from the transaction's refusal; forget it by using a fresh sibling for the rest.
+    let key = queen_broker::config::EncryptionKey::from_hex(KEY).unwrap();
+    let c = a.sibling(|cfg| cfg.encryption_key = Some(key)).await;
+    let (status, out) = post_bin(&c, "/api/v1/push", body).await;
+    assert_eq!(
+        (status, &out[0]["status"]),
+        (StatusCode::CREATED, &json!("queued")),
+        "{out}"
+    );
+    let key = queen_broker::config::EncryptionKey::from_hex(KEY).unwrap();
+    let d = a.sibling(|cfg| cfg.encryption_key = Some(key)).await;
+    d.push("late", "p3", &[json!({ "secret": marker })]).await;
+
+    assert_eq!(plaintext_hits(&db, marker).await, Vec::<String>::new());
+    let popped = pop(&a, "late", "g", "").await;
+    let secrets = popped
+        .iter()
+        .filter(|m| m["data"]["secret"] == marker)
+        .count();
+    assert_eq!(secrets, 3, "{popped:?}");
+}
