@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
 /// anything else is a boot error rather than a silent default.
@@ -14,6 +14,24 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         other => Err(format!(
             "not a boolean: {other:?} (use true/false, 1/0, yes/no, on/off)"
         )),
+    }
+}
+
+/// How log lines are written (docs/wire.md §15, "Logs").
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
     }
 }
 
@@ -54,6 +72,14 @@ pub struct Config {
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Log line format: text, or json (one object per line). Colours only when stdout is a
+    /// terminal.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Most queues with series of their own on /metrics/prometheus (those with the most
+    /// pending messages), and most (queue, group) lag series; totals cover every queue.
+    #[arg(long, env = "QUEEN_METRICS_MAX_QUEUES", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub metrics_max_queues: u32,
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -176,7 +202,8 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} data_dir={} log_level={} max_body={} \
+            "listen={}:{} database={} pool={} data_dir={} log_level={} log_format={} \
+             metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
@@ -188,6 +215,8 @@ impl Config {
             self.db_pool_size,
             self.data_dir.display(),
             self.log_level,
+            self.log_format.as_str(),
+            self.metrics_max_queues,
             self.max_body_bytes,
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,

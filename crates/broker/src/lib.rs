@@ -9,5 +9,7 @@ pub mod error;
 pub mod http;
 pub mod listener;
 pub mod log_limit;
+pub mod logging;
 pub mod server;
 pub mod store;
+pub mod telemetry;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use queen_broker::config::Config;
-use queen_broker::server;
+use queen_broker::{logging, server};
 use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 
 #[derive(Parser)]
@@ -64,20 +64,11 @@ fn main() -> ExitCode {
 }
 
 fn run_broker(cfg: Config) -> anyhow::Result<()> {
-    init_logging(&cfg.log_level);
+    logging::init(cfg.log_format, &cfg.log_level);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(serve(cfg))
-}
-
-fn init_logging(level: &str) {
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_string());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()),
-        )
-        .init();
 }
 
 async fn serve(mut cfg: Config) -> anyhow::Result<()> {

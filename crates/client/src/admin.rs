@@ -2,6 +2,7 @@
 //! delete, replay), message details, seeks, totals. These answers are operator views whose shapes the broker may extend, so they are
 //! returned as JSON values (docs/wire.md §11, §12, §14).
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::queue::encode_segment;
@@ -10,10 +11,15 @@ use crate::{expect_json, Queen, Result};
 /// Which dead letters to list (`GET /api/v1/dlq`).
 #[derive(Debug, Clone, Default)]
 pub struct DlqQuery {
+    /// The queue whose dead letters to list.
     pub queue: String,
+    /// Only this consumer group's (queue mode is `__QUEUE_MODE__`).
     pub group: Option<String>,
+    /// Only this partition's.
     pub partition: Option<String>,
+    /// Page size.
     pub limit: Option<u32>,
+    /// Rows to skip (paging).
     pub offset: Option<u32>,
 }
 
@@ -49,6 +55,20 @@ impl Queen {
     }
 
     /// `GET /api/v1/dlq`: one page of dead letters, newest first, with the matching `total`.
+    ///
+    /// ```no_run
+    /// # async fn demo(queen: queen_client::Queen) -> queen_client::Result<()> {
+    /// use queen_client::DlqQuery;
+    /// let query = DlqQuery { queue: "orders".into(), limit: Some(20), ..Default::default() };
+    /// let page = queen.dlq(&query).await?;
+    /// for letter in page["messages"].as_array().into_iter().flatten() {
+    ///     let (pid, txn) = (letter["partitionId"].as_str(), letter["transactionId"].as_str());
+    ///     if let (Some(pid), Some(txn)) = (pid, txn) {
+    ///         queen.dlq_replay(pid, txn).await?; // back into its partition, same transactionId
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn dlq(&self, q: &DlqQuery) -> Result<Value> {
         let mut query = vec![("queue", q.queue.clone())];
         let optional = [
@@ -66,7 +86,7 @@ impl Queen {
     pub async fn dlq_purge(&self, queue: &str, group: Option<&str>) -> Result<Value> {
         let mut query = vec![("queue", queue)];
         query.extend(group.map(|g| ("consumerGroup", g)));
-        let req = self.http().delete(self.path("/api/v1/dlq")).query(&query);
+        let req = self.request(Method::DELETE, "/api/v1/dlq").query(&query);
         expect_json(req.send().await?).await
     }
 
@@ -74,7 +94,7 @@ impl Queen {
     /// letters, every group (HTTP 404 when it has none).
     pub async fn dlq_delete(&self, partition_id: &str, transaction_id: &str) -> Result<Value> {
         let path = message_path(partition_id, transaction_id);
-        let req = self.http().delete(self.path(&path));
+        let req = self.request(Method::DELETE, &path);
         expect_json(req.send().await?).await
     }
 
@@ -83,7 +103,7 @@ impl Queen {
     /// answers `{"success":true,"partitionId":..,"offset":..,"replayed":n}`.
     pub async fn dlq_replay(&self, partition_id: &str, transaction_id: &str) -> Result<Value> {
         let path = format!("{}/retry", message_path(partition_id, transaction_id));
-        let req = self.http().post(self.path(&path));
+        let req = self.request(Method::POST, &path);
         expect_json(req.send().await?).await
     }
 
@@ -115,12 +135,12 @@ impl Queen {
             SeekTarget::End => json!({ "toEnd": true }),
             SeekTarget::Timestamp(ts) => json!({ "timestamp": ts }),
         };
-        let req = self.http().post(self.path(&path)).json(&body);
+        let req = self.request(Method::POST, &path).json(&body);
         expect_json(req.send().await?).await
     }
 
     async fn get_json(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
-        let req = self.http().get(self.path(path)).query(query);
+        let req = self.request(Method::GET, path).query(query);
         expect_json(req.send().await?).await
     }
 }

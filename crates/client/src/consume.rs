@@ -26,6 +26,7 @@ pub struct ConsumeOptions {
     pub idle: Option<Duration>,
     /// While a handler runs, extend its lease this often (by `renew_seconds`).
     pub renew_every: Option<Duration>,
+    /// How far each renewal extends the lease.
     pub renew_seconds: u32,
     /// The longest single long-poll.
     pub poll: Duration,
@@ -70,6 +71,7 @@ pub struct ConsumeReport {
 pub struct StopHandle(Arc<watch::Sender<bool>>);
 
 impl StopHandle {
+    /// Asks the loop to stop; returns at once (await the loop's future for it to end).
     pub fn stop(&self) {
         self.0.send_replace(true);
     }

@@ -1,5 +1,6 @@
 //! Lease renewal: `POST /api/v1/lease/:leaseId/extend` (docs/wire.md §9).
 
+use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
 use crate::queue::encode_segment;
@@ -39,8 +40,7 @@ impl Queen {
     pub async fn extend_lease(&self, lease_id: &str, seconds: u32) -> Result<LeaseRenewal> {
         let path = format!("/api/v1/lease/{}/extend", encode_segment(lease_id));
         let req = self
-            .http()
-            .post(self.path(&path))
+            .request(Method::POST, &path)
             .json(&ExtendBody { seconds });
         expect_json(req.send().await?).await
     }

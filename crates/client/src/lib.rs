@@ -5,6 +5,30 @@
 //! `.batch(100).wait(true).pop()`), and acks on the handle (`queen.ack_batch(...)`).
 //! Payloads travel as raw JSON text ([`serde_json::value::RawValue`]) so a producer that
 //! already holds serialized bytes pays no re-serialization.
+//!
+//! ```no_run
+//! use queen_client::{AckItem, PushItem, Queen};
+//!
+//! # async fn demo() -> queen_client::Result<()> {
+//! let queen = Queen::new("http://127.0.0.1:6632");
+//! let orders = queen.queue("orders").partition("customer-42");
+//! let item = PushItem::json(&serde_json::json!({"orderId": 91}), Some("order-91".into()))?;
+//! let pushed = orders.push(&[item]).await?;
+//! assert!(pushed[0].is_queued());
+//!
+//! // A leased batch for the `billing` group; ack each message when it is done.
+//! if let Some(batch) = orders.group("billing").batch(10).wait(true).pop().await? {
+//!     let acks: Vec<AckItem> = batch.messages.iter().map(AckItem::completed).collect();
+//!     queen.ack_batch(&acks, Some("billing")).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! For a long-running worker, [`QueueRef::consumer`] runs the pop/ack loop (concurrency,
+//! retries, lease renewal, graceful stop); [`Queen::transaction`] commits pushes and acks
+//! together; the `examples/` directory has a producer, a worker and a transactional pipeline.
+
+#![deny(missing_docs)]
 
 mod admin;
 mod consume;
@@ -15,7 +39,7 @@ mod types;
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -29,17 +53,31 @@ pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, P
 /// Errors of the SDK. `Api` carries the broker's `{"error": ...}` text.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The broker answered with a non-2xx status and this `error` text.
     #[error("HTTP {status}: {message}")]
-    Api { status: StatusCode, message: String },
+    Api {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The broker's `error` text (or the start of a body that had none).
+        message: String,
+    },
+    /// The broker could not be reached, or the connection broke.
     #[error("transport: {0}")]
     Transport(#[from] reqwest::Error),
+    /// The answer did not have the expected shape.
     #[error("unexpected answer: {0}")]
     Decode(String),
+    /// The request could not be built (invalid JSON payload, empty transaction, …).
     #[error("cannot encode the request: {0}")]
     Encode(String),
     /// The broker rolled a transaction back; `reason` is its machine-readable cause.
     #[error("rejected ({reason}): {message}")]
-    Rejected { reason: String, message: String },
+    Rejected {
+        /// Why, machine-readable: `duplicate` or `rejected_ack`.
+        reason: String,
+        /// The broker's explanation.
+        message: String,
+    },
 }
 
 impl Error {
@@ -56,6 +94,7 @@ impl Error {
     }
 }
 
+/// The SDK's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A connection to one broker. Cheap to clone (the HTTP pool is shared).
@@ -63,6 +102,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Queen {
     base: String,
     http: reqwest::Client,
+    token: Option<String>,
 }
 
 impl Queen {
@@ -81,9 +121,26 @@ impl Queen {
     /// A handle using the caller's `reqwest::Client` (timeouts, pool, proxies are its own).
     pub fn with_client(url: impl Into<String>, http: reqwest::Client) -> Self {
         let base = url.into().trim_end_matches('/').to_string();
-        Self { base, http }
+        Self {
+            base,
+            http,
+            token: None,
+        }
     }
 
+    /// The same handle sending `Authorization: Bearer <token>` on every call, for a broker
+    /// with JWT auth on (the token's `role` decides what it may do).
+    ///
+    /// ```
+    /// let queen = queen_client::Queen::new("http://127.0.0.1:6632").with_token("eyJhbGciOi...");
+    /// assert_eq!(queen.url(), "http://127.0.0.1:6632");
+    /// ```
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The broker's base URL, without a trailing slash.
     pub fn url(&self) -> &str {
         &self.base
     }
@@ -100,7 +157,7 @@ impl Queen {
             acknowledgments: acks,
             consumer_group: group,
         };
-        let req = self.http.post(self.path("/api/v1/ack/batch")).json(&body);
+        let req = self.request(Method::POST, "/api/v1/ack/batch").json(&body);
         expect_json(req.send().await?).await
     }
 
@@ -110,7 +167,7 @@ impl Queen {
             item: ack,
             consumer_group: group,
         };
-        let req = self.http.post(self.path("/api/v1/ack")).json(&body);
+        let req = self.request(Method::POST, "/api/v1/ack").json(&body);
         // The answer is an array of one (docs/wire.md §8.2); older brokers answer the bare object.
         let answer: Value = expect_json(req.send().await?).await?;
         let item = match answer {
@@ -122,21 +179,22 @@ impl Queen {
 
     /// `GET /health`: true when the broker reports its database connected.
     pub async fn healthy(&self) -> Result<bool> {
-        let resp = self.http.get(self.path("/health")).send().await?;
+        let resp = self.request(Method::GET, "/health").send().await?;
         Ok(resp.status() == StatusCode::OK)
     }
 
     /// `GET /metrics` as JSON.
     pub async fn metrics(&self) -> Result<Value> {
-        expect_json(self.http.get(self.path("/metrics")).send().await?).await
+        expect_json(self.request(Method::GET, "/metrics").send().await?).await
     }
 
-    pub(crate) fn path(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    pub(crate) fn http(&self) -> &reqwest::Client {
-        &self.http
+    /// A request to `path` (starting with `/`) on this broker, carrying the token if any.
+    pub(crate) fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, format!("{}{}", self.base, path));
+        match &self.token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
     }
 }
 

@@ -2,10 +2,11 @@
 //! long-poll), configure and delete. Builder methods consume and return `self`, like the
 //! official clients' `queue(...).partition(...).batch(...)` chains.
 
+use queen_proto::pop_framed;
 use queen_proto::push_bin::{encode_push_plain, Batch, BatchItem};
 use queen_proto::wire::PUSH_CONTENT_TYPE;
 use reqwest::header::CONTENT_TYPE;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::types::{PushBody, PushWireItem};
@@ -25,6 +26,7 @@ pub struct QueueRef {
     auto_ack: Option<bool>,
     subscription_mode: Option<String>,
     lease_seconds: Option<u32>,
+    framed: bool,
 }
 
 impl QueueRef {
@@ -41,6 +43,7 @@ impl QueueRef {
             auto_ack: None,
             subscription_mode: None,
             lease_seconds: None,
+            framed: false,
         }
     }
 
@@ -56,6 +59,7 @@ impl QueueRef {
         self
     }
 
+    /// Pops take up to `n` messages.
     pub fn batch(mut self, n: u32) -> Self {
         self.batch = Some(n);
         self
@@ -91,11 +95,21 @@ impl QueueRef {
         self
     }
 
+    /// The lease of popped batches, overriding the queue's `leaseTime`.
     pub fn lease_seconds(mut self, secs: u32) -> Self {
         self.lease_seconds = Some(secs);
         self
     }
 
+    /// Pops ask for the binary framed answer (`QPF1`, docs/wire.md §7.7): the broker sends the
+    /// stored frames as they are instead of rendering JSON. The result is the same
+    /// [`PopResponse`]; a broker that answers JSON anyway is read as JSON.
+    pub fn framed(mut self, on: bool) -> Self {
+        self.framed = on;
+        self
+    }
+
+    /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -122,22 +136,33 @@ impl QueueRef {
         let body = serde_json::json!({ "queue": self.name, "options": options });
         let req = self
             .queen
-            .http()
-            .post(self.queen.path("/api/v1/configure"))
+            .request(Method::POST, "/api/v1/configure")
             .json(&body);
         expect_json(req.send().await?).await
     }
 
     /// `DELETE /api/v1/resources/queues/:queue`.
     pub async fn delete(&self) -> Result<Value> {
-        let url = self.queen.path(&format!(
-            "/api/v1/resources/queues/{}",
-            encode_segment(&self.name)
-        ));
-        expect_json(self.queen.http().delete(url).send().await?).await
+        let path = format!("/api/v1/resources/queues/{}", encode_segment(&self.name));
+        let req = self.queen.request(Method::DELETE, &path);
+        expect_json(req.send().await?).await
     }
 
     /// JSON push of `items` to this queue and partition; one result per item, input order.
+    /// A retried push with the same transactionIds answers `duplicate` for what was stored.
+    ///
+    /// ```no_run
+    /// # async fn demo(queen: queen_client::Queen) -> queen_client::Result<()> {
+    /// use queen_client::PushItem;
+    /// let items = vec![
+    ///     PushItem::raw(r#"{"sku":"A-1","qty":2}"#.to_string(), Some("line-1".into()))?,
+    ///     PushItem::raw(r#"{"sku":"B-7","qty":1}"#.to_string(), Some("line-2".into()))?,
+    /// ];
+    /// for r in queen.queue("lines").partition("order-91").push(&items).await? {
+    ///     println!("{} {}", r.transaction_id.unwrap_or_default(), r.status);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn push(&self, items: &[PushItem]) -> Result<Vec<PushResult>> {
         let partition = self.push_partition();
         let body = PushBody {
@@ -151,11 +176,7 @@ impl QueueRef {
                 })
                 .collect(),
         };
-        let req = self
-            .queen
-            .http()
-            .post(self.queen.path("/api/v1/push"))
-            .json(&body);
+        let req = self.queen.request(Method::POST, "/api/v1/push").json(&body);
         let results: Vec<PushResult> = expect_json(req.send().await?).await?;
         check_len(results, items.len())
     }
@@ -177,8 +198,7 @@ impl QueueRef {
             .map_err(|e| Error::Encode(e.to_string()))?;
         let req = self
             .queen
-            .http()
-            .post(self.queen.path("/api/v1/push"))
+            .request(Method::POST, "/api/v1/push")
             .header(CONTENT_TYPE, PUSH_CONTENT_TYPE)
             .body(body);
         let results: Vec<PushResult> = expect_json(req.send().await?).await?;
@@ -186,6 +206,16 @@ impl QueueRef {
     }
 
     /// Pops a batch: `None` when the broker answers 204 (nothing claimable by the deadline).
+    ///
+    /// ```no_run
+    /// # async fn demo(queen: queen_client::Queen) -> queen_client::Result<()> {
+    /// let popper = queen.queue("lines").group("packing").batch(50).wait(true).timeout_ms(5_000);
+    /// match popper.pop().await? {
+    ///     Some(batch) => println!("{} messages under lease {}", batch.messages.len(), batch.lease_id),
+    ///     None => println!("nothing within 5 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn pop(&self) -> Result<Option<PopResponse>> {
         let path = match self.partition.as_deref() {
             Some(p) if p != "Default" => format!(
@@ -209,23 +239,34 @@ impl QueueRef {
         put("subscriptionMode", self.subscription_mode.clone());
         put("partitions", self.partitions.map(|n| n.to_string()));
         put("leaseSeconds", self.lease_seconds.map(|n| n.to_string()));
+        put("frames", self.framed.then(|| "true".to_string()));
         let resp = self
             .queen
-            .http()
-            .get(self.queen.path(&path))
+            .request(Method::GET, &path)
             .query(&query)
             .send()
             .await?;
-        if resp.status() == StatusCode::NO_CONTENT {
+        let status = resp.status();
+        if status == StatusCode::NO_CONTENT {
             return Ok(None);
         }
-        if !resp.status().is_success() {
-            let status = resp.status();
-            return Err(api_error(status, &resp.bytes().await?));
+        let body = resp.bytes().await?;
+        if !status.is_success() {
+            return Err(api_error(status, &body));
         }
-        let popped: PopResponse = expect_json(resp).await?;
+        let popped = parse_pop(&body)?;
         Ok(Some(popped).filter(|p| !p.messages.is_empty()))
     }
+}
+
+/// A 2xx pop answer, framed (`QPF1`) or JSON.
+fn parse_pop(body: &[u8]) -> Result<PopResponse> {
+    if !pop_framed::is_framed(body) {
+        return serde_json::from_slice(body).map_err(|e| Error::Decode(e.to_string()));
+    }
+    let answer = pop_framed::decode(body).map_err(|e| Error::Decode(format!("QPF1: {e}")))?;
+    // The framed answer decodes to the JSON answer's keys; one shape to read.
+    serde_json::from_str(&answer.to_json().to_string()).map_err(|e| Error::Decode(e.to_string()))
 }
 
 fn check_len(results: Vec<PushResult>, sent: usize) -> Result<Vec<PushResult>> {

@@ -1,6 +1,7 @@
 //! Transactions: pushes and acks committed in one PostgreSQL transaction, all or nothing
 //! (`POST /api/v1/transaction`, docs/wire.md §10).
 
+use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -67,9 +68,12 @@ struct Body<'a> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransactionOutcome {
+    /// Always true here: a rolled-back bundle is [`crate::Error::Rejected`].
     pub success: bool,
+    /// The broker's id of this bundle.
     #[serde(default)]
     pub transaction_id: Option<String>,
+    /// One result per operation, in order: push items as in a push answer, acks as in an ack answer.
     #[serde(default)]
     pub results: Vec<serde_json::Value>,
 }
@@ -143,9 +147,9 @@ impl Transaction {
             operations: &self.operations,
             required_leases: &self.leases,
         };
-        let http = self.queen.http();
-        let req = http
-            .post(self.queen.path("/api/v1/transaction"))
+        let req = self
+            .queen
+            .request(Method::POST, "/api/v1/transaction")
             .json(&body);
         let answer: serde_json::Value = expect_json(req.send().await?).await?;
         let refusal: Refusal =

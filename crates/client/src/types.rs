@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 /// One message to push. The payload is raw JSON text, sent verbatim.
 #[derive(Debug, Clone)]
 pub struct PushItem {
+    /// The message body: one JSON document, stored and delivered byte for byte.
     pub payload: Box<RawValue>,
     /// `None`: the broker uses the minted message id as the transactionId.
     pub transaction_id: Option<String>,
@@ -51,21 +52,27 @@ pub(crate) struct PushWireItem<'a> {
 /// One element of the push answer, in input order.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PushResult {
+    /// The item's position in the request.
     #[serde(default)]
     pub index: usize,
+    /// The stored message's id (a UUIDv7); absent when the item failed.
     #[serde(default)]
     pub message_id: Option<String>,
+    /// The item's transactionId (the one sent, or the minted message id).
     #[serde(default, alias = "transactionId")]
     pub transaction_id: Option<String>,
     /// `queued`, `duplicate`, `failed` (or `buffered`).
     pub status: String,
+    /// Why the item failed (`status: failed`).
     #[serde(default)]
     pub error: Option<String>,
+    /// The message's offset in its partition, when stored.
     #[serde(default)]
     pub offset: Option<i64>,
 }
 
 impl PushResult {
+    /// Whether this item was stored now (not a duplicate, not failed).
     pub fn is_queued(&self) -> bool {
         self.status == "queued"
     }
@@ -75,12 +82,16 @@ impl PushResult {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PopResponse {
+    /// The queue the batch came from.
     #[serde(default)]
     pub queue: String,
+    /// The lease the batch is held under (empty for `autoAck` pops).
     #[serde(default)]
     pub lease_id: String,
+    /// The consumer group (`None`: queue mode).
     #[serde(default)]
     pub consumer_group: Option<String>,
+    /// The delivered messages, in partition order.
     #[serde(default)]
     pub messages: Vec<Message>,
 }
@@ -89,22 +100,36 @@ pub struct PopResponse {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
+    /// The message id (a UUIDv7 minted at push).
     pub id: String,
+    /// The producer's idempotency key; acks name the message by it.
     pub transaction_id: String,
+    /// The partition's id (an opaque decimal string); acks carry it.
     pub partition_id: String,
+    /// The partition's name.
     #[serde(default)]
     pub partition: String,
+    /// The lease the message is held under (empty when delivered without one).
     #[serde(default)]
     pub lease_id: String,
+    /// The consumer group it was delivered to (`None`: queue mode).
     #[serde(default)]
     pub consumer_group: Option<String>,
+    /// The payload as stored: raw JSON text.
     pub data: Box<RawValue>,
+    /// The validated `sub` of the producer's token when the broker runs with auth on.
+    #[serde(default)]
+    pub producer_sub: Option<String>,
+    /// The trace id the producer attached, if any.
     #[serde(default)]
     pub trace_id: Option<String>,
+    /// When it was pushed (ISO-8601 UTC, milliseconds).
     #[serde(default)]
     pub created_at: Option<String>,
+    /// 1 on first delivery, more after nacks and lease expiries.
     #[serde(default)]
     pub delivery_attempt: Option<u32>,
+    /// The message's offset in its partition.
     #[serde(default)]
     pub offset: Option<i64>,
 }
@@ -113,9 +138,13 @@ pub struct Message {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AckStatus {
+    /// Done: the cursor moves past it.
     Completed,
+    /// Failed: redelivered until the queue's retry limit, then dead-lettered.
     Failed,
+    /// Deliver again without charging the retry budget.
     Retry,
+    /// Dead-letter it now.
     Dlq,
 }
 
@@ -123,10 +152,15 @@ pub enum AckStatus {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AckItem {
+    /// The acked message's transactionId.
     pub transaction_id: String,
+    /// The acked message's partition id.
     pub partition_id: String,
+    /// The verdict.
     pub status: AckStatus,
+    /// The nack reason, kept with a dead letter.
     pub error: Option<String>,
+    /// The lease it was delivered under; `None` acks lease-less (see docs/wire.md §8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
 }
@@ -168,17 +202,24 @@ pub(crate) struct AckOneBody<'a> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AckResult {
+    /// The item's position in the request.
     #[serde(default)]
     pub index: usize,
+    /// The item's transactionId.
     #[serde(default)]
     pub transaction_id: Option<String>,
+    /// Whether the verdict took effect (a refusal still answers HTTP 200).
     pub success: bool,
+    /// Why it was refused.
     #[serde(default)]
     pub error: Option<String>,
+    /// This call released the batch's lease.
     #[serde(default)]
     pub lease_released: bool,
+    /// This call dead-lettered the message.
     #[serde(default)]
     pub dlq: bool,
+    /// Already acked before: nothing changed.
     #[serde(default)]
     pub noop: bool,
 }

@@ -68,6 +68,7 @@ async fn examples_and_consume_loop_against_a_real_broker() {
         limit_is_exact_across_parallel_loops(&sdk).await;
         stop_ends_a_waiting_loop(&sdk).await;
         a_transaction_under_a_foreign_lease_is_rejected(&sdk).await;
+        framed_pops_read_like_json_pops(&sdk).await;
         examples
     };
     let outcome = tokio::time::timeout(Duration::from_secs(300), scenarios).await;
@@ -221,4 +222,56 @@ async fn a_transaction_under_a_foreign_lease_is_rejected(sdk: &Queen) {
         !out.contains("sdk-tx-out\""),
         "the rolled-back push created its queue: {out}"
     );
+}
+
+async fn framed_pops_read_like_json_pops(sdk: &Queen) {
+    let queue = sdk.queue("sdk-framed");
+    let items: Vec<PushItem> = (0..6)
+        .map(|i| {
+            PushItem::json(&json!({ "i": i, "s": "é\"x" }), Some(format!("f{i}"))).expect("item")
+        })
+        .collect();
+    queue.push(&items[..3]).await.expect("json push");
+    queue
+        .push_binary(&items[3..], true)
+        .await
+        .expect("binary push");
+    let framed = queue.clone().group("framed").batch(10).framed(true);
+    let json = queue.clone().group("json").batch(10);
+    let a = framed.pop().await.expect("framed pop").expect("messages");
+    let b = json.pop().await.expect("json pop").expect("messages");
+    let view = |p: &queen_client::PopResponse| -> Vec<(String, String, String, Option<i64>)> {
+        p.messages
+            .iter()
+            .map(|m| {
+                (
+                    m.id.clone(),
+                    m.transaction_id.clone(),
+                    m.data.get().to_string(),
+                    m.offset,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(view(&a).len(), 6);
+    assert_eq!(
+        view(&a),
+        view(&b),
+        "the framed answer reads as the JSON one"
+    );
+    assert!(!a.lease_id.is_empty());
+    let acks: Vec<_> = a
+        .messages
+        .iter()
+        .map(queen_client::AckItem::completed)
+        .collect();
+    let results = sdk.ack_batch(&acks, Some("framed")).await.expect("ack");
+    assert!(results.iter().all(|r| r.success), "{results:?}");
+    assert!(framed
+        .clone()
+        .wait(false)
+        .pop()
+        .await
+        .expect("pop")
+        .is_none());
 }

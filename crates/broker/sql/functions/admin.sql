@@ -460,6 +460,46 @@ BEGIN
 END
 $$;
 
+-- GET /metrics/prometheus (docs/wire.md §15): the scrape's bounded sample. First one row for
+-- every queue together (queue_name NULL): pending and dead-letter rows summed. Then the p_limit
+-- queues with the most pending messages (pending as in the listings: what the slowest member
+-- group has left), with their dead-letter rows; then the p_limit (queue, group) pairs
+-- furthest behind, with what the group has left. Watermark arithmetic over partition and
+-- cursor rows, like the overview: one pass, no segment read.
+CREATE OR REPLACE FUNCTION queen.admin_metrics_v1(p_limit int)
+RETURNS TABLE(queue_name text, consumer_group text, pending bigint, dead_letter bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH per_queue AS MATERIALIZED (
+        SELECT q.name, COALESCE(sum(s.pending), 0)::bigint AS pending,
+               COALESCE(sum(s.dead_letter), 0)::bigint AS dead_letter
+          FROM queen.queues q
+          LEFT JOIN queen.admin_partition_stats_v1(NULL) s ON s.queue_id = q.id
+         GROUP BY q.id, q.name
+    ), lag AS (
+        SELECT q.name, g.consumer_group,
+               sum(queen.admin_pending(p.last_offset, c.committed, p.log_start))::bigint AS pending
+          FROM queen.admin_memberships_v1(NULL, NULL) g
+          JOIN queen.queues q ON q.id = g.queue_id
+          JOIN queen.log_partitions p ON p.queue_id = q.id
+          LEFT JOIN queen.log_consumers c
+            ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+         GROUP BY q.name, g.consumer_group
+    )
+    SELECT NULL::text, NULL::text, COALESCE(sum(x.pending), 0)::bigint,
+           COALESCE(sum(x.dead_letter), 0)::bigint
+      FROM per_queue x
+    UNION ALL
+    (SELECT x.name, NULL::text, x.pending, x.dead_letter FROM per_queue x
+      ORDER BY x.pending DESC, x.dead_letter DESC, x.name LIMIT p_limit)
+    UNION ALL
+    (SELECT l.name, l.consumer_group, l.pending, NULL::bigint FROM lag l
+      ORDER BY l.pending DESC, l.name, l.consumer_group LIMIT p_limit);
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------
 -- Message detail (docs/wire.md §13) and traces (§15)
 -- ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::ack::{self as store, HashAckVerdict};
 use crate::store::db_error::failure_text;
+use crate::telemetry::{MESSAGES_ACKED, MESSAGES_DEAD_LETTERED};
 
 /// The error of an item that can no longer have an effect: its transactionId is unknown to the
 /// partition (or its hash row was purged), or it is a signal for a message below the cursor.
@@ -194,7 +195,31 @@ pub async fn conclude(
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;
     }
+    count(state, group, &settled);
     Ok(settled)
+}
+
+/// Counts the applied items by status, and the dead letters filed (docs/wire.md §15); a
+/// refused item and a harmless `noop` changed nothing and are not counted.
+fn count(state: &Engine, group: &[&Ack], outcomes: &[AckOutcome]) {
+    use AckStatus::*;
+    for status in [Completed, Failed, Retry, Dlq] {
+        let applied = group
+            .iter()
+            .zip(outcomes)
+            .filter(|(ack, o)| ack.status == status && o.success && !o.noop)
+            .count() as u64;
+        if applied > 0 {
+            let labels = [("status", status.as_sql())];
+            state.telemetry.count(&MESSAGES_ACKED, &labels, applied);
+        }
+    }
+    let dead_lettered = outcomes.iter().filter(|o| o.dlq).count() as u64;
+    if dead_lettered > 0 {
+        state
+            .telemetry
+            .count(&MESSAGES_DEAD_LETTERED, &[], dead_lettered);
+    }
 }
 
 /// Files the dead letter `verdict` asks for and, when it was filed, marks the group's

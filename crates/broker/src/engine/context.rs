@@ -1,8 +1,8 @@
 //! The engine's context: everything one broker process shares between requests (configuration,
-//! the store, the accelerators, counters). Every engine function takes it; the HTTP floor holds
-//! it as its router state. It is assembled in `engine/mod.rs`, so this module depends on no
-//! concept of the engine but one: the encryption state (`engine/encryption.rs`), which itself
-//! uses no engine type, so no concept loops back here through it.
+//! the store, the accelerators, counters, metrics). Every engine function takes it; the HTTP
+//! floor holds it as its router state. It is assembled in `engine/mod.rs`, so this module
+//! depends on no concept of the engine but one: the encryption state (`engine/encryption.rs`),
+//! which itself uses no engine type, so no concept loops back here through it.
 
 use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
@@ -16,6 +16,7 @@ use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::engine::encryption::Encryption;
 use crate::store::Store;
+use crate::telemetry::Telemetry;
 
 /// Cheap to clone: one `Arc` around everything the broker shares between requests.
 #[derive(Clone)]
@@ -34,6 +35,8 @@ pub struct Inner {
     /// The at-rest encryption key and which queues to seal (docs/engine.md §3.1).
     pub encryption: Arc<Encryption>,
     pub counters: Arc<Counters>,
+    /// The live Prometheus series (requests per route, acknowledgements).
+    pub telemetry: Telemetry,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
     pub broker_id: uuid::Uuid,

@@ -33,6 +33,7 @@ use crate::accel::wake::{PeerLink, WakeGates};
 use crate::config::Config;
 use crate::store::migrations::{self, SchemaError};
 use crate::store::Store;
+use crate::telemetry::Telemetry;
 use push::commit::CommitEffects;
 use push::flush::SegmentWriter;
 use wake::StorePeerLink;
@@ -80,6 +81,7 @@ impl Engine {
             dedup_cache,
             encryption,
             counters,
+            telemetry: Telemetry::start(),
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),

@@ -1,4 +1,4 @@
-//! Resource listings (docs/wire.md §14) and the stats refresh (§15). Every count is computed live
+//! Resource listings (docs/wire.md §14), the stats refresh and the metrics sample (§15). Every count is computed live
 //! in SQL from partition and cursor watermarks (docs/engine.md §10.4), never by scanning segments;
 //! so there is no stale cache to refresh, and a refresh reads the live overview. The answers are
 //! rows; `http/resources.rs` renders them.
@@ -9,7 +9,8 @@ use crate::store::queues::QueueRow;
 use crate::store::resources as store;
 
 pub use crate::store::resources::{
-    Counts, DepthRow, Overview, PartitionStats, QueueGroup, QueueSummary,
+    Counts, DepthRow, GroupLag, MetricsSample, Overview, PartitionStats, QueueGroup, QueueLoad,
+    QueueSummary,
 };
 
 /// One queue in full: its summary, its options, its partitions and its member groups.
@@ -54,6 +55,13 @@ pub async fn depth(st: &Engine, name: &str, group: &str) -> Result<Vec<DepthRow>
 
 pub async fn overview(st: &Engine) -> Result<Overview> {
     store::overview(&st.store).await
+}
+
+/// The queue sample of a Prometheus scrape, capped at `QUEEN_METRICS_MAX_QUEUES` queues and
+/// as many (queue, group) pairs.
+pub async fn metrics_sample(st: &Engine) -> Result<MetricsSample> {
+    let limit = i32::try_from(st.cfg.metrics_max_queues).unwrap_or(i32::MAX);
+    store::metrics_sample(&st.store, limit).await
 }
 
 fn queue_not_found() -> Error {

@@ -11,7 +11,9 @@ mod groups;
 mod health;
 mod lease;
 mod messages;
+mod observe;
 mod pop;
+mod prometheus;
 mod push;
 mod queues;
 mod resources;
@@ -20,12 +22,8 @@ mod transaction;
 
 pub use error::{HttpStatus, RETRY_AFTER_SECS};
 
-use std::sync::atomic::Ordering::Relaxed;
-
-use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -35,6 +33,7 @@ use crate::engine::Engine;
 pub fn router(state: Engine) -> Router {
     Router::new()
         .merge(health::routes())
+        .merge(prometheus::routes())
         .merge(dashboard::routes())
         .merge(queues::routes())
         .merge(push::routes())
@@ -51,14 +50,9 @@ pub fn router(state: Engine) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            count_requests,
+            observe::request,
         ))
         .with_state(state)
-}
-
-async fn count_requests(State(st): State<Engine>, req: Request, next: Next) -> Response {
-    st.counters.requests.fetch_add(1, Relaxed);
-    next.run(req).await
 }
 
 /// A path served with another method: 405 in our JSON shape (axum's own has no body; the

@@ -100,9 +100,11 @@ pub struct DlqPage {
 
 /// One page of dead letters, newest first, plus the number of matching rows.
 pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>) -> Result<DlqPage> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_dlq_list_v1($1, $2, $3, $4, $5, $6, $7)::text")
-        .await?;
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT queen.log_dlq_list_v1($1, $2, $3, $4, $5, $6, $7)::text",
+    )
+    .await?;
     let row = db
         .query_one(
             &stmt,
@@ -124,17 +126,13 @@ pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>) -> Result<DlqP
 
 /// `queen.log_dlq_purge_v1`: deletes the queue's dead letters (of `group` only, if given).
 pub async fn dlq_purge(db: &impl GenericClient, queue: &str, group: Option<&str>) -> Result<i64> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_dlq_purge_v1($1, $2)")
-        .await?;
+    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_purge_v1($1, $2)").await?;
     Ok(db.query_one(&stmt, &[&queue, &group]).await?.try_get(0)?)
 }
 
 /// `queen.log_dlq_delete_v1`: deletes the dead letters of one address, every group.
 pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -> Result<i64> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_dlq_delete_v1($1, $2)")
-        .await?;
+    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_delete_v1($1, $2)").await?;
     Ok(db
         .query_one(&stmt, &[&partition_id, &txn])
         .await?
@@ -158,11 +156,11 @@ pub async fn dlq_payload(
     partition_id: i64,
     txn: &str,
 ) -> Result<Option<PayloadCopy>> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT r_payload, r_encrypted, r_queue_encrypts FROM queen.log_dlq_payload_v1($1, $2)",
-        )
-        .await?;
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_payload, r_encrypted, r_queue_encrypts FROM queen.log_dlq_payload_v1($1, $2)",
+    )
+    .await?;
     let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
     row.map(|r| {
         Ok(PayloadCopy {

@@ -190,15 +190,14 @@ async fn one(
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Row> {
     let conn = store.conn().await?;
-    let stmt = conn.prepare_cached(sql).await?;
+    let stmt = crate::store::prepare(&conn, sql).await?;
     Ok(conn.query_one(&stmt, params).await?)
 }
 
 /// Registrations updated.
 pub async fn set_subscription(store: &Store, group: &str, timestamp: DateTime<Utc>) -> Result<i32> {
     let conn = store.conn().await?;
-    let stmt = conn
-        .prepare_cached("SELECT queen.admin_set_subscription_v1($1, $2)")
-        .await?;
+    let stmt =
+        crate::store::prepare(&conn, "SELECT queen.admin_set_subscription_v1($1, $2)").await?;
     Ok(conn.query_one(&stmt, &[&group, &timestamp]).await?.get(0))
 }

@@ -22,12 +22,32 @@ use std::time::Duration;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{Json, ToSql};
-use tokio_postgres::NoTls;
+use tokio_postgres::{NoTls, Statement};
 
 use crate::error::Result;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+use crate::telemetry::statement_sent;
+
+/// How long the health probe waits for its `SELECT 1`.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Failed health probes, logged at most once per window per cause.
+static PING_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
 /// How many times an autocommit write runs when PostgreSQL answers `serialization_failure`.
 const CONFLICT_TRIES: u32 = 10;
+
+/// The prepared statement for `sql`, from the connection's cache. Every statement the store
+/// runs on a pooled connection is prepared here right before its one execution, so this is
+/// where they are counted (`queen_pg_statements_total`, docs/wire.md §15); the conflict
+/// retries of [`retry_conflicts`] count their extra runs themselves.
+pub(crate) async fn prepare(
+    db: &impl GenericClient,
+    sql: &str,
+) -> std::result::Result<Statement, tokio_postgres::Error> {
+    statement_sent();
+    db.prepare_cached(sql).await
+}
 
 /// Runs one autocommit statement, again when it fails with `serialization_failure`: the push
 /// SQL raises that when a queue delete committed under it (sql/functions/push.sql), in which case
@@ -49,6 +69,7 @@ where
                         == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) =>
             {
                 tries += 1;
+                statement_sent();
             }
             done => return done,
         }
@@ -61,7 +82,7 @@ pub(crate) async fn json_verdict<T: DeserializeOwned>(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<T> {
-    let stmt = db.prepare_cached(sql).await?;
+    let stmt = prepare(db, sql).await?;
     let Json(value): Json<T> = db.query_one(&stmt, params).await?.try_get(0)?;
     Ok(value)
 }
@@ -73,7 +94,7 @@ pub(crate) async fn rows(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<tokio_postgres::Row>> {
     let conn = store.conn().await?;
-    let stmt = conn.prepare_cached(sql).await?;
+    let stmt = prepare(&conn, sql).await?;
     Ok(conn.query(&stmt, params).await?)
 }
 
@@ -132,15 +153,23 @@ impl Store {
         &self.pg
     }
 
-    /// `SELECT 1` with a short deadline: the health probe.
+    /// `SELECT 1` with a short deadline: the health probe. A failure is logged with its cause
+    /// (identical ones once per window): it is what a 503 of `/health` means.
     pub async fn ping(&self) -> bool {
         let probe = async {
-            let c = self.conn().await.ok()?;
-            c.simple_query("SELECT 1").await.ok()
+            let c = self.conn().await?;
+            statement_sent();
+            c.simple_query("SELECT 1").await?;
+            Ok::<_, crate::error::Error>(())
         };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(3), probe).await,
-            Ok(Some(_))
-        )
+        let cause = match tokio::time::timeout(PING_TIMEOUT, probe).await {
+            Ok(Ok(())) => return true,
+            Ok(Err(e)) => e.chain(),
+            Err(_) => format!("no answer within {PING_TIMEOUT:?}"),
+        };
+        if let Some(suppressed) = PING_FAILURES.admit(&cause) {
+            tracing::warn!(error = %cause, suppressed, "health probe failed");
+        }
+        false
     }
 }

@@ -82,7 +82,7 @@ async fn claim(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<PopAnswer> {
-    let stmt = db.prepare_cached(sql).await?;
+    let stmt = crate::store::prepare(db, sql).await?;
     let row = db.query_one(&stmt, params).await?;
     let meta: serde_json::Value = row.try_get(0)?;
     let blobs: Vec<Vec<u8>> = row.try_get(1)?;
@@ -209,7 +209,7 @@ pub async fn pop_discover(
 }
 
 async fn probe(db: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<bool> {
-    let stmt = db.prepare_cached(sql).await?;
+    let stmt = crate::store::prepare(db, sql).await?;
     Ok(db.query_one(&stmt, params).await?.try_get(0)?)
 }
 
@@ -264,9 +264,8 @@ pub async fn pending_estimate(
     group: &str,
     cap: i64,
 ) -> Result<i64> {
-    let stmt = db
-        .prepare_cached("SELECT queen.log_pending_estimate_v1($1, $2, $3, $4)")
-        .await?;
+    let stmt =
+        crate::store::prepare(db, "SELECT queen.log_pending_estimate_v1($1, $2, $3, $4)").await?;
     Ok(db
         .query_one(&stmt, &[&queue, &partition, &group, &cap])
         .await?

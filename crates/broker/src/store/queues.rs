@@ -69,9 +69,8 @@ pub async fn configure(
     options: &serde_json::Value,
     replace: bool,
 ) -> Result<QueueRow> {
-    let stmt = db
-        .prepare_cached("SELECT * FROM queen.configure_queue_v1($1, $2, $3)")
-        .await?;
+    let stmt =
+        crate::store::prepare(db, "SELECT * FROM queen.configure_queue_v1($1, $2, $3)").await?;
     let row = db.query_one(&stmt, &[&queue, options, &replace]).await?;
     QueueRow::from_row(&row)
 }
@@ -79,8 +78,6 @@ pub async fn configure(
 /// Deletes `queue` and everything it owns. `None` when there is no such queue, else the
 /// number of partitions deleted.
 pub async fn delete(db: &impl GenericClient, queue: &str) -> Result<Option<i32>> {
-    let stmt = db
-        .prepare_cached("SELECT queen.delete_queue_v1($1)")
-        .await?;
+    let stmt = crate::store::prepare(db, "SELECT queen.delete_queue_v1($1)").await?;
     Ok(db.query_one(&stmt, &[&queue]).await?.try_get(0)?)
 }

@@ -1,6 +1,6 @@
 //! Typed calls of the resource SQL (sql/functions/admin.sql): queue listings, one queue with its
-//! partitions and member groups, a group's depth on a queue, and the overview, all computed
-//! live from watermarks. Every answer is rows; the HTTP floor renders them.
+//! partitions and member groups, a group's depth on a queue, the overview and the metrics
+//! sample, all computed live from watermarks. Every answer is rows; the HTTP floor renders them.
 
 use tokio_postgres::Row;
 
@@ -194,4 +194,56 @@ pub async fn overview(store: &Store) -> Result<Overview> {
         completed: r.try_get("completed")?,
         at: r.try_get("at")?,
     })
+}
+
+/// What a queue holds, in the metrics sample.
+#[derive(Debug, Clone)]
+pub struct QueueLoad {
+    pub queue: String,
+    pub pending: i64,
+    pub dead_letter: i64,
+}
+
+/// What a consumer group has left on a queue, in the metrics sample.
+#[derive(Debug, Clone)]
+pub struct GroupLag {
+    pub queue: String,
+    pub group: String,
+    pub pending: i64,
+}
+
+/// The bounded sample `/metrics/prometheus` reads: totals over every queue, the `limit` queues
+/// with the most pending messages, and the `limit` (queue, group) pairs furthest behind.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSample {
+    pub total: Counts,
+    pub queues: Vec<QueueLoad>,
+    pub groups: Vec<GroupLag>,
+}
+
+pub async fn metrics_sample(store: &Store, limit: i32) -> Result<MetricsSample> {
+    let found = rows(store, "SELECT * FROM queen.admin_metrics_v1($1)", &[&limit]).await?;
+    let mut sample = MetricsSample::default();
+    for r in &found {
+        let queue: Option<String> = r.try_get("queue_name")?;
+        let group: Option<String> = r.try_get("consumer_group")?;
+        let pending: i64 = r.try_get("pending")?;
+        match (queue, group) {
+            (None, _) => {
+                sample.total.pending = pending;
+                sample.total.dead_letter = r.try_get("dead_letter")?;
+            }
+            (Some(queue), None) => sample.queues.push(QueueLoad {
+                queue,
+                pending,
+                dead_letter: r.try_get("dead_letter")?,
+            }),
+            (Some(queue), Some(group)) => sample.groups.push(GroupLag {
+                queue,
+                group,
+                pending,
+            }),
+        }
+    }
+    Ok(sample)
 }

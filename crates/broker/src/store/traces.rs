@@ -19,9 +19,11 @@ pub struct TraceRow<'a> {
 
 pub async fn insert_trace(store: &Store, t: &TraceRow<'_>) -> Result<Uuid> {
     let conn = store.conn().await?;
-    let stmt = conn
-        .prepare_cached("SELECT queen.admin_trace_v1($1, $2, $3, $4, $5, $6, $7)")
-        .await?;
+    let stmt = crate::store::prepare(
+        &conn,
+        "SELECT queen.admin_trace_v1($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .await?;
     let row = conn
         .query_one(
             &stmt,

@@ -77,9 +77,8 @@ pub async fn transaction_wire(
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 
-    let stmt = db
-        .prepare_cached("SELECT queen.log_transaction_wire_v1($1, $2, $3)")
-        .await?;
+    let stmt =
+        crate::store::prepare(db, "SELECT queen.log_transaction_wire_v1($1, $2, $3)").await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
     let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,

@@ -76,6 +76,7 @@ pub async fn listen(
 impl PeerChannel {
     /// Sends `payload` to every broker listening on [`CHANNEL`] (this one included).
     pub async fn notify(&self, payload: &str) -> Result<()> {
+        crate::telemetry::statement_sent();
         self.client
             .execute(&self.notify, &[&CHANNEL, &payload])
             .await?;

@@ -3,7 +3,8 @@
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
 //! `main → server → http → engine → {accel, store}`, with `proto` (another crate) below all of
-//! them; `config`, `error` and `log_limit` are leaves any floor may use and that use no floor.
+//! them; `config`, `error`, `log_limit` and `telemetry` are leaves any floor may use and that use
+//! no floor.
 //! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("main", "main"),
     ("server", "server"),
     ("listener", "server"),
+    ("logging", "server"),
     ("http", "http"),
     ("engine", "engine"),
     ("accel", "accel"),
@@ -21,6 +23,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
+    ("telemetry", "leaf"),
 ];
 
 /// The floors each floor may use (besides itself).
@@ -34,12 +37,12 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("leaf", &["leaf"]),
 ];
 
-fn src() -> PathBuf {
+pub(crate) fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
 /// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src dir") {
         let path = entry.expect("dir entry").path();
         if path.is_dir() {

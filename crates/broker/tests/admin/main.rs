@@ -14,6 +14,8 @@ mod framework_rejections;
 mod groups;
 mod layering;
 mod lifecycle;
+mod logs;
 mod migrations;
+mod prometheus;
 mod resources;
 mod slow_clients;

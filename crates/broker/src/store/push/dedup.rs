@@ -21,12 +21,12 @@ pub async fn hydrate(
     let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
     let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
     let after: Vec<i64> = asks.iter().map(|a| a.after).collect();
-    let stmt = db
-        .prepare_cached(
-            "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_bases, r_created, r_hashes \
-             FROM queen.log_dedup_hydrate_v1($1, $2, $3)",
-        )
-        .await?;
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_bases, r_created, r_hashes \
+         FROM queen.log_dedup_hydrate_v1($1, $2, $3)",
+    )
+    .await?;
     let rows = db.query(&stmt, &[&queues, &partitions, &after]).await?;
     let mut out: Vec<Option<Hydration>> = vec![None; asks.len()];
     for row in rows {

@@ -70,9 +70,11 @@ pub async fn push_multi(
     let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
     let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
     let encrypted: Vec<bool> = segs.iter().map(|s| s.encrypted).collect();
-    let stmt = db
-        .prepare_cached("SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6, $7)")
-        .await?;
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
         &queues,
         &partitions,
@@ -112,9 +114,11 @@ pub async fn segment_at(
     pid: i64,
     off: i64,
 ) -> Result<Option<StoredSegment>> {
-    let stmt = db
-        .prepare_cached("SELECT r_base, r_end, r_blob FROM queen.log_segment_at_v1($1, $2)")
-        .await?;
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_base, r_end, r_blob FROM queen.log_segment_at_v1($1, $2)",
+    )
+    .await?;
     let row = db.query_opt(&stmt, &[&pid, &off]).await?;
     row.map(|r| {
         Ok(StoredSegment {

@@ -1,0 +1,103 @@
+//! `GET /metrics/prometheus` (docs/wire.md §15): the broker's metrics in the Prometheus text
+//! format 0.0.4, never behind auth. The live series (requests per route, acknowledgements) are
+//! the engine's telemetry; everything else is read at scrape time: the engine's counters, the
+//! pool, the accelerators' snapshots and one bounded queue sample from PostgreSQL. When that
+//! sample fails the scrape still answers 200, with `queen_database_up 0` and no queue series,
+//! so a database outage does not also blind the broker's own metrics.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::engine::{resources, Engine};
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+use crate::telemetry::{self as t, Scrape};
+
+/// The exposition format's content type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// Failed queue samples, logged at most once per window per cause.
+static SAMPLE_FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+
+pub fn routes() -> Router<Engine> {
+    Router::new().route("/metrics/prometheus", get(prometheus))
+}
+
+async fn prometheus(State(st): State<Engine>) -> impl IntoResponse {
+    let scrape = Scrape::new();
+    read_broker(&st, &scrape);
+    read_queues(&st, &scrape).await;
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        st.telemetry.render(scrape),
+    )
+}
+
+/// What this process keeps: message counters, statements, the pool, the accelerators.
+fn read_broker(st: &Engine, s: &Scrape) {
+    s.counter(
+        &t::MESSAGES_PUSHED,
+        &[],
+        st.counters.messages_pushed.load(Relaxed),
+    );
+    s.counter(
+        &t::MESSAGES_POPPED,
+        &[],
+        st.counters.messages_popped.load(Relaxed),
+    );
+    s.counter(&t::PG_STATEMENTS, &[], t::statements_sent());
+    let pool = st.pool_status();
+    let in_use = pool.size.saturating_sub(pool.available);
+    s.gauge(&t::POOL_CONNECTIONS, &[("state", "in_use")], in_use as f64);
+    s.gauge(
+        &t::POOL_CONNECTIONS,
+        &[("state", "idle")],
+        pool.available as f64,
+    );
+    s.gauge(&t::POOL_MAX, &[], pool.max_size as f64);
+    s.gauge(&t::POOL_WAITING, &[], pool.waiting as f64);
+    let dedup = st.dedup_cache.metrics();
+    let hints = &st.pop.stats;
+    for (accelerator, hits, misses) in [
+        ("dedup_cache", dedup.vouched_pushes, dedup.full_probe_pushes),
+        (
+            "pop_hints",
+            hints.hint_claims.load(Relaxed),
+            hints.hint_fallthroughs.load(Relaxed),
+        ),
+    ] {
+        s.counter(&t::ACCEL_HITS, &[("accelerator", accelerator)], hits);
+        s.counter(&t::ACCEL_MISSES, &[("accelerator", accelerator)], misses);
+    }
+}
+
+/// Totals, the busiest queues and the groups furthest behind, from PostgreSQL.
+async fn read_queues(st: &Engine, s: &Scrape) {
+    let sample = match resources::metrics_sample(st).await {
+        Ok(sample) => sample,
+        Err(e) => {
+            let cause = e.chain();
+            if let Some(suppressed) = SAMPLE_FAILURES.admit(&cause) {
+                tracing::warn!(error = %cause, suppressed, "metrics: queue sample failed");
+            }
+            s.gauge(&t::DATABASE_UP, &[], 0.0);
+            return;
+        }
+    };
+    s.gauge(&t::DATABASE_UP, &[], 1.0);
+    s.gauge(&t::PENDING, &[], sample.total.pending as f64);
+    s.gauge(&t::DEAD_LETTERS, &[], sample.total.dead_letter as f64);
+    for q in &sample.queues {
+        let queue = [("queue", q.queue.as_str())];
+        s.gauge(&t::QUEUE_PENDING, &queue, q.pending as f64);
+        s.gauge(&t::QUEUE_DEAD_LETTERS, &queue, q.dead_letter as f64);
+    }
+    for g in &sample.groups {
+        let labels = [("queue", g.queue.as_str()), ("group", g.group.as_str())];
+        s.gauge(&t::GROUP_LAG, &labels, g.pending as f64);
+    }
+}
