@@ -99,7 +99,10 @@ EOF
 }
 
 # start_broker NAME: a fresh data directory (reachable by the postgres user: not under
-# /root, mode 755), a free port, no external database, no JWT secret.
+# /root, mode 755), a free port, no external database, no JWT secret, and a fresh random
+# QUEEN_ENCRYPTION_KEY: the official tests create queues with encryption_enabled, which a
+# broker without a key refuses (docs/wire.md §3.2), and every pass then runs with at-rest
+# encryption available, as a production broker would.
 start_broker() {
   local name="$1" port waited=0
   BROKER_DATA="$(mktemp -d /tmp/queen-compat-"$name".XXXXXX)"
@@ -108,8 +111,10 @@ start_broker() {
   BROKER_URL="http://127.0.0.1:$port"
   BROKER_LOG="$LOGS/$name.broker.log"
   log "$name: starting the broker on port $port (data $BROKER_DATA)"
+  local key
+  key="$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(32))')"
   env -u DATABASE_URL -u PG_HOST -u JWT_SECRET \
-    PORT="$port" HOST=127.0.0.1 QUEEN_DATA_DIR="$BROKER_DATA" \
+    PORT="$port" HOST=127.0.0.1 QUEEN_DATA_DIR="$BROKER_DATA" QUEEN_ENCRYPTION_KEY="$key" \
     "$BROKER_BIN" serve >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!
   until broker_healthy "$BROKER_URL"; do

@@ -157,3 +157,20 @@ async def test_push_answers_201_per_wire_form(client, transport):
         assert ex.request_head == b"QPB1"
     else:
         assert ex.request_content_type.startswith("application/json")
+
+
+async def test_encrypted_queue_round_trips_in_every_wire_form(client, transport):
+    # compat/run.sh starts every broker with QUEEN_ENCRYPTION_KEY (docs/wire.md §3.2).
+    q = unique("push-sealed")
+    res = await client.queue(q).config({"encryption_enabled": True}).create()
+    assert res["options"]["encryptionEnabled"] is True
+    payloads = [{"secret": f"s-{i}"} for i in range(3)]
+    res = await push_payloads(client, q, payloads, prefix="sealed")
+    assert [r["status"] for r in res] == ["queued"] * 3
+    msgs = await pop_now(client.queue(q).batch(10))
+    assert [m["data"] for m in msgs] == payloads
+    assert all("payloadError" not in m for m in msgs)
+    (ex,) = transport.matching("GET", f"/api/v1/pop/queue/{q}")
+    if MODE == "binary":
+        # Sealed frames ship opened, as raw QPF1 records.
+        assert ex.response_body[:4] == b"QPF1"

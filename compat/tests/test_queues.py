@@ -22,7 +22,7 @@ async def test_create_answers_configured_and_echoes_every_option(client):
     assert opts["maxSize"] == 1000
     assert opts["deadLetterQueue"] is False
     # Options the client did not send come back with the broker's defaults.
-    assert opts["retryDelay"] == 1000
+    assert opts["retryDelay"] == 0  # ours: 0 (off), docs/wire.md §3.2
     assert opts["dlqAfterMaxRetries"] is True
     assert opts["dedupWindowSeconds"] == 3600
     assert "error" not in res or not res["error"]

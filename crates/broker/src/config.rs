@@ -182,6 +182,33 @@ pub struct Config {
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
+    /// AES-256 key (64 hex digits) sealing the payloads of queues with `encryptionEnabled`
+    /// (docs/engine.md §3.1). Unset: such queues cannot be configured. Never echoed.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = EncryptionKey::from_hex, hide_env_values = true)]
+    pub encryption_key: Option<EncryptionKey>,
+}
+
+/// The at-rest encryption key. Its `Debug` (and the boot log) says only that it is set.
+#[derive(Clone)]
+pub struct EncryptionKey([u8; queen_proto::encryption::KEY_LEN]);
+
+impl EncryptionKey {
+    /// Reads `QUEEN_ENCRYPTION_KEY`; a malformed key is a boot error that does not repeat it.
+    pub fn from_hex(s: &str) -> Result<Self, String> {
+        queen_proto::encryption::key_from_hex(s.trim())
+            .map(EncryptionKey)
+            .map_err(|e| format!("QUEEN_ENCRYPTION_KEY must be 64 hex digits: {e}"))
+    }
+
+    pub fn bytes(&self) -> &[u8; queen_proto::encryption::KEY_LEN] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for EncryptionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EncryptionKey(set)")
+    }
 }
 
 impl Config {
@@ -237,8 +264,8 @@ impl Config {
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
-             dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
-             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={}",
+              dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
+              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} encryption_key={}",
             self.host,
             self.port,
             db,
@@ -272,7 +299,12 @@ impl Config {
             self.sidecar_purge_floor_s,
             self.partition_cleanup_enabled,
             self.partition_cleanup_days,
-            self.dev_unsafe
+            self.dev_unsafe,
+            if self.encryption_key.is_some() {
+                "set"
+            } else {
+                "unset"
+            }
         )
     }
 }
@@ -318,6 +350,16 @@ mod tests {
         assert!(parse_days("-1").is_err());
         assert!(parse_days("NaN").is_err());
         assert!(parse_days("soon").is_err());
+    }
+
+    #[test]
+    fn encryption_keys_are_checked_and_never_shown() {
+        let hex = "ab".repeat(32);
+        let key = EncryptionKey::from_hex(&hex).expect("64 hex digits");
+        assert_eq!(key.bytes()[0], 0xab);
+        assert!(!format!("{key:?}").contains("ab"));
+        let err = EncryptionKey::from_hex("secret-but-short").expect_err("too short");
+        assert!(!err.contains("secret"), "{err}");
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub enum Error {
     InvalidOption { message: String, option: String },
     #[error("{0}")]
     NotFound(String),
+    /// The request is valid but the state it meets refuses it (a replay into a full queue):
+    /// 409 `{"error"}`.
+    #[error("{0}")]
+    Conflict(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
     /// The request body did not arrive within the configured time: 408.

@@ -1,11 +1,12 @@
 //! The Queen wire protocol, without I/O: the stored message frame, segment blobs, the binary
 //! push (`QPB1`) and transaction (`QTB1`) bodies, the framed pop answer (`QPF1`),
-//! transaction-id hashes, UUIDv7 ids and timestamp rendering.
+//! transaction-id hashes, UUIDv7 ids, timestamp rendering and the at-rest encryption envelope.
 //!
 //! Every decoder here is total: any byte string yields either a value or a typed error, never
 //! a panic. All integers on the wire are little-endian.
 
 pub mod domain;
+pub mod encryption;
 pub mod frame;
 pub mod hash;
 pub mod ids;

@@ -35,6 +35,13 @@
 --   + "dropped":true,"off":poison                        -- exhausted with the DLQ disabled
 --   + "retried":true                                     -- a failed ack charged the budget
 --   + "wakeQueue":name  -- the lease was released with data pending behind the cursor
+--   + "wakeAfterMs":ms  -- ... but a failed/retry signal holds the batch back for the
+--     queue's retry_delay: wake the queue when the hold ends
+-- A failed (budget left) or retry signal on a queue with retry_delay > 0 does not free the
+-- row: it keeps a hold (worker_id '', batch_end NULL, lease_expires_at = now + retry_delay
+-- ms), which the claim treats as a live lease, so the batch is redelivered no earlier than
+-- the delay. A hold is no lease: nothing can ack (no batch_end), renew ('' is never a lease
+-- id) or file under it; a lease-less ack still advances the cursor through it.
 -- noopHashes / staleHashes / unresolvedHashes are 32-char lowercase hex tokens in input
 -- order: acknowledgements at or below the cursor, signals at or below the cursor, and hashes
 -- found nowhere in the ackable span.
@@ -58,6 +65,8 @@ DECLARE
     v_last_offset bigint;
     v_queue text;
     v_retry_limit int;
+    v_retry_delay int;
+    v_hold timestamptz;
     v_dlq_enabled bool;
     v_lo bigint;
     v_hi bigint;
@@ -99,9 +108,9 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
     END IF;
 
-    SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit,
+    SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit, q.retry_delay,
            q.dead_letter_queue OR q.dlq_after_max_retries
-    INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_dlq_enabled
+    INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_retry_delay, v_dlq_enabled
     FROM queen.log_partitions lp
     JOIN queen.queues q ON q.id = lp.queue_id
     WHERE lp.id = p_partition_id;
@@ -237,26 +246,32 @@ BEGIN
     -- A signal acts only on a live lease (the caller's, validated above, or, for a
     -- lease-less signal, the row's); without one only the implicit advance applies.
     IF v_sig IS NOT NULL AND v_live THEN
+        -- A redelivery waits for the queue's retryDelay (ms), through the hold (see above).
+        IF COALESCE(v_retry_delay, 0) > 0 THEN
+            v_hold := v_now + make_interval(secs => v_retry_delay / 1000.0);
+        END IF;
         IF v_sig_kind = 'failed' AND v_retries < COALESCE(v_retry_limit, 3) THEN
-            -- Budget left: charge one unit and redeliver from the cursor at once.
+            -- Budget left: charge one unit and redeliver from the cursor (after the delay).
             UPDATE queen.log_consumers
-            SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
-                lease_acquired_at = NULL, batch_end = NULL,
+            SET committed = v_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
+                lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
                 batch_retry_count = batch_retry_count + 1,
                 total_consumed = total_consumed + v_acked,
                 last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
             WHERE partition_id = p_partition_id AND consumer_group = p_group;
             RETURN v_result || jsonb_build_object('leaseReleased', true, 'retried', true,
-                                                  'wakeQueue', v_queue);
+                                                  'wakeQueue', v_queue,
+                                                  'wakeAfterMs', COALESCE(v_retry_delay, 0));
         ELSIF v_sig_kind = 'retry' THEN
-            -- Redeliver from the cursor; the retry budget is untouched.
+            -- Redeliver from the cursor (after the delay); the retry budget is untouched.
             UPDATE queen.log_consumers
-            SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
-                lease_acquired_at = NULL, batch_end = NULL,
+            SET committed = v_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
+                lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
                 total_consumed = total_consumed + v_acked,
                 last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
             WHERE partition_id = p_partition_id AND consumer_group = p_group;
-            RETURN v_result || jsonb_build_object('leaseReleased', true, 'wakeQueue', v_queue);
+            RETURN v_result || jsonb_build_object('leaseReleased', true, 'wakeQueue', v_queue,
+                                                  'wakeAfterMs', COALESCE(v_retry_delay, 0));
         ELSIF v_sig_kind = 'dlq' OR COALESCE(v_dlq_enabled, true) THEN
             -- Dead-letter the head signal. Only the broker can decompress the segment, so the
             -- lease is kept for its log_dlq_head_v1 call, which files the row and releases.

@@ -14,10 +14,13 @@
 -- hand-off does not have to throw the verdict away. A second call finds the lease released
 -- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
 -- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
+-- p_encrypted: the payload is the frame's encryption envelope, copied as stored (the broker
+-- never decrypts to file a dead letter, so no plaintext of an encrypted queue lands here).
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
     p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload json, p_error text)
+    p_txn text, p_payload json, p_error text, p_encrypted bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -40,9 +43,10 @@ BEGIN
     END IF;
 
     INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
-                               transaction_id, payload, error, retry_count)
+                               transaction_id, payload, error, retry_count, payload_encrypted)
     VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
-            COALESCE(p_payload, 'null'::json), p_error, v_retries)
+            COALESCE(p_payload, 'null'::json), p_error, v_retries,
+            COALESCE(p_encrypted, false))
     RETURNING id INTO v_id;
 
     UPDATE queen.log_consumers
@@ -64,7 +68,8 @@ $$;
 -- One page of dead letters, newest first, plus the number of matching rows. Every filter is
 -- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
 -- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
--- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
+-- messageId, transactionId, data, encrypted, errorMessage, retryCount, failedAt}]}
+-- (encrypted: data is an encryption envelope the broker opens before answering).
 -- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
 DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
 CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
@@ -96,6 +101,7 @@ LANGUAGE sql STABLE AS $$
                 'partition', p.partition_name, 'consumerGroup', p.consumer_group,
                 'offset', p."offset", 'messageId', p.message_id,
                 'transactionId', p.transaction_id, 'data', p.payload,
+                'encrypted', p.payload_encrypted,
                 'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
                 'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
@@ -130,14 +136,19 @@ LANGUAGE sql AS $$
 $$;
 
 -- The payload copy a replay of the address pushes back: one row when the address has dead
--- letters (the newest one's copy; r_payload NULL for an empty payload), none otherwise.
+-- letters (the newest one's copy; r_payload NULL for an empty payload), none otherwise, with
+-- whether the copy is an encryption envelope and whether the partition's queue encrypts now.
 -- Read before the replay so the broker can build the segment; the replay itself decides.
+DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text)
-RETURNS TABLE(r_payload text)
+RETURNS TABLE(r_payload text, r_encrypted bool, r_queue_encrypts bool)
 LANGUAGE sql STABLE AS $$
-    SELECT payload::text FROM queen.log_dlq
-    WHERE partition_id = p_pid AND transaction_id = p_txn
-    ORDER BY failed_at DESC, id
+    SELECT d.payload::text, d.payload_encrypted, COALESCE(q.encryption_enabled, false)
+    FROM queen.log_dlq d
+    LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
+    LEFT JOIN queen.queues q ON q.id = lp.queue_id
+    WHERE d.partition_id = p_pid AND d.transaction_id = p_txn
+    ORDER BY d.failed_at DESC, d.id
     LIMIT 1
 $$;
 
@@ -155,15 +166,20 @@ $$;
 --
 -- Result: {"status":"none"} (no dead letter), {"status":"gone"} (its partition was deleted;
 -- nothing written), or {"status":"replayed","replayed":n,"queue":Q,"partition":P,
--- "push":<log_push_one_v1 result>}.
+-- "push":<log_push_one_v1 result>}. When the append is refused (the queue now encrypts and
+-- the segment is plaintext, or its maxSize has no room) the call raises 'QREFUSED' with that
+-- result as DETAIL, so the deletion rolls back with it and the dead letter stays.
+-- p_encrypted: the segment's payload is an encryption envelope.
+DROP FUNCTION IF EXISTS queen.log_dlq_replay_v1(bigint, text, bytea, bytea);
 CREATE OR REPLACE FUNCTION queen.log_dlq_replay_v1(
-    p_pid bigint, p_txn text, p_hashes bytea, p_blob bytea)
+    p_pid bigint, p_txn text, p_hashes bytea, p_blob bytea, p_encrypted bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_queue text;
     v_partition text;
     v_deleted bigint;
+    v_push jsonb;
 BEGIN
     SELECT q.name, lp.name INTO v_queue, v_partition
     FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
@@ -181,9 +197,13 @@ BEGIN
     IF v_deleted = 0 THEN
         RETURN jsonb_build_object('status', 'none');
     END IF;
+    v_push := queen.log_push_one_v1(v_queue, v_partition, 1, p_hashes, -1, p_blob, p_pid, 0,
+                                    p_encrypted);
+    IF v_push->>'status' <> 'queued' THEN
+        RAISE EXCEPTION 'QREFUSED replay of % refused', p_txn USING DETAIL = v_push::text;
+    END IF;
     RETURN jsonb_build_object(
         'status', 'replayed', 'replayed', v_deleted, 'queue', v_queue,
-        'partition', v_partition,
-        'push', queen.log_push_one_v1(v_queue, v_partition, 1, p_hashes, -1, p_blob, p_pid, 0));
+        'partition', v_partition, 'push', v_push);
 END
 $$;

@@ -137,6 +137,8 @@ DECLARE
     v_log_start bigint;
     v_delay int;
     v_window int;
+    v_ttl int;
+    v_expired bigint;
     v_lease int;
     v_newest timestamptz;
     v_committed bigint;
@@ -162,8 +164,8 @@ BEGIN
 
     -- Step 1: the partition and its queue's visibility and lease configuration.
     SELECT p.last_offset, p.log_start, p.name, q.id, q.name, q.delayed_processing, q.window_buffer,
-           COALESCE(NULLIF(GREATEST(p_lease_seconds, 0), 0), NULLIF(q.lease_time, 0), 60)
-    INTO r_last_off, v_log_start, r_partition, v_qid, r_queue, v_delay, v_window, v_lease
+           q.ttl, COALESCE(NULLIF(GREATEST(p_lease_seconds, 0), 0), NULLIF(q.lease_time, 0), 60)
+    INTO r_last_off, v_log_start, r_partition, v_qid, r_queue, v_delay, v_window, v_ttl, v_lease
     FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
     WHERE p.id = p_pid;
     IF NOT FOUND THEN
@@ -245,6 +247,36 @@ BEGIN
             r_until := v_now;
             RETURN NEXT;
             RETURN;
+        END IF;
+    END IF;
+
+    -- ttl (docs/wire.md §3.2): a message older than ttl seconds is not delivered. created_at
+    -- is monotone in base_offset, so the expired part of what the group still wants is a
+    -- prefix: walk it forward from the segment covering the cursor (at most 1000 segments per
+    -- claim; the next claim goes on) and move the cursor past it, a skip like the empty-
+    -- partition seal below: no lease, no attempt, not counted as consumed.
+    IF v_ttl > 0 THEN
+        v_expired := NULL;
+        FOR seg IN
+            SELECT s.end_offset, s.created_at
+            FROM queen.log_segments s
+            WHERE s.partition_id = p_pid
+              AND s.base_offset >= COALESCE(
+                    (SELECT max(h.base_offset) FROM queen.log_segments h
+                     WHERE h.partition_id = p_pid AND h.base_offset <= v_committed + 1),
+                    v_committed + 1)
+            ORDER BY s.base_offset
+            LIMIT 1000
+        LOOP
+            EXIT WHEN seg.created_at >= v_now - make_interval(secs => v_ttl);
+            v_expired := seg.end_offset;
+        END LOOP;
+        IF v_expired > v_committed THEN
+            UPDATE queen.log_consumers c
+            SET committed = v_expired, attempt_offset = NULL, attempt_count = 0,
+                batch_retry_count = 0
+            WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+            v_committed := v_expired;
         END IF;
     END IF;
 

@@ -81,6 +81,43 @@ BEGIN
 END
 $$;
 
+-- The messages of queue p_qid that some consumer still has to consume, the quantity a
+-- queue's max_queue_size (wire maxSize) bounds: per partition, everything after the lowest
+-- cursor among the groups that have one there (everything retained when none has), summed.
+-- Watermark arithmetic over the queue's partition and cursor rows, no segment reads; it
+-- runs only for capped queues.
+CREATE OR REPLACE FUNCTION queen.log_queue_unconsumed_v1(p_qid bigint)
+RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT COALESCE(sum(GREATEST(p.last_offset - GREATEST(
+               COALESCE((SELECT min(c.committed) FROM queen.log_consumers c
+                         WHERE c.partition_id = p.id), -1),
+               p.log_start - 1), 0)), 0)::bigint
+    FROM queen.log_partitions p
+    WHERE p.queue_id = p_qid
+$$;
+
+-- Takes the max-size lock of every capped queue (max_queue_size > 0) among p_queues, in
+-- queue id order: a transaction-scoped advisory lock (class 1364414808, 'QSMX'), so pushes to
+-- one capped queue check its room one at a time. Writers take it after all their partition
+-- row locks and before their first append, in this one order, so it cannot close a cycle
+-- with the partition locks; nothing else takes it. Uncapped queues never pay for it.
+CREATE OR REPLACE FUNCTION queen.log_lock_capped_v1(p_queues text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid bigint;
+BEGIN
+    FOR v_qid IN
+        SELECT id FROM queen.queues
+        WHERE name = ANY (p_queues) AND max_queue_size > 0
+        ORDER BY id
+    LOOP
+        PERFORM pg_advisory_xact_lock(1364414808, (v_qid % 2147483647)::int);
+    END LOOP;
+END
+$$;
+
 -- Appends one segment of p_msg_count frames to (p_queue, p_partition).
 --
 -- p_hashes: 16 bytes per frame, xxh3_128(transactionId) big-endian, frame order.
@@ -91,22 +128,39 @@ $$;
 --   (queen.log_dedup_resets, migrations/0001_baseline.sql): a broker's cached knowledge may
 --   predate that change.
 -- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here).
+-- p_encrypted: every payload of p_blob is an encryption envelope (docs/engine.md §3.1).
 --
 -- Result: {"status":"queued","partitionId":P,"baseOffset":B,"createdAt":"…"} or
 -- {"status":"duplicate","partitionId":P,"dups":[{"i":k,"off":O}]} where k is the incoming
--- frame index and O the original's absolute offset (the lowest if several). A duplicate
--- writes nothing: no allocator bump, so no offset hole.
+-- frame index and O the original's absolute offset (the lowest if several), or
+-- {"status":"encrypt","partitionId":P}: the queue has encryption_enabled and the segment is
+-- not sealed (the broker seals and resends; no plaintext of such a queue is ever stored), or
+-- {"status":"full","partitionId":P,"room":r,"maxSize":m}: the queue's max_queue_size leaves
+-- room for only the first r frames (docs/wire.md §3.2, maxSize). Anything but queued writes
+-- nothing: no allocator bump, so no offset hole. The checks run in that order, so a
+-- duplicate is reported as one even when the queue is full.
+--
+-- The queue row is read without a lock: a configure committing while this runs may or may
+-- not be seen; every push that starts after a configure's answer is checked against it.
+-- The room check holds the queue's max-size lock (log_lock_capped_v1), so concurrent pushes
+-- to one capped queue count each other's messages.
 --
 -- created_at is clock_timestamp() taken after the partition row lock, hence monotone in
 -- base_offset per partition (retention, seeks and delayedProcessing rely on it).
+DROP FUNCTION IF EXISTS queen.log_push_one_v1(text, text, int, bytea, bigint, bytea, bigint, int);
 CREATE OR REPLACE FUNCTION queen.log_push_one_v1(
     p_queue text, p_partition text, p_msg_count int, p_hashes bytea, p_verified bigint,
-    p_blob bytea, p_pid bigint DEFAULT NULL, p_window int DEFAULT NULL)
+    p_blob bytea, p_pid bigint DEFAULT NULL, p_window int DEFAULT NULL,
+    p_encrypted bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_pid bigint := p_pid;
     v_window int := p_window;
+    v_qid bigint;
+    v_max int;
+    v_encrypt bool;
+    v_room bigint;
     v_last bigint;
     v_txns_start bigint;
     v_from bigint;
@@ -131,6 +185,12 @@ BEGIN
             RAISE EXCEPTION 'log_push_one_v1: partition %/% vanished during the push',
                 p_queue, p_partition;
         END IF;
+    END IF;
+
+    SELECT id, max_queue_size, encryption_enabled INTO v_qid, v_max, v_encrypt
+    FROM queen.queues WHERE name = p_queue;
+    IF v_encrypt AND NOT COALESCE(p_encrypted, false) THEN
+        RETURN jsonb_build_object('status', 'encrypt', 'partitionId', v_pid);
     END IF;
 
     IF v_window > 0 THEN
@@ -188,6 +248,16 @@ BEGIN
                 RETURN jsonb_build_object('status', 'duplicate', 'partitionId', v_pid,
                                           'dups', v_dups);
             END IF;
+        END IF;
+    END IF;
+
+    IF v_max > 0 THEN
+        -- Re-entrant: a bundle took every capped queue's lock before its first append.
+        PERFORM queen.log_lock_capped_v1(ARRAY[p_queue]);
+        v_room := v_max - queen.log_queue_unconsumed_v1(v_qid);
+        IF v_room < p_msg_count THEN
+            RETURN jsonb_build_object('status', 'full', 'partitionId', v_pid,
+                                      'room', GREATEST(v_room, 0), 'maxSize', v_max);
         END IF;
     END IF;
 
@@ -260,12 +330,14 @@ $$;
 
 -- Appends one segment per element (aligned arrays) in ONE transaction: one commit, one
 -- fsync for the whole bundle. Lock order: provisioning (queues, then partitions, each in key
--- order), then every bundle partition row in ascending id, then the appends in ascending
--- partition id. Returns the per-segment results of log_push_one_v1 in input order. A
--- duplicate segment writes nothing while the others still commit.
+-- order), then every bundle partition row in ascending id, then the capped queues' max-size
+-- locks, then the appends in ascending partition id. Returns the per-segment results of log_push_one_v1 in input order. A
+-- duplicate (or encrypt, or full) segment writes nothing while the others still commit.
+-- p_encrypted[i]: segment i is sealed (NULL: none is).
+DROP FUNCTION IF EXISTS queen.log_push_multi_v1(text[], text[], int[], bytea[], int8[], bytea[]);
 CREATE OR REPLACE FUNCTION queen.log_push_multi_v1(
     p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
-    p_verified int8[], p_blobs bytea[])
+    p_verified int8[], p_blobs bytea[], p_encrypted bool[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -277,7 +349,8 @@ BEGIN
        OR cardinality(p_msg_counts) IS DISTINCT FROM v_n
        OR cardinality(p_hashes) IS DISTINCT FROM v_n
        OR cardinality(p_verified) IS DISTINCT FROM v_n
-       OR cardinality(p_blobs) IS DISTINCT FROM v_n THEN
+       OR cardinality(p_blobs) IS DISTINCT FROM v_n
+       OR cardinality(COALESCE(p_encrypted, array_fill(false, ARRAY[v_n]))) IS DISTINCT FROM v_n THEN
         RAISE EXCEPTION 'log_push_multi_v1: misaligned arrays';
     END IF;
     IF v_n IS NULL OR v_n = 0 THEN
@@ -285,6 +358,7 @@ BEGIN
     END IF;
 
     PERFORM queen.log_lock_partitions_v1(p_queues, p_partitions);
+    PERFORM queen.log_lock_capped_v1(p_queues);
 
     v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
     FOR v_seg IN
@@ -301,7 +375,7 @@ BEGIN
         v_results[v_seg.ord] := queen.log_push_one_v1(
             p_queues[v_seg.ord], p_partitions[v_seg.ord], p_msg_counts[v_seg.ord],
             p_hashes[v_seg.ord], p_verified[v_seg.ord], p_blobs[v_seg.ord],
-            v_seg.pid, v_seg.win);
+            v_seg.pid, v_seg.win, COALESCE(p_encrypted[v_seg.ord], false));
     END LOOP;
 
     IF array_position(v_results, NULL) IS NOT NULL THEN

@@ -7,14 +7,15 @@
 -- the column, a present JSON null resets it to its /configure default, an absent key keeps
 -- the stored value. A freshly created queue, or p_replace, starts from the defaults instead
 -- of the stored row. The /configure default of lease_time is 300 (the column default, 60, is
--- what implicit creation gets). Unknown keys are ignored.
+-- what implicit creation gets). retry_delay and ttl default to 0, off (migrations/0003).
+-- Unknown keys are ignored (the broker refuses unknown options before calling).
 CREATE OR REPLACE FUNCTION queen.configure_queue_v1(p_queue text, p_opts jsonb, p_replace bool)
 RETURNS SETOF queen.queues
 LANGUAGE plpgsql AS $$
 DECLARE
     v_defaults CONSTANT jsonb := jsonb_build_object(
         'namespace', '', 'task', '', 'priority', 0, 'lease_time', 300, 'retry_limit', 3,
-        'retry_delay', 1000, 'ttl', 3600, 'max_queue_size', 0, 'dead_letter_queue', true,
+        'retry_delay', 0, 'ttl', 0, 'max_queue_size', 0, 'dead_letter_queue', true,
         'dlq_after_max_retries', true, 'delayed_processing', 0, 'window_buffer', 0,
         'retention_enabled', false, 'retention_seconds', 0, 'completed_retention_seconds', 0,
         'max_wait_time_seconds', 0, 'encryption_enabled', false, 'min_pop_wait_time', 0,

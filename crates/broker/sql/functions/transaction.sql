@@ -3,7 +3,7 @@
 -- changes.
 
 -- Input (built by the broker):
---   p = {"pushes":[{"queue","partition","count","verified"?}…],
+--   p = {"pushes":[{"queue","partition","count","verified"?,"encrypted"?}…],
 --        "acks":[{"partitionId","group","worker","uptoOff","ok","count"}          -- positional
 --               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…],
 --                 "fence"?:[hex32…]}]}                                           -- by hash
@@ -14,14 +14,16 @@
 --
 -- Lock order, the product's total order: provisioning (queues, then partitions, in key
 -- order), every pushed partition row ascending by id (FOR NO KEY UPDATE, so pops creating
--- cursor rows never wait on it), the appends, then consumer rows in ascending
--- (partition_id, group). Consumer locks come only after all partition locks, so the two lock
+-- cursor rows never wait on it), the capped queues' max-size locks (push.sql), the appends,
+-- then consumer rows in ascending (partition_id, group). Consumer locks come only after all partition locks, so the two lock
 -- spaces cannot form a cycle; a queue delete takes the same order (queue, partitions, then
 -- cursor rows ascending). A delete that commits while this waits makes the call fail with
 -- serialization_failure, which the broker reruns (push.sql, log_lock_partitions_v1).
 --
 -- Every failure raises and so rolls back everything:
 --   a push duplicating stored data: 'QDUP …; transaction rolled back' (unique_violation);
+--   a plaintext push to an encrypted queue: 'QENC …' (DETAIL: the queue; the broker seals
+--   and reruns the bundle); a push past a queue's maxSize: 'QFULL …';
 --   an ack refused (lease, consumer, position) or referencing a hash found nowhere:
 --   'QTXN …; transaction rolled back' (raise_exception).
 -- Below-cursor acks (noop/stale) are tolerated, so a replayed bundle resolves.
@@ -61,6 +63,7 @@ BEGIN
         INTO v_queues, v_partitions
         FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o);
         PERFORM queen.log_lock_partitions_v1(v_queues, v_partitions);
+        PERFORM queen.log_lock_capped_v1(v_queues);
 
         FOR v_row IN
             SELECT t.o, t.e, lp.id AS pid, q.dedup_window_seconds AS win
@@ -76,7 +79,18 @@ BEGIN
             v_r := queen.log_push_one_v1(
                 v_row.e->>'queue', v_row.e->>'partition', (v_row.e->>'count')::int,
                 p_hashes[v_row.o], COALESCE((v_row.e->>'verified')::bigint, -1),
-                p_blobs[v_row.o], v_row.pid, v_row.win);
+                p_blobs[v_row.o], v_row.pid, v_row.win,
+                COALESCE((v_row.e->>'encrypted')::bool, false));
+            IF v_r->>'status' = 'encrypt' THEN
+                RAISE EXCEPTION 'QENC queue % has encryptionEnabled; transaction rolled back',
+                    v_row.e->>'queue'
+                    USING DETAIL = v_row.e->>'queue';
+            END IF;
+            IF v_r->>'status' = 'full' THEN
+                RAISE EXCEPTION 'QFULL queue % is full: its maxSize of % unconsumed messages leaves room for % of the % pushed to partition %; transaction rolled back',
+                    v_row.e->>'queue', v_r->>'maxSize', v_r->>'room', v_row.e->>'count',
+                    v_row.e->>'partition';
+            END IF;
             IF v_r->>'status' = 'duplicate' THEN
                 RAISE EXCEPTION 'QDUP duplicate messages in queue % partition %; transaction rolled back',
                     v_row.e->>'queue', v_row.e->>'partition'

@@ -65,6 +65,9 @@ pub struct Failure {
     /// The database could not be reached: nothing is wrong with the frame, a retry after a
     /// pause will store it. Otherwise the broker or the database failed the write.
     pub unavailable: bool,
+    /// Refused by its queue's rules (no room under `maxSize`, an encrypted queue on a broker
+    /// without the key): a definite per-item answer, not a failure of the request.
+    pub refused: bool,
 }
 
 impl Failure {
@@ -73,6 +76,16 @@ impl Failure {
         FrameOutcome::Failed(Failure {
             error: error.into(),
             unavailable: false,
+            refused: false,
+        })
+    }
+
+    /// An item its queue's rules refuse (see [`Failure::refused`]).
+    pub fn refusal(error: impl Into<String>) -> FrameOutcome {
+        FrameOutcome::Failed(Failure {
+            error: error.into(),
+            unavailable: false,
+            refused: true,
         })
     }
 }

@@ -220,6 +220,22 @@ impl WakeGates {
         self.mark(queue, &[]);
     }
 
+    /// `wake_queue` once `delay` has passed: for work that becomes claimable later (a nacked
+    /// batch held back for its queue's retryDelay), so parked pops claim it when the hold
+    /// ends rather than at their next backoff tick. The timer holds only a weak reference:
+    /// a broker shutting down does not wait for it.
+    pub fn wake_queue_after(&self, queue: &str, delay: Duration) {
+        self.ensure_started();
+        let shared = Arc::downgrade(&self.shared);
+        let queue = queue.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(shared) = shared.upgrade() {
+                shared.mark(&queue, &[]);
+            }
+        });
+    }
+
     /// Like `wake_queue` for every queue a committed write stored into, and records the
     /// `(queue, partition)` pairs as hints: in the gates' mailboxes at once (so a pop woken by
     /// the coming tick finds them) and, with peer wake, in the next notification.
@@ -238,35 +254,7 @@ impl WakeGates {
 
     fn mark(&self, queue: &str, partitions: &[&str]) {
         self.ensure_started();
-        // Hinted under the map's lock, never through a clone: a gate's reference count must
-        // only move under that lock (see `GateHandle`).
-        let has_gate = match lock(&self.shared.gates).get(queue) {
-            Some(gate) => {
-                for p in partitions {
-                    gate.hint(p);
-                }
-                true
-            }
-            None => false,
-        };
-        let first = {
-            let mut m = lock(&self.shared.marked);
-            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
-            if has_gate && !m.local.contains(queue) {
-                m.local.insert(queue.to_string());
-            }
-            m.any = true;
-            if self.shared.peer_out.is_some() {
-                let hinted = m.peer.entry(queue.to_string()).or_default();
-                for p in partitions {
-                    remember(hinted, p);
-                }
-            }
-            was_idle
-        };
-        if first {
-            self.shared.tick.notify_one();
-        }
+        self.shared.mark(queue, partitions);
     }
 
     /// Starts the ticker (and the peer connection) on the current runtime, once.
@@ -294,6 +282,39 @@ impl WakeGates {
 }
 
 impl Shared {
+    /// Marks `queue` (and its pushed-partition hints) for the next tick.
+    fn mark(&self, queue: &str, partitions: &[&str]) {
+        // Hinted under the map's lock, never through a clone: a gate's reference count must
+        // only move under that lock (see `GateHandle`).
+        let has_gate = match lock(&self.gates).get(queue) {
+            Some(gate) => {
+                for p in partitions {
+                    gate.hint(p);
+                }
+                true
+            }
+            None => false,
+        };
+        let first = {
+            let mut m = lock(&self.marked);
+            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
+            if has_gate && !m.local.contains(queue) {
+                m.local.insert(queue.to_string());
+            }
+            m.any = true;
+            if self.peer_out.is_some() {
+                let hinted = m.peer.entry(queue.to_string()).or_default();
+                for p in partitions {
+                    remember(hinted, p);
+                }
+            }
+            was_idle
+        };
+        if first {
+            self.tick.notify_one();
+        }
+    }
+
     /// Opens the marked gates and hands the marked names to the peer connection.
     fn flush(&self) -> bool {
         let marked = std::mem::take(&mut *lock(&self.marked));

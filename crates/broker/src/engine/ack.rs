@@ -185,7 +185,12 @@ pub async fn conclude(
 ) -> Result<Vec<AckOutcome>> {
     let mut settled = settle(verdict, group);
     if let Some(queue) = &verdict.wake_queue {
-        state.wake.wake_queue(queue);
+        match verdict.wake_after_ms {
+            0 => state.wake.wake_queue(queue),
+            ms => state
+                .wake
+                .wake_queue_after(queue, std::time::Duration::from_millis(ms)),
+        }
     }
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;

@@ -1,7 +1,8 @@
 //! The engine's context: everything one broker process shares between requests (configuration,
 //! the store, the accelerators, counters, metrics). Every engine function takes it; the HTTP
-//! floor holds it as its router state. It is assembled in `engine/mod.rs`, so this module depends on no
-//! concept of the engine.
+//! floor holds it as its router state. It is assembled in `engine/mod.rs`, so this module
+//! depends on no concept of the engine but one: the encryption state (`engine/encryption.rs`),
+//! which itself uses no engine type, so no concept loops back here through it.
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -13,6 +14,7 @@ use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
+use crate::engine::encryption::Encryption;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -30,6 +32,8 @@ pub struct Inner {
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
     pub dedup_cache: Arc<DedupCache>,
+    /// The at-rest encryption key and which queues to seal (docs/engine.md §3.1).
+    pub encryption: Arc<Encryption>,
     pub counters: Arc<Counters>,
     /// The live Prometheus series (requests per route, acknowledgements).
     pub telemetry: Telemetry,

@@ -7,7 +7,7 @@
 //! the filing means for the acks' answers is `engine::ack`'s.
 
 use deadpool_postgres::GenericClient;
-use queen_proto::frame::{Frame, Frames};
+use queen_proto::frame::{Frame, Frames, ENCRYPTED};
 use queen_proto::{segment, PartitionId};
 use serde_json::value::RawValue;
 
@@ -80,6 +80,7 @@ pub async fn file(
         transaction_id: frame.transaction_id,
         payload: payload.as_deref(),
         error: reason(frame.transaction_id, nacks),
+        encrypted: frame.is_encrypted(),
     };
     let verdict = store::dlq_head(db, &letter).await?;
     if !verdict.ok {
@@ -93,8 +94,9 @@ pub async fn file(
     }))
 }
 
-/// The stored payload as JSON for the snapshot: `None` (JSON null) when empty; a payload that
-/// is not JSON (never written by this broker) is kept as a JSON string rather than lost.
+/// The stored payload (or the envelope of an encrypted one) as JSON for the snapshot: `None`
+/// (JSON null) when empty; a payload that is not JSON (never written by this broker) is kept
+/// as a JSON string rather than lost.
 fn payload_json(bytes: &[u8]) -> Option<Box<RawValue>> {
     if bytes.is_empty() {
         return None;
@@ -119,10 +121,22 @@ pub fn reason<'a>(poison_txn: &str, nacks: &[Nack<'a>]) -> &'a str {
         .unwrap_or(DEFAULT_REASON)
 }
 
-/// One page of dead letters (newest first) and the number of matching rows.
+/// One page of dead letters (newest first) and the number of matching rows. Payload copies
+/// that are encryption envelopes are opened; one that cannot be opened (another key, a
+/// corrupt envelope) is answered as JSON null with its `payload_error`, the rest untouched.
 pub async fn list(state: &Engine, filter: &DlqFilter<'_>) -> Result<DlqPage> {
     let db = state.store.conn().await?;
-    store::dlq_list(&db, filter).await
+    let mut page = store::dlq_list(&db, filter).await?;
+    for row in page.rows.iter_mut().filter(|r| r.encrypted) {
+        let Some(envelope) = row.data.take() else {
+            continue;
+        };
+        match state.encryption.open(envelope.get().as_bytes()) {
+            Ok(plain) => row.data = payload_json(&plain),
+            Err(e) => row.payload_error = Some(e),
+        }
+    }
+    Ok(page)
 }
 
 /// Deletes the dead letters of `queue` (of `group` only, if given); answers how many went.
@@ -160,14 +174,21 @@ pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) ->
     let Some(copy) = store::dlq_payload(&db, pid, transaction_id).await? else {
         return Err(no_dead_letter(partition_id, transaction_id));
     };
-    let payload = copy.unwrap_or_default();
+    let payload = copy.payload.unwrap_or_default().into_bytes();
+    // An envelope goes back as stored; a plaintext copy is sealed when the queue encrypts now.
+    let (payload, encrypted) = if !copy.encrypted && copy.queue_encrypts {
+        let queue = format!("of partition {partition_id}");
+        (state.encryption.seal(&queue, &payload)?, true)
+    } else {
+        (payload, copy.encrypted)
+    };
     let frame = Frame {
-        flags: 0,
+        flags: if encrypted { ENCRYPTED } else { 0 },
         message_id: *queen_proto::new_v7().as_bytes(),
         trace_id: None,
         transaction_id,
         producer_sub: None,
-        payload: payload.as_bytes(),
+        payload: &payload,
     };
     let seg = build_segment(&[frame], state.cfg.zstd_level)
         .map_err(|e| Error::bad(format!("replay: {e}")))?;
@@ -176,8 +197,23 @@ pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) ->
         transaction_id,
         hashes: &seg.hashes,
         blob: &seg.blob,
+        encrypted,
     };
     let (replayed, queue, partition, push) = match store::dlq_replay(&db, &write).await? {
+        ReplayVerdict::Refused {
+            push: SegmentResult::Full { max_size, .. },
+        } => {
+            return Err(Error::Conflict(format!(
+                "replay refused: the queue of partition {partition_id} is full (maxSize \
+                 {max_size} unconsumed messages); the dead letter stays"
+            )))
+        }
+        ReplayVerdict::Refused { push } => {
+            // The queue started encrypting between the read and the replay: nothing changed.
+            return Err(Error::Conflict(format!(
+                "replay refused ({push:?}); the dead letter stays, try again"
+            )));
+        }
         ReplayVerdict::None => return Err(no_dead_letter(partition_id, transaction_id)),
         ReplayVerdict::Gone => {
             return Err(Error::NotFound(format!(
@@ -203,6 +239,7 @@ pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) ->
         hashes: &seg.hashes,
         verified: -1,
         blob: &seg.blob,
+        encrypted,
     };
     state.commit_effects().committed(&[written], &[push]);
     Ok(Replayed {

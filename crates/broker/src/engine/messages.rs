@@ -10,7 +10,7 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use queen_proto::frame::{self, Frame};
+use queen_proto::frame;
 use queen_proto::{segment, txn_hash, PartitionId};
 
 use crate::engine::Engine;
@@ -33,7 +33,7 @@ pub async fn detail(
         .get();
     let hash = txn_hash(transaction_id);
     if let Some(row) = store::message(&st.store, pid, &hash, None).await? {
-        if let Some(detail) = decode(row, transaction_id)? {
+        if let Some(detail) = decode(st, row, transaction_id)? {
             return Ok(detail);
         }
     }
@@ -44,7 +44,7 @@ pub async fn detail(
     let row = store::message(&st.store, pid, &hash, Some(offset))
         .await?
         .ok_or_else(message_not_found)?;
-    decode(row, transaction_id)?.ok_or_else(message_not_found)
+    decode(st, row, transaction_id)?.ok_or_else(message_not_found)
 }
 
 /// The newest offset holding `transaction_id` among the partition's unindexed segments.
@@ -66,8 +66,11 @@ async fn scan_unindexed(st: &Engine, pid: i64, transaction_id: &str) -> Result<O
 pub struct MessageDetail {
     pub id: Uuid,
     pub transaction_id: String,
-    /// The stored payload as JSON.
+    /// The stored payload as JSON (the plaintext of an encrypted one; null when that cannot
+    /// be opened).
     pub payload: Value,
+    /// Why an encrypted payload could not be opened (another key, a corrupt envelope).
+    pub payload_error: Option<String>,
     pub trace_id: Option<Uuid>,
     pub producer_sub: Option<String>,
     pub is_encrypted: bool,
@@ -77,7 +80,7 @@ pub struct MessageDetail {
 
 /// The frame at the row's offset with the row's state; `None` when that frame carries another
 /// transactionId (a hash collision).
-fn decode(row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>> {
+fn decode(st: &Engine, row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>> {
     let raw = decompress(&row.blob, row.base)?;
     let frames = frame::decode_all(&raw).map_err(|e| corrupt(row.base, e))?;
     let frame = usize::try_from(row.offset - row.base)
@@ -92,10 +95,19 @@ fn decode(row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>
     if frame.transaction_id != transaction_id {
         return Ok(None);
     }
+    let (payload, payload_error) = if frame.is_encrypted() {
+        match st.encryption.open(frame.payload) {
+            Ok(plain) => (payload_value(&plain), None),
+            Err(e) => (Value::Null, Some(e)),
+        }
+    } else {
+        (payload_value(frame.payload), None)
+    };
     Ok(Some(MessageDetail {
         id: frame.message_uuid(),
         transaction_id: frame.transaction_id.to_string(),
-        payload: payload_value(frame),
+        payload,
+        payload_error,
         trace_id: frame.trace_uuid(),
         producer_sub: frame.producer_sub.map(str::to_string),
         is_encrypted: frame.is_encrypted(),
@@ -104,10 +116,12 @@ fn decode(row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>
     }))
 }
 
-/// The stored payload as JSON (an empty payload is `null`). Stored payloads are the client's
-/// JSON verbatim; anything else is shown as text rather than failing the whole detail.
-fn payload_value(frame: &Frame<'_>) -> Value {
-    let bytes = frame.payload_json();
+/// A payload as JSON (an empty payload is `null`). Stored payloads are the client's JSON
+/// verbatim; anything else is shown as text rather than failing the whole detail.
+fn payload_value(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
     serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(bytes).into_owned()))
 }

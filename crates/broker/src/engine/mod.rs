@@ -8,6 +8,7 @@
 pub mod ack;
 mod context;
 pub mod dlq;
+pub mod encryption;
 pub mod groups;
 pub mod lease;
 pub mod messages;
@@ -61,12 +62,14 @@ impl Engine {
             .then(|| Arc::new(StorePeerLink(store.pg_config().clone())) as Arc<dyn PeerLink>);
         let wake = Arc::new(WakeGates::new(broker_id, peer));
         let counters = Arc::new(Counters::default());
+        let encryption = Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref()));
         let effects = CommitEffects {
             dedup: dedup_cache.clone(),
             wake: wake.clone(),
             counters: counters.clone(),
         };
-        let segment_writer = SegmentWriter::new(store.clone(), cfg.zstd_level, effects);
+        let segment_writer =
+            SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
         let push_fusion = PushFusion::start(
             FusionConfig::for_pool(cfg.db_pool_size),
             Arc::new(segment_writer),
@@ -78,6 +81,7 @@ impl Engine {
             pop: Default::default(),
             push_fusion,
             dedup_cache,
+            encryption,
             counters,
             telemetry: Telemetry::start(),
             retention: RetentionCounters::default(),

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use queen_proto::Name;
 
+use crate::engine::encryption::KEY_VARIABLE;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::queues;
@@ -135,6 +136,17 @@ pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
         Some(_) => return Err(invalid("replace", "must be true or false")),
     };
 
+    // No option is accepted and ignored: a name this broker does not know is refused.
+    if let Some(unknown) = options
+        .keys()
+        .find(|k| k.as_str() != "replace" && !OPTIONS.iter().any(|(wire, ..)| wire == k))
+    {
+        return Err(Error::InvalidOption {
+            message: format!("unknown option {unknown}: not supported by this broker"),
+            option: unknown.clone(),
+        });
+    }
+
     let mut patch = Map::new();
     for &(wire, column, kind) in OPTIONS {
         let Some(value) = options.get(wire) else {
@@ -193,16 +205,30 @@ fn integer(value: &Value) -> Option<i64> {
     (f.fract() == 0.0 && f.abs() < 9.0e18).then_some(f as i64)
 }
 
-/// Creates or reconfigures the queue; returns its effective row.
+/// Creates or reconfigures the queue; returns its effective row. Turning encryption on needs
+/// this broker's key (docs/engine.md §3.1): without one the queue's pushes could not be sealed.
 pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
+    if req.patch.get("encryption_enabled") == Some(&Value::Bool(true))
+        && !state.encryption.has_key()
+    {
+        return Err(Error::InvalidOption {
+            message: format!(
+                "encryptionEnabled needs {KEY_VARIABLE}: this broker has no encryption key \
+                 configured, so it could not seal the queue's payloads"
+            ),
+            option: "encryptionEnabled".into(),
+        });
+    }
     let conn = state.store.conn().await?;
-    queues::configure(
+    let row = queues::configure(
         &conn,
         &req.queue,
         &Value::Object(req.patch.clone()),
         req.replace,
     )
-    .await
+    .await?;
+    state.encryption.learn(&row.name, row.encryption_enabled);
+    Ok(row)
 }
 
 /// Deletes the queue and everything it owns; `None` when it does not exist, else the number
@@ -282,6 +308,8 @@ mod tests {
                 "priority",
             ),
             (json!({"queue":"q","replace":"yes"}), "replace"),
+            (json!({"queue":"q","options":{"leaseTim":5}}), "leaseTim"),
+            (json!({"queue":"q","conflation":true}), "conflation"),
         ] {
             match parse(body.clone()) {
                 Err(Error::InvalidOption { option: got, .. }) => assert_eq!(got, option, "{body}"),

@@ -9,12 +9,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use queen_proto::frame::Frame;
+use queen_proto::frame::{Frame, ENCRYPTED};
 use queen_proto::hash::txn_hash;
 use queen_proto::LeaseId;
 use uuid::Uuid;
 
 use crate::engine::ack::{self, Ack, AckOutcome};
+use crate::engine::encryption::Encryption;
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
@@ -60,6 +61,8 @@ pub enum OpResult {
 pub enum RollbackReason {
     RejectedAck,
     Duplicate,
+    /// A push would take its queue past its `maxSize`.
+    Full,
 }
 
 impl RollbackReason {
@@ -67,6 +70,7 @@ impl RollbackReason {
         match self {
             RollbackReason::RejectedAck => "rejected_ack",
             RollbackReason::Duplicate => "duplicate",
+            RollbackReason::Full => "full",
         }
     }
 }
@@ -92,6 +96,8 @@ struct PushPlan {
 struct PlannedSegment {
     queue: String,
     partition: String,
+    /// Its payloads are sealed (the queue encrypts, as last learned).
+    encrypted: bool,
     /// (message id, transactionId, item) of each leader, in op order.
     frames: Vec<(Uuid, String, PushItem)>,
 }
@@ -107,22 +113,6 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         }
     }
     lend_leases(&mut req);
-
-    let (plan, built) = build_segments(plan_pushes(&req.ops), state.cfg.zstd_level).await?;
-    let pushes: Vec<SegmentWrite<'_>> = plan
-        .segments
-        .iter()
-        .zip(&built)
-        .map(|(seg, b)| SegmentWrite {
-            queue: &seg.queue,
-            partition: &seg.partition,
-            msg_count: b.msg_count,
-            hashes: &b.hashes,
-            // The bundle's SQL probes the whole window itself.
-            verified: -1,
-            blob: &b.blob,
-        })
-        .collect();
 
     let acks: Vec<(usize, &Ack)> = req
         .ops
@@ -158,21 +148,38 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         .collect();
 
     let db = state.store.conn().await?;
-    let committed = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
-        Ok(committed) => committed,
-        Err(WireRefusal::Duplicate(error)) => {
-            return Ok(TxnOutcome::RolledBack {
-                reason: RollbackReason::Duplicate,
-                error,
-            })
+    let mut plan = plan_pushes(&req.ops);
+    // A queue that turned out to encrypt is sealed and the bundle (rolled back) runs again.
+    let mut reruns = 0;
+    let (plan, built, committed) = loop {
+        for seg in &mut plan.segments {
+            seg.encrypted = state.encryption.wants(&seg.queue);
         }
-        Err(WireRefusal::RejectedAck(error)) => {
-            return Ok(TxnOutcome::RolledBack {
-                reason: RollbackReason::RejectedAck,
-                error,
-            })
-        }
+        let (planned, built) = build_segments(state, plan).await?;
+        plan = planned;
+        let pushes = segment_writes(&plan, &built);
+        let refusal = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
+            Ok(committed) => break (plan, built, committed),
+            Err(refusal) => refusal,
+        };
+        let (reason, error) = match refusal {
+            WireRefusal::Encrypt(queue) if reruns == 0 => {
+                state.encryption.learn(&queue, true);
+                reruns += 1;
+                continue;
+            }
+            WireRefusal::Encrypt(queue) => {
+                return Err(Error::internal(format!(
+                    "queue {queue} refused a sealed transaction push"
+                )))
+            }
+            WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),
+            WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
+            WireRefusal::Full(error) => (RollbackReason::Full, error),
+        };
+        return Ok(TxnOutcome::RolledBack { reason, error });
     };
+    let pushes = segment_writes(&plan, &built);
     // Committed: the shared post-commit step, then the ack work. An answer of the SQL that
     // makes no sense is logged; the bundle committed, so it is answered as committed.
     if let Some(bad) = committed
@@ -210,38 +217,72 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     Ok(TxnOutcome::Committed(ordered))
 }
 
+/// The bundle's pushes as the SQL takes them, one per planned segment.
+fn segment_writes<'a>(plan: &'a PushPlan, built: &'a [BuiltSegment]) -> Vec<SegmentWrite<'a>> {
+    plan.segments
+        .iter()
+        .zip(built)
+        .map(|(seg, b)| SegmentWrite {
+            queue: &seg.queue,
+            partition: &seg.partition,
+            msg_count: b.msg_count,
+            hashes: &b.hashes,
+            // The bundle's SQL probes the whole window itself.
+            verified: -1,
+            blob: &b.blob,
+            encrypted: seg.encrypted,
+        })
+        .collect()
+}
+
 /// One segment per planned (queue, partition). Compression is CPU-bound, so a large bundle
 /// (the body limit allows tens of MiB) builds on the blocking pool, not on an async worker.
-async fn build_segments(plan: PushPlan, level: i32) -> Result<(PushPlan, Vec<BuiltSegment>)> {
+async fn build_segments(state: &Engine, plan: PushPlan) -> Result<(PushPlan, Vec<BuiltSegment>)> {
     let bytes: usize = plan
         .segments
         .iter()
         .flat_map(|seg| &seg.frames)
         .map(|(_, txn, item)| txn.len() + item.payload.len())
         .sum();
+    let (level, encryption) = (state.cfg.zstd_level, state.encryption.clone());
     if bytes <= INLINE_BUILD_BYTES {
-        let built = build_planned(&plan, level)?;
+        let built = build_planned(&plan, level, &encryption)?;
         return Ok((plan, built));
     }
-    tokio::task::spawn_blocking(move || build_planned(&plan, level).map(|built| (plan, built)))
-        .await
-        .map_err(|e| Error::internal(format!("segment build task failed: {e}")))?
+    tokio::task::spawn_blocking(move || {
+        build_planned(&plan, level, &encryption).map(|built| (plan, built))
+    })
+    .await
+    .map_err(|e| Error::internal(format!("segment build task failed: {e}")))?
 }
 
-fn build_planned(plan: &PushPlan, level: i32) -> Result<Vec<BuiltSegment>> {
+fn build_planned(
+    plan: &PushPlan,
+    level: i32,
+    encryption: &Encryption,
+) -> Result<Vec<BuiltSegment>> {
     plan.segments
         .iter()
         .map(|seg| {
+            let sealed: Vec<Vec<u8>> = if seg.encrypted {
+                seg.frames
+                    .iter()
+                    .map(|(_, _, item)| encryption.seal(&seg.queue, &item.payload))
+                    .collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            };
             let frames: Vec<Frame<'_>> = seg
                 .frames
                 .iter()
-                .map(|(id, txn, item)| Frame {
-                    flags: 0,
+                .enumerate()
+                .map(|(k, (id, txn, item))| Frame {
+                    flags: if seg.encrypted { ENCRYPTED } else { 0 },
                     message_id: *id.as_bytes(),
                     trace_id: item.trace_id.map(|t| *t.as_bytes()),
                     transaction_id: txn,
                     producer_sub: None,
-                    payload: &item.payload,
+                    payload: sealed.get(k).map_or(&item.payload[..], Vec::as_slice),
                 })
                 .collect();
             build_segment(&frames, level).map_err(|e| Error::bad(format!("push: {e}")))
@@ -290,6 +331,7 @@ fn plan_pushes(ops: &[TxnOp]) -> PushPlan {
                 segments.push(PlannedSegment {
                     queue: item.queue.clone(),
                     partition,
+                    encrypted: false,
                     frames: Vec::new(),
                 });
                 segments.len() - 1

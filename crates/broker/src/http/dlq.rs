@@ -86,7 +86,7 @@ fn render_dead_letter(row: &DlqRow) -> Value {
         .as_ref()
         .and_then(|raw| serde_json::from_str(raw.get()).ok())
         .unwrap_or(Value::Null);
-    json!({
+    let mut out = json!({
         "id": row.id,
         "messageId": row.message_id,
         "transactionId": row.transaction_id,
@@ -101,7 +101,12 @@ fn render_dead_letter(row: &DlqRow) -> Value {
         "producerSub": Value::Null,
         "createdAt": created_at,
         "failedAt": row.failed_at,
-    })
+    });
+    // An encrypted copy that could not be opened: `data` is null and this says why.
+    if let Some(error) = &row.payload_error {
+        out["payloadError"] = Value::from(error.as_str());
+    }
+    out
 }
 
 /// An optional name filter: absent or empty filters nothing.

@@ -27,6 +27,7 @@ impl HttpStatus for Error {
             _ if self.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
             Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }

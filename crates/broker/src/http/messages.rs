@@ -76,7 +76,7 @@ fn render(m: &MessageDetail) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut out = json!({
         "id": m.id.to_string(),
         "transactionId": m.transaction_id,
         "data": m.payload,
@@ -109,5 +109,10 @@ fn render(m: &MessageDetail) -> Value {
             "type": s.mode,
         },
         "consumerGroups": groups,
-    })
+    });
+    // An encrypted payload that could not be opened: `data` is null and this says why.
+    if let Some(error) = &m.payload_error {
+        out["payloadError"] = Value::from(error.as_str());
+    }
+    out
 }

@@ -30,6 +30,9 @@ pub struct HashAckVerdict {
     pub unresolved_hashes: Vec<String>,
     /// Set when the lease was released with data pending: parked pops of it should look.
     pub wake_queue: Option<String>,
+    /// Milliseconds until the batch may be redelivered (the queue's retryDelay after a
+    /// failed/retry signal): the wake is due then, not now. 0: now.
+    pub wake_after_ms: u64,
 }
 
 /// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock. `fence`: hashes of

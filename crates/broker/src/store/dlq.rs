@@ -24,6 +24,8 @@ pub struct DeadLetter<'a> {
     /// The stored payload as JSON text (`None` stores JSON null).
     pub payload: Option<&'a RawValue>,
     pub error: &'a str,
+    /// `payload` is the frame's encryption envelope, as stored.
+    pub encrypted: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -38,7 +40,7 @@ pub struct DlqHeadVerdict {
 pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Result<DlqHeadVerdict> {
     json_verdict(
         db,
-        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8)",
+        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
             &letter.partition_id,
             &letter.group,
@@ -48,6 +50,7 @@ pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Resul
             &letter.transaction_id,
             &letter.payload.map(Json),
             &letter.error,
+            &letter.encrypted,
         ],
     )
     .await
@@ -78,6 +81,12 @@ pub struct DlqRow {
     pub message_id: Option<String>,
     pub transaction_id: Option<String>,
     pub data: Option<Box<RawValue>>,
+    /// `data` is an encryption envelope; the engine opens it before it is rendered.
+    #[serde(default)]
+    pub encrypted: bool,
+    /// Why `data` could not be opened (it is then JSON null), set by the engine.
+    #[serde(skip)]
+    pub payload_error: Option<String>,
     pub error_message: Option<String>,
     pub retry_count: i64,
     pub failed_at: String,
@@ -130,17 +139,37 @@ pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -
         .try_get(0)?)
 }
 
-/// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else its payload
-/// copy as JSON text (`Some(None)`: the copy is NULL, an empty payload).
+/// The payload copy a replay pushes back.
+pub struct PayloadCopy {
+    /// JSON text; `None`: the copy is NULL, an empty payload.
+    pub payload: Option<String>,
+    /// The copy is an encryption envelope.
+    pub encrypted: bool,
+    /// The partition's queue encrypts now.
+    pub queue_encrypts: bool,
+}
+
+/// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else the newest
+/// one's payload copy.
 pub async fn dlq_payload(
     db: &impl GenericClient,
     partition_id: i64,
     txn: &str,
-) -> Result<Option<Option<String>>> {
-    let stmt =
-        crate::store::prepare(db, "SELECT r_payload FROM queen.log_dlq_payload_v1($1, $2)").await?;
+) -> Result<Option<PayloadCopy>> {
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_payload, r_encrypted, r_queue_encrypts FROM queen.log_dlq_payload_v1($1, $2)",
+    )
+    .await?;
     let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
-    Ok(row.map(|r| r.try_get(0)).transpose()?)
+    row.map(|r| {
+        Ok(PayloadCopy {
+            payload: r.try_get(0)?,
+            encrypted: r.try_get(1)?,
+            queue_encrypts: r.try_get(2)?,
+        })
+    })
+    .transpose()
 }
 
 /// The one-frame segment a replay appends, built by the engine.
@@ -149,6 +178,8 @@ pub struct ReplayWrite<'a> {
     pub transaction_id: &'a str,
     pub hashes: &'a [u8],
     pub blob: &'a [u8],
+    /// The frame's payload is an encryption envelope.
+    pub encrypted: bool,
 }
 
 /// What `queen.log_dlq_replay_v1` did.
@@ -165,15 +196,41 @@ pub enum ReplayVerdict {
         partition: String,
         push: SegmentResult,
     },
+    /// The append was refused (`push` says why); everything rolled back, the dead letter
+    /// stays.
+    #[serde(skip)]
+    Refused { push: SegmentResult },
 }
 
 /// `queen.log_dlq_replay_v1`: deletes the address's dead letters and appends the segment, in
 /// one call (one transaction).
 pub async fn dlq_replay(db: &impl GenericClient, w: &ReplayWrite<'_>) -> Result<ReplayVerdict> {
-    json_verdict(
+    let verdict = json_verdict(
         db,
-        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4)",
-        &[&w.partition_id, &w.transaction_id, &w.hashes, &w.blob],
+        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4, $5)",
+        &[
+            &w.partition_id,
+            &w.transaction_id,
+            &w.hashes,
+            &w.blob,
+            &w.encrypted,
+        ],
     )
-    .await
+    .await;
+    match verdict {
+        Err(Error::Db(e)) => match refused(&e) {
+            Some(push) => Ok(ReplayVerdict::Refused { push }),
+            None => Err(Error::Db(e)),
+        },
+        other => other,
+    }
+}
+
+/// The refused append a `QREFUSED` exception carries in its detail.
+fn refused(e: &tokio_postgres::Error) -> Option<SegmentResult> {
+    let db = e.as_db_error()?;
+    if !db.message().starts_with("QREFUSED ") {
+        return None;
+    }
+    serde_json::from_str(db.detail()?).ok()
 }

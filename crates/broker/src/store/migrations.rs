@@ -55,6 +55,7 @@ macro_rules! functions {
 const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_baseline.sql"),
     migration!(2, "0002_retention.sql"),
+    migration!(3, "0003_options.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the

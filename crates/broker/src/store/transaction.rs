@@ -35,6 +35,10 @@ pub enum WireRefusal {
     Duplicate(String),
     /// An ack was refused or resolved nowhere (SQL `QTXN`).
     RejectedAck(String),
+    /// A plaintext push to this queue, which encrypts (SQL `QENC`): seal and rerun.
+    Encrypt(String),
+    /// A push past its queue's `maxSize` (SQL `QFULL`).
+    Full(String),
 }
 
 /// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
@@ -46,7 +50,12 @@ pub async fn transaction_wire(
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
         .iter()
-        .map(|p| serde_json::json!({ "queue": p.queue, "partition": p.partition, "count": p.msg_count }))
+        .map(|p| {
+            serde_json::json!({
+                "queue": p.queue, "partition": p.partition, "count": p.msg_count,
+                "encrypted": p.encrypted,
+            })
+        })
         .collect();
     let ack_specs: Vec<serde_json::Value> = acks
         .iter()
@@ -88,14 +97,22 @@ pub async fn transaction_wire(
     Ok(Ok(committed))
 }
 
-/// The refusal a `QDUP`/`QTXN` exception carries, with its marker stripped.
+/// The refusal a `QDUP`/`QTXN`/`QENC`/`QFULL` exception carries, with its marker stripped
+/// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
-    let message = e.as_db_error()?.message();
+    let db = e.as_db_error()?;
+    let message = db.message();
     if let Some(text) = message.strip_prefix("QDUP ") {
         Some(WireRefusal::Duplicate(text.to_string()))
+    } else if let Some(text) = message.strip_prefix("QTXN ") {
+        Some(WireRefusal::RejectedAck(text.to_string()))
+    } else if message.starts_with("QENC ") {
+        Some(WireRefusal::Encrypt(
+            db.detail().unwrap_or_default().to_string(),
+        ))
     } else {
         message
-            .strip_prefix("QTXN ")
-            .map(|text| WireRefusal::RejectedAck(text.to_string()))
+            .strip_prefix("QFULL ")
+            .map(|text| WireRefusal::Full(text.to_string()))
     }
 }

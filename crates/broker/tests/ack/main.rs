@@ -10,6 +10,7 @@ mod dlq;
 mod dlq_ops;
 mod honesty;
 mod lease;
+mod options;
 mod positional;
 mod routes;
 mod spec;

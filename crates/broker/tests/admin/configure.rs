@@ -43,7 +43,7 @@ async fn create_echoes_every_option_with_its_default() {
         out,
         json!({"configured":true,"queueId":id.to_string(),"partitionId":null,"queue":"orders","namespace":"","task":"",
                "storage":"segments",
-               "options":{"priority":0,"leaseTime":300,"retryLimit":3,"retryDelay":1000,"maxSize":0,"ttl":3600,
+               "options":{"priority":0,"leaseTime":300,"retryLimit":3,"retryDelay":0,"maxSize":0,"ttl":0,
                           "deadLetterQueue":true,"dlqAfterMaxRetries":true,"delayedProcessing":0,"windowBuffer":0,
                           "retentionSeconds":0,"completedRetentionSeconds":0,"retentionEnabled":false,
                           "encryptionEnabled":false,"maxWaitTimeSeconds":0,"minPopWaitTime":0,

@@ -48,7 +48,12 @@ async fn a_failing_post_commit_step_never_fails_committed_frames() {
     .unwrap();
 
     let state = &b.server.as_ref().unwrap().state;
-    let writer = SegmentWriter::new(state.store.clone(), 3, state.commit_effects());
+    let writer = SegmentWriter::new(
+        state.store.clone(),
+        3,
+        state.commit_effects(),
+        state.encryption.clone(),
+    );
     let new = frame("fresh");
     let outcomes = writer
         .write(vec![

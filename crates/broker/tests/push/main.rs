@@ -10,5 +10,6 @@ mod binary;
 mod binary_limits;
 mod binary_load;
 mod dedup_cache;
+mod encryption;
 mod faults;
 mod json;

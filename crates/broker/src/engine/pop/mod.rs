@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::accel::pop_cache::Delivered;
+use crate::engine::encryption::Encryption;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::push::segment::INLINE_BUILD_BYTES;
 use crate::engine::Engine;
@@ -89,6 +90,8 @@ pub struct RenderContext<'a> {
     pub frames: bool,
     /// Upper bound of one decompressed segment.
     pub max_segment_bytes: usize,
+    /// Opens the payloads of encrypted frames.
+    pub encryption: &'a Encryption,
 }
 
 /// A rendered 200 answer.
@@ -234,7 +237,7 @@ async fn attempt(
     if answer.partitions.is_empty() {
         return Ok(Tried::Nothing);
     }
-    let (rendered, delivered) = render_answer(answer, req, lease_id).await?;
+    let (rendered, delivered) = render_answer(st, answer, req, lease_id).await?;
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
@@ -250,6 +253,7 @@ async fn attempt(
 /// Renders a claimed answer (JSON or framed), off the async workers when it is big; returns
 /// it with what it delivered per queue.
 async fn render_answer(
+    st: &Engine,
     answer: PopAnswer,
     req: &PopRequest,
     lease_id: &LeaseId,
@@ -264,6 +268,7 @@ async fn render_answer(
     };
     let (group, frames, render) = (req.group.clone(), req.frames, req.render);
     let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
+    let encryption = st.encryption.clone();
     let render = move || {
         let ctx = RenderContext {
             queue: &queue,
@@ -272,6 +277,7 @@ async fn render_answer(
             per_message_queue,
             frames,
             max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
+            encryption: &encryption,
         };
         render(&answer, &ctx)
     };

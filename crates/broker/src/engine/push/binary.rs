@@ -5,8 +5,9 @@
 //! zstd frame becomes the segment blob byte for byte, with no decompress/recompress — when
 //! docs/wire.md §6.3 allows it:
 //!
-//! - no payload transformation is needed: this broker has no at-rest encryption and no
-//!   authentication, so no frame is ever encrypted or stamped with a `producerSub`;
+//! - no payload transformation is needed: the queue is not known to encrypt (an encrypted
+//!   queue's payloads must be sealed, which means re-framing), and this broker has no
+//!   authentication, so no frame is stamped with a `producerSub`;
 //! - no frame of the group repeats a transactionId of the request (the group is the only one
 //!   for its (queue, partition) in the request, and its transactionIds are distinct);
 //! - the group becomes its own segment: it is written straight through
@@ -15,9 +16,12 @@
 //! - no frame duplicates stored data: the SQL probe says so under the partition lock, and a
 //!   segment it reports as `duplicate` wrote nothing.
 //!
-//! Every other group, and a group the probe found a stored duplicate in, takes the ordinary
-//! path with the frames' own message ids: duplicates are dropped and the survivors are
-//! re-framed and recompressed by push fusion.
+//! Every other group, and a group the SQL refused (a stored duplicate, a queue that turned out
+//! to encrypt, a queue whose `maxSize` has no room for all of it), takes the ordinary path
+//! with the frames' own message ids: duplicates are dropped, the survivors are re-framed
+//! (sealed for an encrypted queue) and recompressed by push fusion, and what a full queue has
+//! no room for is refused per item there. The SQL refuses a plaintext segment for an encrypted
+//! queue, so a client's pre-compressed plaintext never reaches such a queue's rows.
 
 use std::collections::{HashMap, HashSet};
 
@@ -135,6 +139,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
         .map(|g| {
             g.sent.as_ref().is_some_and(|s| s.distinct)
                 && groups_of_key[&(g.queue.as_str(), g.partition.as_str())] == 1
+                && !state.encryption.wants(&g.queue)
         })
         .collect();
 
@@ -176,7 +181,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
 
 /// Writes the `direct` groups' client blobs as their own segments in one
 /// `log_push_multi_v1` call and fills their results. Returns the groups whose segment the
-/// SQL probe reported as duplicate (nothing of them was written). A database failure fails
+/// SQL refused (duplicate, encrypt or full: nothing of them was written). A database failure fails
 /// the groups' items, as it does on the fusion path.
 async fn store_as_sent(
     state: &Engine,
@@ -204,6 +209,7 @@ async fn store_as_sent(
             hashes: &sent.hashes,
             verified: -1,
             blob: &sent.blob,
+            encrypted: false,
         });
     }
     let written = async {
@@ -232,7 +238,11 @@ async fn store_as_sent(
                     offset: base_offset + k as i64,
                 });
             }
-            SegmentResult::Duplicate { .. } => refused.push(g),
+            SegmentResult::Encrypt { .. } => {
+                state.encryption.learn(&groups[g].queue, true);
+                refused.push(g);
+            }
+            SegmentResult::Duplicate { .. } | SegmentResult::Full { .. } => refused.push(g),
         }
     }
     Ok(refused)

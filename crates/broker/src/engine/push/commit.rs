@@ -61,6 +61,7 @@ pub fn write_failed(e: &Error, what: &str, segments: usize) -> FrameOutcome {
     FrameOutcome::Failed(Failure {
         error,
         unavailable: e.is_unavailable(),
+        refused: false,
     })
 }
 

@@ -3,14 +3,18 @@
 //!
 //! A segment the SQL probe reports as `duplicate` wrote nothing; its duplicate frames settle
 //! with the original's id (read back from the covering segment) and the survivors are
-//! repacked and written in the next round, so every round settles at least one frame and the
-//! loop ends within frames + 1 rounds. The partitions of a bundle stay "in flight" in the
-//! fusion until this returns, so no other flush of them interleaves.
+//! repacked and written in the next round. A segment refused as `full` settles the frames
+//! its queue's `maxSize` has no room for as failed and resends the rest; one refused as
+//! `encrypt` (plaintext for an encrypted queue) is sealed from then on and resent, once. So
+//! every round but a lane's one `encrypt` settles at least one frame, and the loop ends. The
+//! partitions of a bundle stay "in flight" in the fusion until this returns, so no other flush
+//! of them interleaves.
 //!
 //! Each round asks the dedup cache for every segment's `p_verified`; a committed round goes
 //! through the shared post-commit step (engine/push/commit.rs) before the next round (and before the
 //! partition's next flush), and its frames settle whatever happens afterwards: only frames of
-//! a round that did not commit are ever reported `failed`.
+//! a round that did not commit, and frames the SQL refused (maxSize, or an encrypted queue on a
+//! broker without the key), are ever reported `failed`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -18,11 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use queen_proto::frame::{decode_exact, Frame};
+use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
 use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{BundleWriter, Failure, FrameOutcome, FusionFrame, LaneFlush};
+use crate::engine::encryption::{no_key, Encryption};
 use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffects};
 use crate::engine::push::dedup::verified_offsets;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
@@ -39,6 +44,7 @@ pub struct SegmentWriter {
     store: Store,
     zstd_level: i32,
     effects: CommitEffects,
+    encryption: Arc<Encryption>,
     summary: Arc<Summary>,
 }
 
@@ -80,7 +86,12 @@ impl Summary {
 }
 
 impl SegmentWriter {
-    pub fn new(store: Store, zstd_level: i32, effects: CommitEffects) -> Self {
+    pub fn new(
+        store: Store,
+        zstd_level: i32,
+        effects: CommitEffects,
+        encryption: Arc<Encryption>,
+    ) -> Self {
         let summary = Summary {
             commits: AtomicU64::new(0),
             segments: AtomicU64::new(0),
@@ -91,6 +102,7 @@ impl SegmentWriter {
             store,
             zstd_level,
             effects,
+            encryption,
             summary: Arc::new(summary),
         }
     }
@@ -128,24 +140,39 @@ impl SegmentWriter {
             .map(|l| (0..l.frames.len()).collect())
             .collect();
         let mut originals = OriginalIds::default();
+        // Lanes the SQL told to seal: sealed from then on, whatever the cache says.
+        let mut must_seal = vec![false; lanes.len()];
         loop {
+            for (l, lane) in lanes.iter().enumerate() {
+                must_seal[l] |= self.encryption.wants(&lane.queue);
+                if must_seal[l] && !self.encryption.has_key() && !pending[l].is_empty() {
+                    let lane_state = Lane {
+                        pending: &mut pending[l],
+                        settled: &mut settled[l],
+                    };
+                    lane_state.refuse(0, &no_key(&lane.queue).to_string());
+                }
+            }
             let round: Vec<usize> = (0..lanes.len())
                 .filter(|&l| !pending[l].is_empty())
                 .collect();
             if round.is_empty() {
                 return Ok(());
             }
-            let built = self.build(lanes, &pending, &round).await?;
+            let sealed: Vec<bool> = round.iter().map(|&l| must_seal[l]).collect();
+            let built = self.build(lanes, &pending, &round, &sealed).await?;
             let mut writes: Vec<SegmentWrite<'_>> = round
                 .iter()
                 .zip(&built)
-                .map(|(&l, seg)| SegmentWrite {
+                .zip(&sealed)
+                .map(|((&l, seg), &encrypted)| SegmentWrite {
                     queue: &lanes[l].queue,
                     partition: &lanes[l].partition,
                     msg_count: seg.msg_count,
                     hashes: &seg.hashes,
                     verified: -1,
                     blob: &seg.blob,
+                    encrypted,
                 })
                 .collect();
             let verified = verified_offsets(&self.effects.dedup, &conn, &writes).await;
@@ -157,7 +184,7 @@ impl SegmentWriter {
             self.effects.committed(&writes, &results);
             self.summary.record(&built);
             for (&l, result) in round.iter().zip(results) {
-                let frames = &lanes[l].frames;
+                let (frames, queue) = (&lanes[l].frames, &lanes[l].queue);
                 let lane = Lane {
                     pending: &mut pending[l],
                     settled: &mut settled[l],
@@ -170,20 +197,30 @@ impl SegmentWriter {
                         lane.duplicates(&conn, &mut originals, partition_id, &dups)
                             .await;
                     }
+                    // The next round seals them (or, without a key, refuses them).
+                    SegmentResult::Encrypt { .. } => {
+                        self.encryption.learn(queue, true);
+                        must_seal[l] = true;
+                    }
+                    SegmentResult::Full { room, max_size, .. } => {
+                        lane.refuse(room, &full(queue, max_size));
+                    }
                 }
             }
         }
     }
 
-    /// One segment per lane of the round, from its pending frames.
+    /// One segment per lane of the round, from its pending frames; `sealed[i]`: the payloads
+    /// of the round's i-th lane are sealed.
     async fn build(
         &self,
         lanes: &[LaneFlush],
         pending: &[Vec<usize>],
         round: &[usize],
+        sealed: &[bool],
     ) -> Result<Vec<BuiltSegment>> {
         let mut built = Vec::with_capacity(round.len());
-        for &l in round {
+        for (&l, &seal) in round.iter().zip(sealed) {
             let frames: Vec<FusionFrame> = pending[l]
                 .iter()
                 .map(|&f| lanes[l].frames[f].clone())
@@ -193,12 +230,13 @@ impl SegmentWriter {
                 .map(|f| f.payload.len() + f.transaction_id.len())
                 .sum();
             let level = self.zstd_level;
+            let seal = seal.then(|| (self.encryption.clone(), lanes[l].queue.clone()));
             let seg = if bytes > INLINE_BUILD_BYTES {
-                tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level))
+                tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level, seal))
                     .await
                     .map_err(|e| Error::internal(format!("segment build task failed: {e}")))??
             } else {
-                build_fusion_segment(&frames, level)?
+                build_fusion_segment(&frames, level, seal)?
             };
             built.push(seg);
         }
@@ -228,6 +266,16 @@ impl Lane<'_> {
             });
         }
         self.pending.clear();
+    }
+
+    /// The segment wrote nothing and only its first `keep` frames may be sent again: the
+    /// others settle as refused with `error` (a per-item answer, the rest of the request
+    /// untouched).
+    fn refuse(self, keep: usize, error: &str) {
+        for &f in self.pending.iter().skip(keep) {
+            self.settled[f] = Some(Failure::refusal(error));
+        }
+        self.pending.truncate(keep);
     }
 
     /// The segment wrote nothing: the `dups` frames are stored already and settle with their
@@ -277,18 +325,38 @@ impl Lane<'_> {
     }
 }
 
+/// The refusal of a message its queue's `maxSize` has no room for (docs/wire.md §3.2).
+pub fn full(queue: &str, max_size: i64) -> String {
+    format!(
+        "queue {queue} is full: it holds its maxSize of {max_size} unconsumed messages, and \
+         this message would exceed that max capacity"
+    )
+}
+
 /// The fusion's frames as stored frames (no producerSub: auth is off, and a body-supplied
-/// one is ignored by contract).
-fn build_fusion_segment(frames: &[FusionFrame], level: i32) -> Result<BuiltSegment> {
+/// one is ignored by contract); with `seal`, every payload becomes the queue's envelope.
+fn build_fusion_segment(
+    frames: &[FusionFrame],
+    level: i32,
+    seal: Option<(Arc<Encryption>, Arc<str>)>,
+) -> Result<BuiltSegment> {
+    let sealed: Vec<Vec<u8>> = match &seal {
+        Some((encryption, queue)) => frames
+            .iter()
+            .map(|f| encryption.seal(queue, &f.payload))
+            .collect::<Result<_>>()?,
+        None => Vec::new(),
+    };
     let views: Vec<Frame<'_>> = frames
         .iter()
-        .map(|f| Frame {
-            flags: 0,
+        .enumerate()
+        .map(|(k, f)| Frame {
+            flags: if seal.is_some() { ENCRYPTED } else { 0 },
             message_id: *f.message_id.as_bytes(),
             trace_id: f.trace_id.map(|t| *t.as_bytes()),
             transaction_id: &f.transaction_id,
             producer_sub: None,
-            payload: &f.payload,
+            payload: sealed.get(k).map_or(&f.payload[..], Vec::as_slice),
         })
         .collect();
     build_segment(&views, level).map_err(|e| Error::internal(format!("building a segment: {e}")))

@@ -197,13 +197,14 @@ pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult
 }
 
 /// The answer of a push request is per item only when something of it is stored (queued, or
-/// found stored already). When nothing is, a `201` full of `failed` items would be counted as
-/// success by a client that checks the status: it becomes a 503 with `Retry-After` when the
-/// database could not be reached, else a 500, naming the first failure.
+/// found stored already) or refused by its queue's rules (a definite per-item answer). When
+/// nothing is, a `201` full of `failed` items would be counted as success by a client that
+/// checks the status: it becomes a 503 with `Retry-After` when the database could not be
+/// reached, else a 500, naming the first failure.
 pub fn require_stored(results: &[PushResult]) -> Result<()> {
     fn failure(r: &PushResult) -> Option<&Failure> {
         match &r.outcome {
-            FrameOutcome::Failed(f) => Some(f),
+            FrameOutcome::Failed(f) if !f.refused => Some(f),
             _ => None,
         }
     }

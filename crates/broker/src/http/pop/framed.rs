@@ -8,13 +8,17 @@
 //! data: such a blob is decompressed and its claimed frames ship raw, and one that cannot be
 //! decompressed is logged and left out, as the JSON renderer does.
 //!
-//! Encrypted frames would make the client raise; this broker has no at-rest encryption, so
-//! no stored frame carries that flag and every answer can be framed.
+//! Encrypted frames would make the client raise (docs/wire.md §7.7), so a broker with an
+//! encryption key looks inside every claimed blob: one without a sealed frame still ships as
+//! is, one with sealed frames ships its claimed frames opened, as a raw record; should one not
+//! open (another key, a corrupt envelope), the whole answer is JSON, which carries that
+//! message's error. A broker without a key ships blobs unopened: run every broker of a
+//! database with the same key.
 
 use std::io::Read;
 
 use bytes::Bytes;
-use queen_proto::frame::{decode_exact, Frame};
+use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
 use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
@@ -22,8 +26,9 @@ use super::json;
 use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
-/// (a name over 65 535 bytes, which validation upstream rules out), it is rendered as JSON:
-/// the client accepts either.
+/// (a name over 65 535 bytes, which validation upstream rules out), or hold an encrypted
+/// payload this broker cannot open (a per-message error only JSON can carry), it is rendered
+/// as JSON: the client accepts either.
 pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     let mut blobs = answer.blobs.iter();
     let mut claims = Vec::with_capacity(answer.partitions.len());
@@ -31,9 +36,13 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     for part in &answer.partitions {
         let segments: Vec<(&ClaimedSegment, &Vec<u8>)> =
             part.segments.iter().zip(blobs.by_ref()).collect();
-        if let Some((claim, count)) = claim(part, &segments, ctx.max_segment_bytes) {
-            messages += count;
-            claims.push(claim);
+        match claim(part, &segments, ctx) {
+            Ok(Some((claim, count))) => {
+                messages += count;
+                claims.push(claim);
+            }
+            Ok(None) => {}
+            Err(Sealed) => return json::render(answer, ctx),
         }
     }
     let partitions_claimed = claims.len();
@@ -57,83 +66,126 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     }
 }
 
+/// A claimed encrypted payload this broker cannot open: the answer goes out as JSON.
+struct Sealed;
+
 /// One partition's claim: `start..=end` spans the claimed frames of its segments (which
 /// are contiguous), one record per segment; with the number of messages it delivers. `None`
 /// when nothing of it can be shipped.
 fn claim(
     part: &ClaimedPartition,
     segments: &[(&ClaimedSegment, &Vec<u8>)],
-    max_segment_bytes: usize,
-) -> Option<(Claim, usize)> {
-    let records: Vec<(Record, &ClaimedSegment)> = segments
-        .iter()
-        .filter(|(seg, _)| seg.take > 0)
-        .filter_map(|&(seg, blob)| Some((record(part, seg, blob, max_segment_bytes)?, seg)))
-        .collect();
-    let (first, last) = (records.first()?.1, records.last()?.1);
-    let start = u64::try_from(first.base + i64::from(first.start_idx)).ok()?;
-    let end =
-        u64::try_from(last.base + i64::from(last.start_idx) + i64::from(last.take) - 1).ok()?;
+    ctx: &RenderContext<'_>,
+) -> Result<Option<(Claim, usize)>, Sealed> {
+    let mut records: Vec<(Record, &ClaimedSegment)> = Vec::with_capacity(segments.len());
+    for &(seg, blob) in segments.iter().filter(|(seg, _)| seg.take > 0) {
+        if let Some(record) = record(part, seg, blob, ctx)? {
+            records.push((record, seg));
+        }
+    }
+    let Some(((_, first), (_, last))) = records.first().zip(records.last()) else {
+        return Ok(None);
+    };
+    let span = || -> Option<(u64, u64, u64)> {
+        let start = u64::try_from(first.base + i64::from(first.start_idx)).ok()?;
+        let end =
+            u64::try_from(last.base + i64::from(last.start_idx) + i64::from(last.take) - 1).ok()?;
+        Some((start, end, u64::try_from(part.partition_id).ok()?))
+    };
+    let Some((start, end, partition_id)) = span() else {
+        return Ok(None);
+    };
     let count = records
         .iter()
         .map(|(_, seg)| usize::try_from(seg.take).unwrap_or(0))
         .sum();
     let claim = Claim {
-        partition_id: u64::try_from(part.partition_id).ok()?,
+        partition_id,
         partition: part.partition.clone(),
         start,
         end,
         delivery_attempt: u32::try_from(part.delivery_attempt).unwrap_or(0),
         records: records.into_iter().map(|(r, _)| r).collect(),
     };
-    Some((claim, count))
+    Ok(Some((claim, count)))
 }
 
 /// The record of one claimed segment: the stored blob when it can ship as is, else its
-/// claimed frames decompressed.
+/// claimed frames decompressed (opened, when they are encrypted). A broker with a key looks
+/// inside every blob, since only a look tells sealed frames apart; one without never stored
+/// any.
 fn record(
     part: &ClaimedPartition,
     seg: &ClaimedSegment,
     blob: &[u8],
-    max_segment_bytes: usize,
-) -> Option<Record> {
-    let whole = |codec, bytes: Bytes| Record {
+    ctx: &RenderContext<'_>,
+) -> Result<Option<Record>, Sealed> {
+    let codec = Codec::of(blob);
+    let whole = || Record {
         base: u64::try_from(seg.base).unwrap_or(0),
         created_us: seg.created_at,
         frame_count: u32::try_from(seg.msg_count).unwrap_or(0),
         codec,
-        bytes,
+        bytes: Bytes::copy_from_slice(blob),
     };
-    let codec = Codec::of(blob);
-    if codec == Codec::Raw || zstd_safe::find_frame_compressed_size(blob) == Ok(blob.len()) {
-        return Some(whole(codec, Bytes::copy_from_slice(blob)));
+    let single =
+        codec == Codec::Raw || zstd_safe::find_frame_compressed_size(blob) == Ok(blob.len());
+    if single && !ctx.encryption.has_key() {
+        return Ok(Some(whole()));
     }
-    match claimed_frames(seg, blob, max_segment_bytes) {
-        Ok(raw) => Some(Record {
-            base: u64::try_from(seg.base + i64::from(seg.start_idx)).unwrap_or(0),
-            created_us: seg.created_at,
-            frame_count: u32::try_from(seg.take).unwrap_or(0),
-            codec: Codec::Raw,
-            bytes: Bytes::from(raw),
-        }),
-        Err(e) => {
-            tracing::error!(
-                queue = %part.queue, partition = %part.partition, partition_id = part.partition_id,
-                base_offset = seg.base, error = %e,
-                "stored segment cannot be framed; its frames are left out"
-            );
+    let undecodable = |e: &dyn std::fmt::Display| {
+        tracing::error!(
+            queue = %part.queue, partition = %part.partition, partition_id = part.partition_id,
+            base_offset = seg.base, error = %e,
+            "stored segment cannot be framed; its frames are left out"
+        );
+        Ok(None)
+    };
+    let raw = match decompress_all(blob, ctx.max_segment_bytes) {
+        Ok(raw) => raw,
+        Err(e) => return undecodable(&e),
+    };
+    let count = usize::try_from(seg.msg_count).unwrap_or(0);
+    let frames = match decode_exact(&raw, count) {
+        Ok(frames) => frames,
+        Err(e) => return undecodable(&e),
+    };
+    if single && !frames.iter().any(Frame::is_encrypted) {
+        return Ok(Some(whole()));
+    }
+    let Some(claimed) = seg.claimed_range().and_then(|range| frames.get(range)) else {
+        return undecodable(&"claimed frames lie outside the segment");
+    };
+    let mut out = Vec::with_capacity(raw.len());
+    for f in claimed {
+        let opened = if f.is_encrypted() {
+            Some(ctx.encryption.open(f.payload).map_err(|_| Sealed)?)
+        } else {
             None
+        };
+        let plain = Frame {
+            flags: f.flags & !ENCRYPTED,
+            payload: opened.as_deref().unwrap_or(f.payload),
+            ..*f
+        };
+        if let Err(e) = plain.encode_into(&mut out) {
+            return undecodable(&e);
         }
     }
+    Ok(Some(Record {
+        base: u64::try_from(seg.base + i64::from(seg.start_idx)).unwrap_or(0),
+        created_us: seg.created_at,
+        frame_count: u32::try_from(seg.take).unwrap_or(0),
+        codec: Codec::Raw,
+        bytes: Bytes::from(out),
+    }))
 }
 
-/// Frames `[start_idx, start_idx + take)` of a blob made of several zstd frames (or damaged),
-/// re-encoded back to back.
-fn claimed_frames(
-    seg: &ClaimedSegment,
-    blob: &[u8],
-    max_segment_bytes: usize,
-) -> Result<Vec<u8>, String> {
+/// Every frame of a blob (raw bytes, one zstd frame or several), bounded by `max`.
+fn decompress_all(blob: &[u8], max_segment_bytes: usize) -> Result<Vec<u8>, String> {
+    if Codec::of(blob) == Codec::Raw {
+        return Ok(blob.to_vec());
+    }
     let mut raw = Vec::new();
     zstd::stream::read::Decoder::with_buffer(blob)
         .map_err(|e| e.to_string())?
@@ -145,17 +197,7 @@ fn claimed_frames(
             "decompresses to more than {max_segment_bytes} bytes"
         ));
     }
-    let count = usize::try_from(seg.msg_count).map_err(|e| e.to_string())?;
-    let frames = decode_exact(&raw, count).map_err(|e| e.to_string())?;
-    let claimed: &[Frame<'_>] = seg
-        .claimed_range()
-        .and_then(|range| frames.get(range))
-        .ok_or("claimed frames lie outside the segment")?;
-    let mut out = Vec::with_capacity(raw.len());
-    for f in claimed {
-        f.encode_into(&mut out).map_err(|e| e.to_string())?;
-    }
-    Ok(out)
+    Ok(raw)
 }
 
 #[cfg(test)]
@@ -240,6 +282,44 @@ mod tests {
         two.extend_from_slice(&segment::compress(&frames(&["c"]), 1));
         let r = render(&answer(vec![seg(0, 1, 2, 3)], vec![two]), &ctx(""));
         assert_eq!(txns(&r.body), ["b", "c"]);
+    }
+
+    #[test]
+    fn sealed_frames_ship_opened_and_an_unopenable_one_turns_the_answer_to_json() {
+        use crate::config::EncryptionKey;
+        use crate::engine::encryption::Encryption;
+        let enc = Encryption::new(Some(&EncryptionKey::from_hex(&"3c".repeat(32)).unwrap()));
+        let other = Encryption::new(Some(&EncryptionKey::from_hex(&"c3".repeat(32)).unwrap()));
+        let sealed = enc.seal("q", b"{\"n\":0}").unwrap();
+        let mut raw = Vec::new();
+        Frame {
+            flags: ENCRYPTED,
+            ..frame("a", &sealed)
+        }
+        .encode_into(&mut raw)
+        .unwrap();
+        frame("b", b"1").encode_into(&mut raw).unwrap();
+        let plain_blob = segment::compress(&frames(&["c"]), 1);
+        let a = answer(
+            vec![seg(0, 0, 2, 2), seg(2, 0, 1, 1)],
+            vec![segment::compress(&raw, 1), plain_blob.clone()],
+        );
+        let mut c = ctx("L");
+        c.frames = true;
+        c.encryption = &enc;
+        let r = render(&a, &c);
+        let d = decode(&r.body).expect("still framed");
+        let data: Vec<String> = d.messages.iter().map(|m| m.data.to_string()).collect();
+        assert_eq!(data, ["{\"n\":0}", "1", "{\"n\":0}"]);
+        assert!(
+            r.body.windows(plain_blob.len()).any(|w| w == plain_blob),
+            "a blob without sealed frames still ships as is"
+        );
+
+        c.encryption = &other;
+        let r = render(&a, &c);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON instead");
+        assert!(v["messages"][0]["payloadError"].is_string(), "{v}");
     }
 
     #[test]

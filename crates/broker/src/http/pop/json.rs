@@ -1,7 +1,7 @@
 //! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). The engine runs it after
 //! PostgreSQL has answered and the connection is back in the pool: decompress each claimed segment's blob,
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
-//! buffer, splicing each stored payload verbatim.
+//! buffer, splicing each stored payload verbatim (the plaintext of an encrypted one).
 
 use std::io::Write;
 
@@ -108,7 +108,7 @@ impl Walk {
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"data\":");
-        out.extend_from_slice(f.payload_json());
+        let payload_error = write_payload(out, ctx, f);
         out.extend_from_slice(b",\"producerSub\":");
         match f.producer_sub {
             Some(sub) => write_str(out, sub),
@@ -137,8 +137,32 @@ impl Walk {
             out.extend_from_slice(b",\"queue\":");
             write_str(out, &part.queue);
         }
+        if let Some(error) = payload_error {
+            out.extend_from_slice(b",\"payloadError\":");
+            write_str(out, &error);
+        }
         out.push(b'}');
     }
+}
+
+/// Writes a message's `data`: the stored payload, or the plaintext of an encrypted one. An
+/// envelope that cannot be opened (another key, a corrupt envelope) writes `null` and returns
+/// the reason, which the message carries as `payloadError`; the rest of the answer is not
+/// affected, and the message stays leased and ackable like any other.
+fn write_payload(out: &mut Vec<u8>, ctx: &RenderContext<'_>, f: &Frame<'_>) -> Option<String> {
+    if !f.is_encrypted() {
+        out.extend_from_slice(f.payload_json());
+        return None;
+    }
+    match ctx.encryption.open(f.payload) {
+        Ok(plain) if plain.is_empty() => out.extend_from_slice(b"null"),
+        Ok(plain) => out.extend_from_slice(&plain),
+        Err(error) => {
+            out.extend_from_slice(b"null");
+            return Some(error);
+        }
+    }
+    None
 }
 
 fn undecodable(part: &ClaimedPartition, seg: &ClaimedSegment, e: &dyn std::fmt::Display) {
@@ -156,6 +180,9 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::config::EncryptionKey;
+    use crate::engine::encryption::Encryption;
+    use queen_proto::frame::ENCRYPTED;
 
     fn stored(frames: &[Frame<'_>]) -> Vec<u8> {
         let mut raw = Vec::new();
@@ -186,6 +213,7 @@ pub(crate) mod tests {
             per_message_queue: false,
             frames: false,
             max_segment_bytes: 1 << 20,
+            encryption: Box::leak(Box::new(Encryption::new(None))),
         }
     }
 
@@ -226,6 +254,49 @@ pub(crate) mod tests {
         assert_eq!(m[1]["data"], serde_json::json!([1, 2]));
         assert_eq!(m[1]["deliveryAttempt"], 2);
         assert_eq!(m[1]["createdAt"], "2026-07-30T09:12:44.881Z");
+    }
+
+    #[test]
+    fn opens_sealed_payloads_and_reports_the_ones_it_cannot() {
+        let key = EncryptionKey::from_hex(&"5a".repeat(32)).expect("key");
+        let enc = Encryption::new(Some(&key));
+        let other = Encryption::new(Some(&EncryptionKey::from_hex(&"a5".repeat(32)).unwrap()));
+        let good = enc.seal("q", br#"{"secret":1}"#).expect("sealed");
+        let foreign = other.seal("q", br#"{"secret":2}"#).expect("sealed");
+        let sealed = |txn, payload| Frame {
+            flags: ENCRYPTED,
+            ..frame(txn, payload)
+        };
+        let frames = [sealed("a", &good), sealed("b", &foreign), frame("c", b"3")];
+        let answer = PopAnswer {
+            partitions: vec![ClaimedPartition {
+                partition: "p".into(),
+                partition_id: 1,
+                queue: "q".into(),
+                delivery_attempt: 1,
+                segments: vec![ClaimedSegment {
+                    base: 0,
+                    start_idx: 0,
+                    take: 3,
+                    msg_count: 3,
+                    created_at: 0,
+                }],
+            }],
+            min_pop_wait_ms: None,
+            blobs: vec![stored(&frames)],
+        };
+        let mut c = ctx("L");
+        c.encryption = &enc;
+        let r = render(&answer, &c);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("valid JSON");
+        let m = v["messages"].as_array().expect("messages");
+        assert_eq!(r.messages, 3);
+        assert_eq!(m[0]["data"], serde_json::json!({"secret": 1}));
+        assert!(m[0].get("payloadError").is_none());
+        assert_eq!(m[1]["data"], serde_json::Value::Null);
+        let error = m[1]["payloadError"].as_str().expect("a per-message error");
+        assert!(error.contains("QUEEN_ENCRYPTION_KEY"), "{error}");
+        assert_eq!(m[2]["data"], 3);
     }
 
     #[test]

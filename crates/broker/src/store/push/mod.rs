@@ -18,6 +18,9 @@ pub struct SegmentWrite<'a> {
     /// Offsets up to which the caller vouches the hashes are absent; -1 = full-window probe.
     pub verified: i64,
     pub blob: &'a [u8],
+    /// Every payload of the segment is an encryption envelope (the SQL refuses a segment
+    /// without this for a queue with `encryption_enabled`).
+    pub encrypted: bool,
 }
 
 /// Per-segment result of `log_push_one_v1`.
@@ -35,6 +38,16 @@ pub enum SegmentResult {
     Duplicate {
         partition_id: i64,
         dups: Vec<DupFrame>,
+    },
+    /// The queue encrypts and the segment is plaintext: nothing written; seal and resend.
+    #[serde(rename_all = "camelCase")]
+    Encrypt { partition_id: i64 },
+    /// The queue's `maxSize` leaves room for only the first `room` frames: nothing written.
+    #[serde(rename_all = "camelCase")]
+    Full {
+        partition_id: i64,
+        room: usize,
+        max_size: i64,
     },
 }
 
@@ -56,10 +69,21 @@ pub async fn push_multi(
     let hashes: Vec<&[u8]> = segs.iter().map(|s| s.hashes).collect();
     let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
     let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
-    let stmt =
-        crate::store::prepare(db, "SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6)").await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&queues, &partitions, &counts, &hashes, &verified, &blobs];
+    let encrypted: Vec<bool> = segs.iter().map(|s| s.encrypted).collect();
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        &queues,
+        &partitions,
+        &counts,
+        &hashes,
+        &verified,
+        &blobs,
+        &encrypted,
+    ];
     let row = crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
     let results: serde_json::Value = row.try_get(0)?;
     let results: Vec<SegmentResult> = serde_json::from_value(results).map_err(|e| {
