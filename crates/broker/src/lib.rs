@@ -10,4 +10,5 @@ pub mod http;
 pub mod listener;
 pub mod log_limit;
 pub mod server;
+pub mod spool;
 pub mod store;

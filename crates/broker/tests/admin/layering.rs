@@ -18,6 +18,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("engine", "engine"),
     ("accel", "accel"),
     ("store", "store"),
+    ("spool", "spool"),
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
@@ -28,9 +29,10 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("main", &["server", "leaf"]),
     ("server", &["http", "engine", "leaf"]),
     ("http", &["engine", "leaf"]),
-    ("engine", &["accel", "store", "leaf"]),
+    ("engine", &["accel", "store", "spool", "leaf"]),
     ("accel", &["leaf"]),
     ("store", &["leaf"]),
+    ("spool", &["leaf"]),
     ("leaf", &["leaf"]),
 ];
 
