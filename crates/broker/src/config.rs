@@ -116,6 +116,29 @@ pub struct Config {
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
+    /// The disk spool (docs/engine.md §4.6): while push maintenance is on or PostgreSQL cannot
+    /// be reached, pushes are written to local disk, answered `buffered`, and replayed once
+    /// PostgreSQL takes writes again. Off: such pushes answer 503.
+    #[arg(long, env = "FILE_BUFFER_ENABLED", default_value = "true", value_parser = parse_bool)]
+    pub file_buffer_enabled: bool,
+    /// The spool's directory (default `<QUEEN_DATA_DIR>/spool/<PORT>`). One broker per
+    /// directory: a second one refuses to start on it.
+    #[arg(long, env = "FILE_BUFFER_DIR")]
+    pub file_buffer_dir: Option<PathBuf>,
+    /// Milliseconds between the drain's looks at a spool it could not replay yet; the first
+    /// step of its backoff, which grows to 5 s while PostgreSQL stays unreachable.
+    #[arg(long, env = "FILE_BUFFER_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_flush_ms: u64,
+    /// Messages the drain replays per round (whole spool records, at least one).
+    #[arg(long, env = "FILE_BUFFER_MAX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_max_batch: u64,
+    /// Messages per spool file; the next append starts a new file, so drained files can be
+    /// deleted while the drain goes on.
+    #[arg(long, env = "FILE_BUFFER_EVENTS_PER_FILE", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_events_per_file: u64,
+    /// Bytes the spool may hold; a push that would take it further answers 503.
+    #[arg(long, env = "FILE_BUFFER_MAX_BYTES", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_max_bytes: u64,
 }
 
 impl Config {
@@ -127,6 +150,14 @@ impl Config {
     /// The embedded cluster's directory.
     pub fn pg_dir(&self) -> PathBuf {
         self.data_dir.join("pg")
+    }
+
+    /// The disk spool's directory: `FILE_BUFFER_DIR`, else one per port under the data
+    /// directory (brokers of one host differ by port, and keep it across restarts).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.file_buffer_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool").join(self.port.to_string()))
     }
 
     /// One line per setting, with passwords masked, for the boot log.
@@ -154,7 +185,9 @@ impl Config {
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
-             dedup_cache={} dedup_cache_mb={} dev_unsafe={}",
+             dedup_cache={} dedup_cache_mb={} dev_unsafe={} \
+             spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
+             spool_events_per_file={} spool_max_bytes={}",
             self.host,
             self.port,
             db,
@@ -178,7 +211,13 @@ impl Config {
             self.peer_wake,
             self.dedup_cache,
             self.dedup_cache_mb,
-            self.dev_unsafe
+            self.dev_unsafe,
+            self.file_buffer_enabled,
+            self.spool_dir().display(),
+            self.file_buffer_flush_ms,
+            self.file_buffer_max_batch,
+            self.file_buffer_events_per_file,
+            self.file_buffer_max_bytes
         )
     }
 }

@@ -1,5 +1,5 @@
-//! Boots one broker on a PostgreSQL connection: pool, schema, background tasks and the HTTP
-//! listener; and stops it gracefully. Used by `queen serve` and by the test harness.
+//! Boots one broker on a PostgreSQL connection: pool, schema, disk spool, background tasks and
+//! the HTTP listener; and stops it gracefully. Used by `queen serve` and by the test harness.
 
 use std::net::SocketAddr;
 
@@ -16,6 +16,8 @@ pub struct RunningServer {
     pub state: Engine,
     stop: oneshot::Sender<()>,
     join: JoinHandle<()>,
+    /// The engine's background tasks (the spool's drain); they end once shutdown begins.
+    background: Vec<JoinHandle<()>>,
 }
 
 /// Builds the pool, applies the schema (when configured) and starts serving on
@@ -36,21 +38,31 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
         };
         crate::listener::serve(listener, app, &cfg, stopping).await;
     });
+    let background = state.start_background();
     tracing::info!(%addr, "queen-rs listening");
     Ok(RunningServer {
         addr,
         state,
         stop,
         join,
+        background,
     })
 }
 
 impl RunningServer {
-    /// Stops accepting, answers parked long-polls, and waits for in-flight requests.
+    /// Stops accepting, answers parked long-polls, waits for in-flight requests, and then for
+    /// the background tasks to finish what they were doing.
     pub async fn shutdown(self) {
         let _ = self.stop.send(());
         if let Err(e) = self.join.await {
             tracing::warn!(error = %e, "HTTP server task failed");
+        }
+        // Set already when the listener began draining; again in case it never ran.
+        self.state.begin_shutdown();
+        for task in self.background {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "background task failed");
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //! wake channel), it declares a trait the engine implements with the store.
 
 pub mod dedup_cache;
+pub mod maintenance;
 pub mod pop_cache;
 pub mod push_fusion;
 pub mod wake;

@@ -10,6 +10,7 @@ pub mod extract;
 mod groups;
 mod health;
 mod lease;
+mod maintenance;
 mod messages;
 mod pop;
 mod push;
@@ -41,6 +42,7 @@ pub fn router(state: Engine) -> Router {
         .merge(pop::routes())
         .merge(ack::routes())
         .merge(lease::routes())
+        .merge(maintenance::routes())
         .merge(dlq::routes())
         .merge(transaction::routes())
         .merge(groups::routes())

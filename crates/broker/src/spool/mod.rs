@@ -104,6 +104,13 @@ pub struct Batch {
     finished: Vec<u64>,
 }
 
+impl Batch {
+    /// Whether committing it moves the drain on (records read, or files finished).
+    pub fn moves(&self) -> bool {
+        !self.groups.is_empty() || !self.finished.is_empty()
+    }
+}
+
 /// One broker's spool directory.
 pub struct Spool {
     shared: Arc<Shared>,

@@ -66,6 +66,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("transaction.sql"),
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),
+    functions!("maintenance.sql"),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

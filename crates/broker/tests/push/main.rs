@@ -12,3 +12,4 @@ mod binary_load;
 mod dedup_cache;
 mod faults;
 mod json;
+mod spool;

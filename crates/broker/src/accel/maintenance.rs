@@ -1,0 +1,51 @@
+//! The cluster-wide maintenance flags as this broker last read them (docs/engine.md §2.9): push
+//! maintenance (pushes go to the disk spool) and pop maintenance (pops answer 204 at once). A
+//! read is trusted for [`MAINTENANCE_TTL`], so a toggle made through any broker of the database
+//! reaches every other one within that time, at no cost while nobody pushes or pops. The
+//! engine reads PostgreSQL and feeds this; nothing here touches the database.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a read of the flags is trusted: half the one second within which a toggle must
+/// reach every broker, leaving the other half for the read itself.
+pub const MAINTENANCE_TTL: Duration = Duration::from_millis(500);
+
+/// Both flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    pub push: bool,
+    pub pop: bool,
+}
+
+/// The flags as last read, trusted for [`MAINTENANCE_TTL`].
+#[derive(Default)]
+pub struct MaintenanceFlags {
+    cached: Mutex<Option<(Instant, Flags)>>,
+    /// One refresh at a time; the others wait for its answer.
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl MaintenanceFlags {
+    /// The flags, when the last read is fresh.
+    pub fn fresh(&self) -> Option<Flags> {
+        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .filter(|(at, _)| at.elapsed() < MAINTENANCE_TTL)
+            .map(|(_, flags)| flags)
+    }
+
+    /// The right to refresh, or `None` when another refresh holds it past `until`.
+    pub async fn refreshing(&self, until: Instant) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        tokio::time::timeout_at(until, self.refresh.lock())
+            .await
+            .ok()
+    }
+
+    /// Records a fresh read (or a toggle this broker just made).
+    pub fn set(&self, flags: Flags) {
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), flags));
+    }
+}
