@@ -37,6 +37,17 @@ impl MaintenanceFlags {
             .map(|(_, flags)| flags)
     }
 
+    /// The flags as last read, however old (`None` before the first read).
+    pub fn last(&self) -> Option<Flags> {
+        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached.map(|(_, flags)| flags)
+    }
+
+    /// The right to refresh when nobody else is refreshing.
+    pub fn try_refreshing(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.refresh.try_lock().ok()
+    }
+
     /// The right to refresh, or `None` when another refresh holds it past `until`.
     pub async fn refreshing(&self, until: Instant) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         tokio::time::timeout_at(until, self.refresh.lock())
@@ -47,5 +58,29 @@ impl MaintenanceFlags {
     /// Records a fresh read (or a toggle this broker just made).
     pub fn set(&self, flags: Flags) {
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), flags));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_is_fresh_for_the_ttl_and_kept_after_it() {
+        let flags = MaintenanceFlags::default();
+        assert_eq!((flags.fresh(), flags.last()), (None, None));
+        let on = Flags {
+            push: true,
+            pop: false,
+        };
+        flags.set(on);
+        assert_eq!(flags.fresh(), Some(on));
+        tokio::time::sleep(MAINTENANCE_TTL).await;
+        assert_eq!(flags.fresh(), None, "stale after the TTL");
+        assert_eq!(flags.last(), Some(on), "still known");
+        let guard = flags.try_refreshing().expect("nobody refreshes");
+        assert!(flags.try_refreshing().is_none(), "one refresh at a time");
+        drop(guard);
+        assert!(flags.try_refreshing().is_some());
     }
 }

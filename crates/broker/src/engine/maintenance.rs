@@ -56,15 +56,22 @@ fn flags_of(row: FlagRow) -> Flags {
     }
 }
 
-/// The flags: the cached read while fresh, else a new one made before `until`. `None` when
-/// they cannot be learnt by then (another refresh, or a free connection, takes longer). An
-/// unreachable database is an error for which `is_unavailable()` holds.
+/// The flags: the cached read while fresh, else a new one made before `until`. While another
+/// request is making that read, the previous one is answered rather than waiting behind it (a
+/// starved pool must not stall every push and pop); only a broker that never read the flags
+/// waits. `None` when they cannot be learnt by `until` (another refresh, or a free connection,
+/// takes longer). An unreachable database is an error for which `is_unavailable()` holds.
 pub async fn cached(st: &Engine, until: Instant) -> Result<Option<Flags>> {
     let cache = &st.maintenance;
     if let Some(flags) = cache.fresh() {
         return Ok(Some(flags));
     }
-    let Some(_refreshing) = cache.refreshing(until).await else {
+    let refreshing = match (cache.try_refreshing(), cache.last()) {
+        (Some(guard), _) => Some(guard),
+        (None, Some(last)) => return Ok(Some(last)),
+        (None, None) => cache.refreshing(until).await,
+    };
+    let Some(_refreshing) = refreshing else {
         return Ok(None);
     };
     if let Some(flags) = cache.fresh() {

@@ -1,4 +1,4 @@
-//! The maintenance toggles (docs/wire.md §18): `GET`/`POST /api/v1/system/maintenance` (push
+//! The maintenance toggles (docs/wire.md §19): `GET`/`POST /api/v1/system/maintenance` (push
 //! maintenance: pushes go to the disk spool) and `/api/v1/system/maintenance/pop` (pops answer
 //! 204 at once), with `{"enabled": bool}`. The flags are cluster-wide (`engine::maintenance`);
 //! the spool figures are this broker's.

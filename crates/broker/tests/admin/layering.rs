@@ -2,7 +2,7 @@
 //! `crate::…` path in `src/` and fails on an arrow a floor may not take, and on a loop between
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
-//! `main → server → http → engine → {accel, store}`, with `proto` (another crate) below all of
+//! `main → server → http → engine → {accel, store, spool}`, with `proto` (another crate) below all of
 //! them; `config`, `error` and `log_limit` are leaves any floor may use and that use no floor.
 //! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 

@@ -1,4 +1,4 @@
-//! The maintenance routes and the disk spool (docs/engine.md §4.6, docs/wire.md §18) against real
+//! The maintenance routes and the disk spool (docs/engine.md §4.6, docs/wire.md §19) against real
 //! PostgreSQL: toggles reach a sibling broker within a second; pushes under push maintenance,
 //! during an outage and with PostgreSQL stopped answer `buffered`, write nothing, and are
 //! replayed in order under their ids once PostgreSQL takes writes again; a broker killed with
