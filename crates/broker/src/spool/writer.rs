@@ -73,36 +73,32 @@ struct Writer {
 }
 
 impl Writer {
-    /// Handles a round's jobs in order; each run of appends is one write and one sync.
+    /// Handles a round's jobs in order; each run of appends is one write and one sync, made
+    /// before the next job of another kind.
     fn round(&mut self, round: Vec<Job>) {
         let mut appends = Vec::new();
         for job in round {
+            if let Job::Append(append) = job {
+                appends.push(append);
+                continue;
+            }
+            self.append_all(std::mem::take(&mut appends));
             match job {
-                Job::Append(append) => appends.push(append),
-                other => {
-                    self.append_all(std::mem::take(&mut appends));
-                    self.other(other);
+                Job::Remove(seq) => self.remove(seq),
+                Job::Reset(seqs) => {
+                    self.current = None;
+                    for seq in seqs {
+                        self.remove(seq);
+                    }
                 }
+                Job::Quarantine { records, done } => {
+                    let kept = quarantine(&self.shared.dir, &records).map_err(|e| e.to_string());
+                    let _ = done.send(kept);
+                }
+                Job::Append(_) => {} // taken above
             }
         }
         self.append_all(appends);
-    }
-
-    fn other(&mut self, job: Job) {
-        match job {
-            Job::Remove(seq) => self.remove(seq),
-            Job::Reset(seqs) => {
-                self.current = None;
-                for seq in seqs {
-                    self.remove(seq);
-                }
-            }
-            Job::Quarantine { records, done } => {
-                let _ =
-                    done.send(quarantine(&self.shared.dir, &records).map_err(|e| e.to_string()));
-            }
-            Job::Append { .. } => unreachable!("appends are batched by round()"),
-        }
     }
 
     fn remove(&self, seq: u64) {
