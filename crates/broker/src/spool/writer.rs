@@ -84,12 +84,10 @@ impl Writer {
             }
             self.append_all(std::mem::take(&mut appends));
             match job {
-                Job::Remove(seq) => self.remove(seq),
+                Job::Remove(seq) => self.remove(&[seq]),
                 Job::Reset(seqs) => {
                     self.current = None;
-                    for seq in seqs {
-                        self.remove(seq);
-                    }
+                    self.remove(&seqs);
                 }
                 Job::Quarantine { records, done } => {
                     let kept = quarantine(&self.shared.dir, &records).map_err(|e| e.to_string());
@@ -101,14 +99,21 @@ impl Writer {
         self.append_all(appends);
     }
 
-    fn remove(&self, seq: u64) {
-        let path = file_path(&self.shared.dir, seq);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot delete a drained spool file")
+    /// Deletes drained files, durably: a file that came back after a power loss would be
+    /// replayed again, and past the dedup window its messages would be stored twice.
+    fn remove(&self, seqs: &[u64]) {
+        for &seq in seqs {
+            let path = file_path(&self.shared.dir, seq);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot delete a drained spool file")
+                }
             }
+        }
+        if let Err(e) = sync_dir(&self.shared.dir) {
+            tracing::warn!(dir = %self.shared.dir.display(), error = %e, "cannot sync the spool directory");
         }
     }
 
