@@ -129,14 +129,12 @@ async fn round(st: &Engine, spool: &Spool, refusals: &mut u32, replayed: &mut u6
             return Round::Refused;
         }
     };
+    if !batch.moves() {
+        return Round::Waiting; // what the spool holds is not synced yet
+    }
     if batch.groups.is_empty() {
-        let moved = batch.moves();
-        spool.commit(batch);
-        return if moved {
-            Round::Progress
-        } else {
-            Round::Waiting
-        };
+        spool.commit(batch); // only finished files to move past
+        return Round::Progress;
     }
     let results = match push::store(st, items_of(&batch.groups)).await {
         Ok(results) => results,
