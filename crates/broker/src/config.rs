@@ -186,6 +186,29 @@ pub struct Config {
     /// (docs/engine.md §3.1). Unset: such queues cannot be configured. Never echoed.
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = EncryptionKey::from_hex, hide_env_values = true)]
     pub encryption_key: Option<EncryptionKey>,
+    /// The disk spool (docs/engine.md §4.6): while push maintenance is on or PostgreSQL cannot
+    /// be reached, pushes are written to local disk, answered `buffered`, and replayed once
+    /// PostgreSQL takes writes again. Off: such pushes answer 503.
+    #[arg(long, env = "FILE_BUFFER_ENABLED", default_value = "true", value_parser = parse_bool)]
+    pub file_buffer_enabled: bool,
+    /// The spool's directory (default `<QUEEN_DATA_DIR>/spool/<PORT>`). One broker per
+    /// directory: a second one refuses to start on it.
+    #[arg(long, env = "FILE_BUFFER_DIR")]
+    pub file_buffer_dir: Option<PathBuf>,
+    /// Milliseconds between the drain's looks at a spool it could not replay yet; the first
+    /// step of its backoff, which grows to 5 s while PostgreSQL stays unreachable.
+    #[arg(long, env = "FILE_BUFFER_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_flush_ms: u64,
+    /// Messages the drain replays per round (whole spool records, at least one).
+    #[arg(long, env = "FILE_BUFFER_MAX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_max_batch: u64,
+    /// Messages per spool file; the next append starts a new file, so drained files can be
+    /// deleted while the drain goes on.
+    #[arg(long, env = "FILE_BUFFER_EVENTS_PER_FILE", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_events_per_file: u64,
+    /// Bytes the spool may hold; a push that would take it further answers 503.
+    #[arg(long, env = "FILE_BUFFER_MAX_BYTES", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub file_buffer_max_bytes: u64,
 }
 
 /// The at-rest encryption key. Its `Debug` (and the boot log) says only that it is set.
@@ -238,6 +261,14 @@ impl Config {
         std::time::Duration::from_secs_f64(self.partition_cleanup_days * 86_400.0)
     }
 
+    /// The disk spool's directory: `FILE_BUFFER_DIR`, else one per port under the data
+    /// directory (brokers of one host differ by port, and keep it across restarts).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.file_buffer_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool").join(self.port.to_string()))
+    }
+
     /// One line per setting, with passwords masked, for the boot log.
     pub fn describe(&self) -> String {
         let url = self.database_url.as_deref().map(mask_url);
@@ -265,7 +296,9 @@ impl Config {
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
               dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
-              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} encryption_key={}",
+              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} \
+              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
+              spool_events_per_file={} spool_max_bytes={}",
             self.host,
             self.port,
             db,
@@ -304,7 +337,13 @@ impl Config {
                 "set"
             } else {
                 "unset"
-            }
+            },
+            self.file_buffer_enabled,
+            self.spool_dir().display(),
+            self.file_buffer_flush_ms,
+            self.file_buffer_max_batch,
+            self.file_buffer_events_per_file,
+            self.file_buffer_max_bytes
         )
     }
 }

@@ -33,6 +33,10 @@ pub enum Error {
     /// The database could not be reached and nothing was stored: 503 with `Retry-After`.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The broker cannot take this request now, though the database may be fine (push
+    /// maintenance with the spool off, a full spool): 503 with `Retry-After`.
+    #[error("{0}")]
+    TryLater(String),
     #[error("{0}")]
     Internal(String),
 }

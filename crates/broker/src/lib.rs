@@ -11,5 +11,6 @@ pub mod listener;
 pub mod log_limit;
 pub mod logging;
 pub mod server;
+pub mod spool;
 pub mod store;
 pub mod telemetry;

@@ -1,6 +1,6 @@
-//! Boots one broker on a PostgreSQL connection: pool, schema, background tasks (the retention
-//! loop) and the HTTP listener; and stops them gracefully. Used by `queen serve` and by the
-//! test harness.
+//! Boots one broker on a PostgreSQL connection: pool, schema, disk spool, background tasks (the
+//! spool's drain, the retention loop) and the HTTP listener; and stops them gracefully. Used by
+//! `queen serve` and by the test harness.
 
 use std::net::SocketAddr;
 
@@ -17,8 +17,9 @@ pub struct RunningServer {
     pub state: Engine,
     stop: oneshot::Sender<()>,
     join: JoinHandle<()>,
-    /// The retention loop (engine/retention/); it ends when the engine starts closing.
-    retention: JoinHandle<()>,
+    /// The background tasks (the spool's drain, the retention loop); they end once shutdown
+    /// begins (the retention loop then gives its runner lock back to the other brokers).
+    background: Vec<JoinHandle<()>>,
 }
 
 /// Builds the pool, applies the schema (when configured) and starts serving on
@@ -39,29 +40,32 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
         };
         crate::listener::serve(listener, app, &cfg, stopping).await;
     });
-    let retention = crate::engine::retention::start(&state);
+    let mut background = state.start_background();
+    background.push(crate::engine::retention::start(&state));
     tracing::info!(%addr, "queen-rs listening");
     Ok(RunningServer {
         addr,
         state,
         stop,
         join,
-        retention,
+        background,
     })
 }
 
 impl RunningServer {
-    /// Stops accepting, answers parked long-polls, waits for in-flight requests, and stops the
-    /// retention loop (which gives its runner lock back to the other brokers).
+    /// Stops accepting, answers parked long-polls, waits for in-flight requests, and then for
+    /// the background tasks to finish what they were doing.
     pub async fn shutdown(self) {
         let _ = self.stop.send(());
         if let Err(e) = self.join.await {
             tracing::warn!(error = %e, "HTTP server task failed");
         }
-        // The listener's drain flipped it already; said again in case that task died early.
+        // Set already when the listener began draining; again in case it never ran.
         self.state.begin_shutdown();
-        if let Err(e) = self.retention.await {
-            tracing::warn!(error = %e, "retention task failed");
+        for task in self.background {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "background task failed");
+            }
         }
     }
 }

@@ -65,6 +65,8 @@ fn broker() -> &'static Broker {
         // No LISTEN connection and no schema for a database that is not there.
         cfg.peer_wake = false;
         cfg.apply_schema = false;
+        // With no database every push would be spooled: the fuzzer must not fill a disk.
+        cfg.file_buffer_enabled = false;
         let pg = queen_broker::server::external_pg_config(&cfg).expect("the fuzz URL parses");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -799,10 +799,3 @@ RETURNS bigint LANGUAGE sql STABLE AS $$
       AND (p_partition IS NULL OR p.name = p_partition)
       AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < clock_timestamp())
 $$;
-
--- Pop maintenance mode: while queen.system_state says so, every pop answers 204 at once.
-CREATE OR REPLACE FUNCTION queen.log_pop_maintenance_v1()
-RETURNS bool LANGUAGE sql STABLE AS $$
-    SELECT COALESCE((SELECT s.value = 'true'::jsonb FROM queen.system_state s
-                     WHERE s.key = 'pop_maintenance_mode'), false)
-$$;

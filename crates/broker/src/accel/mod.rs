@@ -5,6 +5,7 @@
 
 pub mod dedup_cache;
 pub mod encryption;
+pub mod maintenance;
 pub mod pop_cache;
 pub mod push_fusion;
 pub mod wake;

@@ -1,20 +1,17 @@
-//! What the pop path remembers between requests: the pop maintenance flag (re-read at most
-//! once per [`MAINTENANCE_TTL`]), the minimum pop wait each queue configured (learned from claim
-//! answers) and the per-queue delivery metrics of `/metrics`. The engine reads PostgreSQL and
-//! feeds these; nothing here touches the database.
+//! What the pop path remembers between requests: the minimum pop wait each queue configured
+//! (learned from claim answers) and the per-queue delivery metrics of `/metrics`. The engine
+//! reads PostgreSQL and feeds these; nothing here touches the database. (The pop maintenance
+//! flag lives in `accel/maintenance.rs`, beside the push flag it is read with.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-/// Per-broker pop state: the cached maintenance flag, the learned minimum pop waits, the
-/// long-poll's counters and the per-queue delivery metrics.
+/// Per-broker pop state: the learned minimum pop waits, the long-poll's counters and the
+/// per-queue delivery metrics.
 #[derive(Default)]
 pub struct PopCache {
-    pub maintenance: MaintenanceFlag,
     pub min_wait: MinPopWait,
     pub stats: PopStats,
     pub deliveries: Deliveries,
@@ -59,39 +56,6 @@ pub struct PopStats {
     pub hint_fallthroughs: AtomicU64,
     /// Waiting pops that answered 204 instead of starting a claim inside the deadline margin.
     pub deadline_margin_skips: AtomicU64,
-}
-
-/// How long a read of pop maintenance mode is trusted.
-pub const MAINTENANCE_TTL: Duration = Duration::from_secs(1);
-
-/// Pop maintenance mode as last read, trusted for [`MAINTENANCE_TTL`].
-#[derive(Default)]
-pub struct MaintenanceFlag {
-    cached: Mutex<Option<(Instant, bool)>>,
-    /// One refresh at a time; the others wait for its answer.
-    refresh: tokio::sync::Mutex<()>,
-}
-
-impl MaintenanceFlag {
-    /// The flag, when the last read is fresh.
-    pub fn fresh(&self) -> Option<bool> {
-        let cached = *self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        cached
-            .filter(|(at, _)| at.elapsed() < MAINTENANCE_TTL)
-            .map(|(_, on)| on)
-    }
-
-    /// The right to refresh, or `None` when another refresh holds it past `until`.
-    pub async fn refreshing(&self, until: Instant) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        tokio::time::timeout_at(until, self.refresh.lock())
-            .await
-            .ok()
-    }
-
-    /// Records a fresh read.
-    pub fn set(&self, on: bool) {
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), on));
-    }
 }
 
 /// Per-queue delivery metrics (docs/spec/life-of-a-pop.md Step 7): answers and messages delivered,

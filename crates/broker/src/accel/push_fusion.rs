@@ -56,6 +56,9 @@ pub enum FrameOutcome {
     },
     /// Not stored.
     Failed(Failure),
+    /// Written to the broker's disk spool, to be stored under `message_id` when the spool is
+    /// replayed (the engine's spool answers this; the fusion never does).
+    Buffered { message_id: Uuid },
 }
 
 /// Why a frame was not stored.

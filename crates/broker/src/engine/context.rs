@@ -10,11 +10,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::accel::dedup_cache::DedupCache;
+use crate::accel::maintenance::MaintenanceFlags;
 use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::engine::encryption::Encryption;
+use crate::spool::Spool;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -26,8 +28,13 @@ pub struct Inner {
     pub cfg: Config,
     pub store: Store,
     pub wake: Arc<WakeGates>,
-    /// Pop-path state: maintenance flag cache, learned minimum pop waits, counters.
+    /// Pop-path state: learned minimum pop waits, counters.
     pub pop: PopCache,
+    /// The maintenance flags as last read (docs/engine.md §2.9).
+    pub maintenance: MaintenanceFlags,
+    /// Where pushes wait while PostgreSQL cannot take them (docs/engine.md §4.6); `None` when
+    /// `FILE_BUFFER_ENABLED` is off.
+    pub spool: Option<Spool>,
     /// Coalesces pushed frames into segments and bundles (docs/engine.md §4.3).
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).

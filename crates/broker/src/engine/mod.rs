@@ -11,6 +11,7 @@ pub mod dlq;
 pub mod encryption;
 pub mod groups;
 pub mod lease;
+pub mod maintenance;
 pub mod messages;
 pub mod pop;
 pub mod push;
@@ -33,6 +34,7 @@ use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, WakeGates};
 use crate::config::Config;
+use crate::spool::{self, Spool};
 use crate::store::migrations::{self, SchemaError};
 use crate::store::Store;
 use crate::telemetry::Telemetry;
@@ -41,17 +43,18 @@ use push::flush::SegmentWriter;
 use wake::StorePeerLink;
 
 impl Engine {
-    /// Builds the pool on `pg` (no connection yet), applies the schema when configured, and
-    /// the engine over them.
-    pub async fn boot(cfg: Config, pg: tokio_postgres::Config) -> Result<Self, SchemaError> {
+    /// Builds the pool on `pg` (no connection yet), applies the schema when configured, opens
+    /// the disk spool (keeping what an earlier run left in it), and the engine over them.
+    pub async fn boot(cfg: Config, pg: tokio_postgres::Config) -> Result<Self, BootError> {
         let store = Store::new(pg, cfg.db_pool_size, cfg.stmt_timeout_ms);
         if cfg.apply_schema {
             migrations::apply(&store).await?;
         }
-        Ok(Engine::assemble(cfg, store))
+        let spool = open_spool(&cfg)?;
+        Ok(Engine::assemble(cfg, store, spool))
     }
 
-    fn assemble(cfg: Config, store: Store) -> Self {
+    fn assemble(cfg: Config, store: Store, spool: Option<Spool>) -> Self {
         let dedup_cache = Arc::new(DedupCache::new(
             cfg.dedup_cache,
             Limits::with_budget_mb(cfg.dedup_cache_mb),
@@ -79,6 +82,8 @@ impl Engine {
             store,
             wake,
             pop: Default::default(),
+            maintenance: Default::default(),
+            spool,
             push_fusion,
             dedup_cache,
             encryption,
@@ -91,6 +96,12 @@ impl Engine {
         })
     }
 
+    /// Starts the background work that needs the whole engine: the spool's drain
+    /// (`push/replay.rs`). Await the handles after [`Engine::begin_shutdown`].
+    pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        push::replay::spawn(self).into_iter().collect()
+    }
+
     /// What a push path touches after a commit (engine/push/commit.rs).
     pub fn commit_effects(&self) -> CommitEffects {
         CommitEffects {
@@ -99,4 +110,38 @@ impl Engine {
             counters: self.counters.clone(),
         }
     }
+}
+
+/// Why a broker could not boot.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error("disk spool {dir}: {source}")]
+    Spool { dir: String, source: std::io::Error },
+}
+
+/// The disk spool of `cfg` (none when `FILE_BUFFER_ENABLED` is off), with what an earlier run
+/// left in it.
+fn open_spool(cfg: &Config) -> Result<Option<Spool>, BootError> {
+    if !cfg.file_buffer_enabled {
+        return Ok(None);
+    }
+    let dir = cfg.spool_dir();
+    let limits = spool::Limits {
+        max_bytes: cfg.file_buffer_max_bytes,
+        messages_per_file: cfg.file_buffer_events_per_file,
+    };
+    let (spool, recovered) = Spool::open(&dir, limits).map_err(|source| BootError::Spool {
+        dir: dir.display().to_string(),
+        source,
+    })?;
+    if recovered.dropped_bytes > 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            dropped_bytes = recovered.dropped_bytes,
+            "the disk spool ended in a torn record (a write never answered); it was cut off"
+        );
+    }
+    Ok(Some(spool))
 }

@@ -18,6 +18,7 @@ use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::encryption::Encryption;
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
+use crate::engine::push::spool;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -107,10 +108,15 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     if req.ops.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
+    let mut pushes_any = false;
     for (index, op) in req.ops.iter().enumerate() {
         if let TxnOp::Push(item) = op {
             check_item(index, item)?;
+            pushes_any = true;
         }
+    }
+    if pushes_any {
+        spool::refuse_transaction(state).await?;
     }
     lend_leases(&mut req);
 

@@ -25,6 +25,7 @@ impl HttpStatus for Error {
     fn status(&self) -> StatusCode {
         match self {
             _ if self.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            Error::TryLater(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,

@@ -8,6 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::engine::maintenance::{self, SpoolState};
 use crate::engine::{DedupSnapshot, Engine, PopSnapshot, RetentionSnapshot};
 
 pub fn routes() -> Router<Engine> {
@@ -53,6 +54,7 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "wake": { "gates": st.wake.gate_count() },
         "dedupCache": render_dedup(&st.dedup_cache.metrics()),
         "retention": render_retention(&st.retention.snapshot()),
+        "spool": render_spool(&maintenance::spool_state(&st)),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,
@@ -62,6 +64,15 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "memory": { "rssBytes": rss_bytes() },
         "cpu": { "processSeconds": cpu_seconds() },
     }))
+}
+
+fn render_spool(s: &SpoolState) -> Value {
+    json!({
+        "enabled": s.enabled,
+        "messages": s.messages,
+        "bytes": s.bytes,
+        "healthy": s.healthy,
+    })
 }
 
 fn render_pop(p: &PopSnapshot) -> Value {

@@ -10,6 +10,7 @@ pub mod extract;
 mod groups;
 mod health;
 mod lease;
+mod maintenance;
 mod messages;
 mod observe;
 mod pop;
@@ -40,6 +41,7 @@ pub fn router(state: Engine) -> Router {
         .merge(pop::routes())
         .merge(ack::routes())
         .merge(lease::routes())
+        .merge(maintenance::routes())
         .merge(dlq::routes())
         .merge(transaction::routes())
         .merge(groups::routes())

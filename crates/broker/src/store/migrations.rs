@@ -71,6 +71,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),
     functions!("retention.sql"),
+    functions!("maintenance.sql"),
 ];
 
 /// Arbitrary fixed key of the schema lock ("queen" in ASCII).

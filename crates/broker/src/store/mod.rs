@@ -7,6 +7,7 @@ pub mod db_error;
 pub mod dlq;
 pub mod groups;
 pub mod lease;
+pub mod maintenance;
 pub mod messages;
 pub mod migrations;
 pub mod pop;

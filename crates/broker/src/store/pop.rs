@@ -251,11 +251,6 @@ pub async fn discover_has_pending(
     .await
 }
 
-/// Whether pop maintenance mode is on.
-pub async fn pop_maintenance(db: &impl GenericClient) -> Result<bool> {
-    probe(db, "SELECT queen.log_pop_maintenance_v1()", &[]).await
-}
-
 /// Unleased pending messages of the queue (or one partition) for the group, up to `cap`.
 pub async fn pending_estimate(
     db: &impl GenericClient,

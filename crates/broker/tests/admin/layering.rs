@@ -2,9 +2,9 @@
 //! `crate::…` path in `src/` and fails on an arrow a floor may not take, and on a loop between
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
-//! `main → server → http → engine → {accel, store}`, with `proto` (another crate) below all of
-//! them; `config`, `error`, `log_limit` and `telemetry` are leaves any floor may use and that use
-//! no floor.
+//! `main → server → http → engine → {accel, store, spool}`, with `proto` (another crate) below
+//! all of them; `config`, `error`, `log_limit` and `telemetry` are leaves any floor may use and
+//! that use no floor.
 //! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +20,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("engine", "engine"),
     ("accel", "accel"),
     ("store", "store"),
+    ("spool", "spool"),
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
@@ -31,9 +32,10 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("main", &["server", "leaf"]),
     ("server", &["http", "engine", "leaf"]),
     ("http", &["engine", "leaf"]),
-    ("engine", &["accel", "store", "leaf"]),
+    ("engine", &["accel", "store", "spool", "leaf"]),
     ("accel", &["leaf"]),
     ("store", &["leaf"]),
+    ("spool", &["leaf"]),
     ("leaf", &["leaf"]),
 ];
 

@@ -112,10 +112,15 @@ async fn push_one(b: &common::TestBroker, txn: &str) -> reqwest::Response {
 
 /// The database refuses connections and the broker's are terminated: a push stores nothing
 /// and answers 503 with `Retry-After` and a JSON error. Once the database is back the same
-/// push is stored once: nothing of the refused one was half-written.
+/// push is stored once: nothing of the refused one was half-written. (With the disk spool on,
+/// the default, such a push is spooled instead: push/spool.rs.)
 #[tokio::test]
 async fn a_push_during_a_database_outage_answers_503_and_writes_nothing() {
-    let b = common::broker_with(|cfg| cfg.db_pool_size = 2).await;
+    let b = common::broker_with(|cfg| {
+        cfg.db_pool_size = 2;
+        cfg.file_buffer_enabled = false;
+    })
+    .await;
     b.push("outage", "Default", &[json!({"n": 0})]).await;
     let name = b.pg.get_dbname().unwrap().to_string();
     admin(

@@ -13,3 +13,4 @@ mod dedup_cache;
 mod encryption;
 mod faults;
 mod json;
+mod spool;

@@ -132,7 +132,7 @@ async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
         .map(|o| match o {
             FrameOutcome::Queued { message_id, .. }
             | FrameOutcome::Duplicate { message_id, .. } => *message_id,
-            FrameOutcome::Failed(e) => panic!("failed: {e:?}"),
+            other => panic!("not stored: {other:?}"),
         })
         .collect();
     assert_eq!(ids.len(), 1, "every copy reports the leader's id");

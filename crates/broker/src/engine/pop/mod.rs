@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::accel::pop_cache::Delivered;
 use crate::engine::encryption::Encryption;
+use crate::engine::maintenance;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::push::segment::INLINE_BUILD_BYTES;
 use crate::engine::Engine;
@@ -419,28 +420,12 @@ async fn hold_underfull(
     }
 }
 
-/// Pop maintenance mode (cached, re-read from PostgreSQL at most once per second), or `None`
-/// when it cannot be learnt before `until` (the refresh by another pop, or a free connection,
-/// takes longer): the caller then must not claim.
+/// Pop maintenance mode (`engine/maintenance.rs`: cached, re-read at most every 500 ms), or
+/// `None` when it cannot be learnt before `until` (the refresh by another request, or a free
+/// connection, takes longer): the caller then must not claim.
 async fn maintenance_on(st: &Engine, until: Instant) -> Result<Option<bool>> {
-    let flag = &st.pop.maintenance;
-    if let Some(on) = flag.fresh() {
-        return Ok(Some(on));
-    }
-    let Some(_refreshing) = flag.refreshing(until).await else {
-        return Ok(None);
-    };
-    if let Some(on) = flag.fresh() {
-        return Ok(Some(on));
-    }
-    let on = {
-        let Some(conn) = st.store.conn_before(until).await? else {
-            return Ok(None);
-        };
-        sql::pop_maintenance(&conn).await.map_err(pop_failed)?
-    };
-    flag.set(on);
-    Ok(Some(on))
+    let flags = maintenance::cached(st, until).await.map_err(pop_failed)?;
+    Ok(flags.map(|f| f.pop))
 }
 
 /// What one answer delivered, per queue, for the delivery metrics.

@@ -22,6 +22,9 @@
 //! (sealed for an encrypted queue) and recompressed by push fusion, and what a full queue has
 //! no room for is refused per item there. The SQL refuses a plaintext segment for an encrypted
 //! queue, so a client's pre-compressed plaintext never reaches such a queue's rows.
+//! While pushes go to the disk spool (`push/spool.rs`) every group takes the ordinary path,
+//! which spools it; a group stored as sent whose write PostgreSQL could not take is spooled
+//! after the fact, like any push.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,7 +35,7 @@ use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::commit::write_failed;
-use crate::engine::push::{self, check_item, PushItem, PushResult};
+use crate::engine::push::{self, check_item, spool, PushItem, PushResult};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
@@ -134,10 +137,13 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
     for g in &groups {
         *groups_of_key.entry((&g.queue, &g.partition)).or_default() += 1;
     }
+    // While pushes are spooled, every group takes the ordinary path, which spools it.
+    let spooling = spool::engaged(state).await?;
     let as_sent: Vec<bool> = groups
         .iter()
         .map(|g| {
-            g.sent.as_ref().is_some_and(|s| s.distinct)
+            !spooling
+                && g.sent.as_ref().is_some_and(|s| s.distinct)
                 && groups_of_key[&(g.queue.as_str(), g.partition.as_str())] == 1
                 && !state.encryption.wants(&g.queue)
         })
@@ -154,6 +160,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
     }
     let direct: Vec<usize> = (0..groups.len()).filter(|&g| as_sent[g]).collect();
     let refused = store_as_sent(state, &groups, &direct, &starts, &mut results).await?;
+    rescue_as_sent(state, &groups, &direct, &starts, &mut results).await;
 
     let mut rest_index = Vec::new();
     let mut rest_items = Vec::new();
@@ -246,6 +253,35 @@ async fn store_as_sent(
         }
     }
     Ok(refused)
+}
+
+/// The `direct` groups' items whose write failed because PostgreSQL could not be reached go to
+/// the disk spool instead (`push/spool.rs`).
+async fn rescue_as_sent(
+    state: &Engine,
+    groups: &[DecodedGroup],
+    direct: &[usize],
+    starts: &[usize],
+    results: &mut [Option<PushResult>],
+) {
+    let mut slots: Vec<(usize, usize)> = Vec::new();
+    let mut settled: Vec<PushResult> = Vec::new();
+    for &g in direct {
+        for k in 0..groups[g].items.len() {
+            if let Some(r) = results[starts[g] + k].take() {
+                slots.push((g, k));
+                settled.push(r);
+            }
+        }
+    }
+    spool::rescue(state, &mut settled, |i| {
+        let (g, k) = slots[i];
+        (groups[g].items[k].payload.clone(), None)
+    })
+    .await;
+    for ((g, k), r) in slots.into_iter().zip(settled) {
+        results[starts[g] + k] = Some(r);
+    }
 }
 
 /// Fills the results of group `g`'s items (which start at `start`) with `outcome(k)`.

@@ -6,14 +6,17 @@
 //! anything at all ([`require_stored`]).
 //!
 //! The rest of the push path sits beside it: [`binary`] (the `QPB1` envelope), [`flush`] (push
-//! fusion's writer), [`segment`] (the one segment builder), [`dedup`] (the dedup cache's side)
-//! and [`commit`] (the one post-commit step every write goes through).
+//! fusion's writer), [`segment`] (the one segment builder), [`dedup`] (the dedup cache's side),
+//! [`commit`] (the one post-commit step every write goes through), [`spool`] (which pushes go
+//! to the disk spool instead) and [`replay`] (the spool's drain).
 
 pub mod binary;
 pub mod commit;
 pub mod dedup;
 pub mod flush;
+pub mod replay;
 pub mod segment;
+pub mod spool;
 
 use std::collections::HashMap;
 
@@ -74,16 +77,18 @@ impl PushResult {
     pub fn message_id(&self) -> Uuid {
         match &self.outcome {
             FrameOutcome::Queued { message_id, .. }
-            | FrameOutcome::Duplicate { message_id, .. } => *message_id,
+            | FrameOutcome::Duplicate { message_id, .. }
+            | FrameOutcome::Buffered { message_id } => *message_id,
             FrameOutcome::Failed(_) => self.minted_id,
         }
     }
 
-    /// `queued`, `duplicate` or `failed` (docs/wire.md §5.2).
+    /// `queued`, `duplicate`, `buffered` or `failed` (docs/wire.md §5.2).
     pub fn status(&self) -> &'static str {
         match self.outcome {
             FrameOutcome::Queued { .. } => "queued",
             FrameOutcome::Duplicate { .. } => "duplicate",
+            FrameOutcome::Buffered { .. } => "buffered",
             FrameOutcome::Failed(_) => "failed",
         }
     }
@@ -92,7 +97,7 @@ impl PushResult {
         match self.outcome {
             FrameOutcome::Queued { offset, .. } => Some(offset),
             FrameOutcome::Duplicate { offset, .. } => offset,
-            FrameOutcome::Failed(_) => None,
+            FrameOutcome::Buffered { .. } | FrameOutcome::Failed(_) => None,
         }
     }
 
@@ -125,75 +130,149 @@ struct Group {
     items: Vec<usize>,
 }
 
+/// A checked request on its way: the results in input order (still `failed` until settled),
+/// the leaders grouped by (queue, partition), and the layer-1 followers with their leaders.
+struct Prepared {
+    results: Vec<PushResult>,
+    groups: Vec<Group>,
+    followers: Vec<(usize, usize)>,
+    /// Per item, its payload and trace id, kept for [`spool::rescue`] (only with a spool).
+    kept: Vec<(Bytes, Option<Uuid>)>,
+}
+
 /// Pushes `items`; results come back in input order. A bad item refuses the whole request
 /// (400) before anything is written; per-item storage failures come back as `Failed` (the
 /// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
-/// this returns (the flush's post-commit step wakes their partitions).
+/// this returns (the flush's post-commit step wakes their partitions). While the disk spool
+/// takes pushes (`push/spool.rs`), they are spooled and answered `buffered` instead.
 pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+    check_all(&items)?;
+    let mut p = Prepared::new(items, state.spool.is_some());
+    let outgoing = || {
+        p.groups
+            .iter()
+            .map(|g| spool::Outgoing {
+                queue: &g.queue,
+                partition: &g.partition,
+                frames: g.frames.iter().map(spool::frame_of).collect(),
+            })
+            .collect()
+    };
+    if spool::divert(state, outgoing).await? {
+        p.buffered();
+    } else {
+        p.submit(state).await;
+        let kept = std::mem::take(&mut p.kept);
+        spool::rescue(state, &mut p.results, |i| kept[i].clone()).await;
+    }
+    Ok(p.finish())
+}
+
+/// Stores `items` in PostgreSQL with no spool decision: the spool's own drain
+/// (`push/replay.rs`), whose items were checked when they were pushed.
+pub(crate) async fn store(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+    check_all(&items)?;
+    let mut p = Prepared::new(items, false);
+    p.submit(state).await;
+    Ok(p.finish())
+}
+
+fn check_all(items: &[PushItem]) -> Result<()> {
     for (index, item) in items.iter().enumerate() {
         check_item(index, item)?;
     }
+    Ok(())
+}
 
-    let mut results = Vec::with_capacity(items.len());
-    let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: HashMap<(String, String), usize> = HashMap::new();
-    // Layer 1: (group, transactionId) -> the item that leads it.
-    let mut leader_of: HashMap<(usize, String), usize> = HashMap::new();
-    let mut followers: Vec<(usize, usize)> = Vec::new();
-
-    for (index, item) in items.into_iter().enumerate() {
-        let minted_id = item.message_id.unwrap_or_else(queen_proto::new_v7);
-        let partition = partition_or_default(item.partition);
-        let transaction_id = transaction_id_or_id(item.transaction_id, minted_id);
-        let group = *group_of
-            .entry((item.queue.clone(), partition.clone()))
-            .or_insert_with(|| {
-                groups.push(Group {
-                    queue: item.queue.clone(),
-                    partition: partition.clone(),
-                    frames: Vec::new(),
-                    items: Vec::new(),
+impl Prepared {
+    /// Mints ids, resolves partitions and transactionIds, drops repeats inside the request
+    /// (layer 1) and groups the leaders; `keep` keeps each item's payload for a rescue.
+    fn new(items: Vec<PushItem>, keep: bool) -> Self {
+        let mut p = Prepared {
+            results: Vec::with_capacity(items.len()),
+            groups: Vec::new(),
+            followers: Vec::new(),
+            kept: Vec::with_capacity(if keep { items.len() } else { 0 }),
+        };
+        let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+        // Layer 1: (group, transactionId) -> the item that leads it.
+        let mut leader_of: HashMap<(usize, String), usize> = HashMap::new();
+        for (index, item) in items.into_iter().enumerate() {
+            let minted_id = item.message_id.unwrap_or_else(queen_proto::new_v7);
+            let partition = partition_or_default(item.partition);
+            let transaction_id = transaction_id_or_id(item.transaction_id, minted_id);
+            if keep {
+                p.kept.push((item.payload.clone(), item.trace_id));
+            }
+            let groups = &mut p.groups;
+            let group = *group_of
+                .entry((item.queue.clone(), partition.clone()))
+                .or_insert_with(|| {
+                    groups.push(Group {
+                        queue: item.queue.clone(),
+                        partition: partition.clone(),
+                        frames: Vec::new(),
+                        items: Vec::new(),
+                    });
+                    groups.len() - 1
                 });
-                groups.len() - 1
+            match leader_of.get(&(group, transaction_id.clone())) {
+                Some(&leader) => p.followers.push((index, leader)),
+                None => {
+                    leader_of.insert((group, transaction_id.clone()), index);
+                    let g = &mut p.groups[group];
+                    g.frames.push(FusionFrame {
+                        message_id: minted_id,
+                        trace_id: item.trace_id,
+                        hash: txn_hash(&transaction_id),
+                        transaction_id: transaction_id.clone(),
+                        payload: item.payload,
+                    });
+                    g.items.push(index);
+                }
+            }
+            p.results.push(PushResult {
+                queue: item.queue,
+                partition,
+                transaction_id,
+                minted_id,
+                outcome: Failure::internal("not pushed"),
             });
-        match leader_of.get(&(group, transaction_id.clone())) {
-            Some(&leader) => followers.push((index, leader)),
-            None => {
-                leader_of.insert((group, transaction_id.clone()), index);
-                let g = &mut groups[group];
-                g.frames.push(FusionFrame {
-                    message_id: minted_id,
-                    trace_id: item.trace_id,
-                    hash: txn_hash(&transaction_id),
-                    transaction_id: transaction_id.clone(),
-                    payload: item.payload,
-                });
-                g.items.push(index);
+        }
+        p
+    }
+
+    /// Hands each group to push fusion and settles the leaders with its outcomes.
+    async fn submit(&mut self, state: &Engine) {
+        let submissions = self.groups.iter_mut().map(|g| {
+            let frames = std::mem::take(&mut g.frames);
+            state.push_fusion.submit(&g.queue, &g.partition, frames)
+        });
+        let outcomes = futures::future::join_all(submissions).await;
+        for (group, outcomes) in self.groups.iter().zip(outcomes) {
+            for (&index, outcome) in group.items.iter().zip(outcomes) {
+                self.results[index].outcome = outcome;
             }
         }
-        results.push(PushResult {
-            queue: item.queue,
-            partition,
-            transaction_id,
-            minted_id,
-            outcome: Failure::internal("not pushed"),
-        });
     }
 
-    let submissions = groups.iter_mut().map(|g| {
-        let frames = std::mem::take(&mut g.frames);
-        state.push_fusion.submit(&g.queue, &g.partition, frames)
-    });
-    let outcomes = futures::future::join_all(submissions).await;
-    for (group, outcomes) in groups.iter().zip(outcomes) {
-        for (&index, outcome) in group.items.iter().zip(outcomes) {
-            results[index].outcome = outcome;
+    /// Every leader was spooled.
+    fn buffered(&mut self) {
+        for g in &self.groups {
+            for &index in &g.items {
+                let message_id = self.results[index].minted_id;
+                self.results[index].outcome = FrameOutcome::Buffered { message_id };
+            }
         }
     }
-    for (index, leader) in followers {
-        results[index].outcome = copy_of(&results[leader].outcome);
+
+    /// The results, followers copying their leaders' outcomes.
+    fn finish(mut self) -> Vec<PushResult> {
+        for (index, leader) in self.followers {
+            self.results[index].outcome = copy_of(&self.results[leader].outcome);
+        }
+        self.results
     }
-    Ok(results)
 }
 
 /// The answer of a push request is per item only when something of it is stored (queued, or

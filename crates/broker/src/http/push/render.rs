@@ -48,13 +48,19 @@ impl ItemOut {
     }
 }
 
-/// `{"count","queued","duplicate","error"}` of the counts-only answer (flag 2).
+/// `{"count","queued","duplicate","error"}` of the counts-only answer (flag 2), plus
+/// `"buffered"` (ours, additive) when the disk spool took some.
 pub(super) fn counts(results: &[PushResult]) -> Value {
     let of = |status: &str| results.iter().filter(|r| r.status() == status).count();
-    json!({
+    let mut counts = json!({
         "count": results.len(),
         "queued": of("queued"),
         "duplicate": of("duplicate"),
         "error": of("failed"),
-    })
+    });
+    let buffered = of("buffered");
+    if buffered > 0 {
+        counts["buffered"] = buffered.into();
+    }
+    counts
 }

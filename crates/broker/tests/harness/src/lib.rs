@@ -15,6 +15,7 @@ use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 use reqwest::StatusCode;
 use serde_json::Value;
 
+pub mod faults;
 pub mod wire;
 
 /// Parses a `Config` the way `queen serve` would, with test-friendly overrides.
@@ -32,7 +33,21 @@ pub fn test_config() -> Config {
     cfg.database_url = None;
     cfg.pg_host = None;
     cfg.db_pool_size = 32;
+    cfg.file_buffer_dir = Some(scratch_spool_dir());
     cfg
+}
+
+static NEXT_SPOOL: AtomicU32 = AtomicU32::new(0);
+
+/// A disk-spool directory of one test broker's own. (The default, `<data dir>/spool/<port>`,
+/// would be one directory for every in-process broker: they all ask for port 0.) A later test
+/// process removes it once this one is gone.
+pub fn scratch_spool_dir() -> PathBuf {
+    PathBuf::from(format!(
+        "/tmp/queen-test/spool-{}/{}",
+        std::process::id(),
+        NEXT_SPOOL.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Connection settings of the binary's cluster (its `postgres` database).
