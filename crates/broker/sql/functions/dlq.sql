@@ -14,10 +14,12 @@
 -- hand-off does not have to throw the verdict away. A second call finds the lease released
 -- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
 -- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
+-- p_producer_sub is the poison frame's producerSub (NULL: pushed with auth off).
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
     p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload json, p_error text)
+    p_txn text, p_payload json, p_error text, p_producer_sub text)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -40,9 +42,9 @@ BEGIN
     END IF;
 
     INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
-                               transaction_id, payload, error, retry_count)
+                               transaction_id, payload, error, retry_count, producer_sub)
     VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
-            COALESCE(p_payload, 'null'::json), p_error, v_retries)
+            COALESCE(p_payload, 'null'::json), p_error, v_retries, p_producer_sub)
     RETURNING id INTO v_id;
 
     UPDATE queen.log_consumers
@@ -64,7 +66,7 @@ $$;
 -- One page of dead letters, newest first, plus the number of matching rows. Every filter is
 -- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
 -- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
--- messageId, transactionId, data, errorMessage, retryCount, failedAt}]}.
+-- messageId, transactionId, data, producerSub, errorMessage, retryCount, failedAt}]}.
 -- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
 DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
 CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
@@ -96,6 +98,7 @@ LANGUAGE sql STABLE AS $$
                 'partition', p.partition_name, 'consumerGroup', p.consumer_group,
                 'offset', p."offset", 'messageId', p.message_id,
                 'transactionId', p.transaction_id, 'data', p.payload,
+                'producerSub', p.producer_sub,
                 'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
                 'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
@@ -130,12 +133,14 @@ LANGUAGE sql AS $$
 $$;
 
 -- The payload copy a replay of the address pushes back: one row when the address has dead
--- letters (the newest one's copy; r_payload NULL for an empty payload), none otherwise.
+-- letters (the newest one's copy; r_payload NULL for an empty payload, r_producer_sub the
+-- producerSub it was pushed with), none otherwise.
 -- Read before the replay so the broker can build the segment; the replay itself decides.
+DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text)
-RETURNS TABLE(r_payload text)
+RETURNS TABLE(r_payload text, r_producer_sub text)
 LANGUAGE sql STABLE AS $$
-    SELECT payload::text FROM queen.log_dlq
+    SELECT payload::text, producer_sub FROM queen.log_dlq
     WHERE partition_id = p_pid AND transaction_id = p_txn
     ORDER BY failed_at DESC, id
     LIMIT 1

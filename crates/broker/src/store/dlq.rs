@@ -24,6 +24,8 @@ pub struct DeadLetter<'a> {
     /// The stored payload as JSON text (`None` stores JSON null).
     pub payload: Option<&'a RawValue>,
     pub error: &'a str,
+    /// The poison frame's producerSub (`None`: pushed with auth off).
+    pub producer_sub: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -38,7 +40,7 @@ pub struct DlqHeadVerdict {
 pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Result<DlqHeadVerdict> {
     json_verdict(
         db,
-        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8)",
+        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
             &letter.partition_id,
             &letter.group,
@@ -48,6 +50,7 @@ pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Resul
             &letter.transaction_id,
             &letter.payload.map(Json),
             &letter.error,
+            &letter.producer_sub,
         ],
     )
     .await
@@ -78,6 +81,7 @@ pub struct DlqRow {
     pub message_id: Option<String>,
     pub transaction_id: Option<String>,
     pub data: Option<Box<RawValue>>,
+    pub producer_sub: Option<String>,
     pub error_message: Option<String>,
     pub retry_count: i64,
     pub failed_at: String,
@@ -132,18 +136,30 @@ pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -
         .try_get(0)?)
 }
 
-/// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else its payload
-/// copy as JSON text (`Some(None)`: the copy is NULL, an empty payload).
+/// What a replay pushes back: the payload copy of a dead letter and who pushed it.
+pub struct DlqCopy {
+    /// The payload as JSON text; `None`: the copy is NULL, an empty payload.
+    pub payload: Option<String>,
+    /// The producerSub it was pushed with; `None`: pushed with auth off.
+    pub producer_sub: Option<String>,
+}
+
+/// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else its copy.
 pub async fn dlq_payload(
     db: &impl GenericClient,
     partition_id: i64,
     txn: &str,
-) -> Result<Option<Option<String>>> {
+) -> Result<Option<DlqCopy>> {
     let stmt = db
-        .prepare_cached("SELECT r_payload FROM queen.log_dlq_payload_v1($1, $2)")
+        .prepare_cached("SELECT r_payload, r_producer_sub FROM queen.log_dlq_payload_v1($1, $2)")
         .await?;
-    let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
-    Ok(row.map(|r| r.try_get(0)).transpose()?)
+    let Some(row) = db.query_opt(&stmt, &[&partition_id, &txn]).await? else {
+        return Ok(None);
+    };
+    Ok(Some(DlqCopy {
+        payload: row.try_get(0)?,
+        producer_sub: row.try_get(1)?,
+    }))
 }
 
 /// The one-frame segment a replay appends, built by the engine.

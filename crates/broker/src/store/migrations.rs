@@ -52,7 +52,10 @@ macro_rules! functions {
 }
 
 /// The migrations, in version order (a unit test checks the list against the directory).
-const MIGRATIONS: &[Migration] = &[migration!(1, "0001_baseline.sql")];
+const MIGRATIONS: &[Migration] = &[
+    migration!(1, "0001_baseline.sql"),
+    migration!(5, "0005_auth.sql"),
+];
 
 /// The function files, in replay order: a SQL-language function is checked against the
 /// functions it calls when created, so callees come first.

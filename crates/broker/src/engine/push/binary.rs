@@ -5,8 +5,9 @@
 //! zstd frame becomes the segment blob byte for byte, with no decompress/recompress — when
 //! docs/wire.md §6.3 allows it:
 //!
-//! - no payload transformation is needed: this broker has no at-rest encryption and no
-//!   authentication, so no frame is ever encrypted or stamped with a `producerSub`;
+//! - no frame needs changing: this broker has no at-rest encryption, and a frame is stamped
+//!   with a `producerSub` only when the push is authenticated (client frames carry none, the
+//!   parser refuses any flag), so with auth on every group is re-framed;
 //! - no frame of the group repeats a transactionId of the request (the group is the only one
 //!   for its (queue, partition) in the request, and its transactionIds are distinct);
 //! - the group becomes its own segment: it is written straight through
@@ -20,6 +21,7 @@
 //! re-framed and recompressed by push fusion.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_proto::frame::decode_exact;
@@ -108,9 +110,14 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
     })
 }
 
-/// Pushes a parsed `QPB1` envelope; results come back in wire order. A bad item refuses the
-/// whole request (400) before anything is written.
-pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<PushResult>> {
+/// Pushes a parsed `QPB1` envelope, every message stamped with `producer_sub` (`None` with
+/// auth off); results come back in wire order. A bad item refuses the whole request (400)
+/// before anything is written.
+pub async fn push_envelope(
+    state: &Engine,
+    env: PushEnvelope,
+    producer_sub: Option<Arc<str>>,
+) -> Result<Vec<PushResult>> {
     let groups = env
         .groups
         .into_iter()
@@ -133,7 +140,8 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
     let as_sent: Vec<bool> = groups
         .iter()
         .map(|g| {
-            g.sent.as_ref().is_some_and(|s| s.distinct)
+            producer_sub.is_none()
+                && g.sent.as_ref().is_some_and(|s| s.distinct)
                 && groups_of_key[&(g.queue.as_str(), g.partition.as_str())] == 1
         })
         .collect();
@@ -160,7 +168,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
         rest_items.extend(group.items);
     }
     if !rest_items.is_empty() {
-        let pushed = push::push(state, rest_items).await?;
+        let pushed = push::push(state, rest_items, producer_sub).await?;
         for (i, r) in rest_index.into_iter().zip(pushed) {
             results[i] = Some(r);
         }

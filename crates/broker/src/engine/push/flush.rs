@@ -277,8 +277,8 @@ impl Lane<'_> {
     }
 }
 
-/// The fusion's frames as stored frames (no producerSub: auth is off, and a body-supplied
-/// one is ignored by contract).
+/// The fusion's frames as stored frames, each with its pusher's producerSub (a body-supplied
+/// one never reaches a `FusionFrame`).
 fn build_fusion_segment(frames: &[FusionFrame], level: i32) -> Result<BuiltSegment> {
     let views: Vec<Frame<'_>> = frames
         .iter()
@@ -287,7 +287,7 @@ fn build_fusion_segment(frames: &[FusionFrame], level: i32) -> Result<BuiltSegme
             message_id: *f.message_id.as_bytes(),
             trace_id: f.trace_id.map(|t| *t.as_bytes()),
             transaction_id: &f.transaction_id,
-            producer_sub: None,
+            producer_sub: f.producer_sub.as_deref(),
             payload: &f.payload,
         })
         .collect();

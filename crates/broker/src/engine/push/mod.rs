@@ -16,6 +16,7 @@ pub mod flush;
 pub mod segment;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_proto::hash::txn_hash;
@@ -125,11 +126,16 @@ struct Group {
     items: Vec<usize>,
 }
 
-/// Pushes `items`; results come back in input order. A bad item refuses the whole request
+/// Pushes `items`, each stamped with `producer_sub` (the caller's validated identity, `None`
+/// with auth off); results come back in input order. A bad item refuses the whole request
 /// (400) before anything is written; per-item storage failures come back as `Failed` (the
 /// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
 /// this returns (the flush's post-commit step wakes their partitions).
-pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+pub async fn push(
+    state: &Engine,
+    items: Vec<PushItem>,
+    producer_sub: Option<Arc<str>>,
+) -> Result<Vec<PushResult>> {
     for (index, item) in items.iter().enumerate() {
         check_item(index, item)?;
     }
@@ -166,6 +172,7 @@ pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult
                     trace_id: item.trace_id,
                     hash: txn_hash(&transaction_id),
                     transaction_id: transaction_id.clone(),
+                    producer_sub: producer_sub.clone(),
                     payload: item.payload,
                 });
                 g.items.push(index);
