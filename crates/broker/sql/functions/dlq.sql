@@ -14,12 +14,13 @@
 -- hand-off does not have to throw the verdict away. A second call finds the lease released
 -- and returns {"ok":false} with no side effects. A NULL payload is stored as JSON null.
 -- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
--- p_producer_sub is the poison frame's producerSub (NULL: pushed with auth off).
+-- p_producer_sub is the poison frame's producerSub (NULL: pushed with auth off; the default
+-- keeps the eight-argument call of brokers before auth working during a rolling upgrade).
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
     p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload json, p_error text, p_producer_sub text)
+    p_txn text, p_payload json, p_error text, p_producer_sub text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
