@@ -51,7 +51,7 @@ impl Verifier {
             .transpose()?;
         let pem = cfg.public_key.as_deref().map(pem_key).transpose()?;
         if let Some(pem) = &pem {
-            if !algorithms.contains(&pem.alg) && cfg.jwks_url.is_none() {
+            if !algorithms.contains(&pem.alg) {
                 return Err(format!(
                     "JWT_PUBLIC_KEY is a {:?} key but JWT_ALGORITHM does not accept {:?}",
                     pem.alg, pem.alg

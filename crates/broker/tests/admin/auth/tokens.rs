@@ -244,6 +244,14 @@ async fn unusable_configurations_do_not_boot() {
             }),
         ),
         (
+            "JWT_PUBLIC_KEY is a ES256 key but JWT_ALGORITHM does not accept ES256",
+            Box::new(|c| {
+                c.jwt.enabled = true;
+                c.jwt.public_key = Some(fixture("auth_ec1_public.pem"));
+                c.jwt.algorithms = vec![queen_broker::config::JwtAlgorithm::Rs256];
+            }),
+        ),
+        (
             "must be an http or https URL",
             Box::new(|c| {
                 c.jwt.enabled = true;
