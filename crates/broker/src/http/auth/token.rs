@@ -228,3 +228,35 @@ fn reason(kind: &ErrorKind) -> String {
         other => format!("refused ({other:?})"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(sub: Option<&str>, role: Option<&str>, tenant: Option<&str>) -> Claims {
+        Claims {
+            sub: sub.map(str::to_string),
+            role: role.map(str::to_string),
+            tenant: tenant.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_principal_of_the_claims() {
+        let p = principal(claims(Some("alice"), Some("admin"), Some("acme"))).expect("valid");
+        assert_eq!(&*p.sub, "alice");
+        assert_eq!(p.role, Ok(Role::Admin));
+        assert_eq!(
+            p.tenant.as_deref(),
+            Some("acme"),
+            "kept for tenant isolation"
+        );
+        let p = principal(claims(Some("bob"), None, None)).expect("valid");
+        assert_eq!(p.role, Ok(Role::ReadOnly), "no role claim reads only");
+        assert_eq!(p.tenant, None);
+        let p = principal(claims(Some("eve"), Some("root"), None)).expect("valid token");
+        assert_eq!(p.role, Err("root".to_string()));
+        let e = principal(claims(Some(""), Some("admin"), None)).expect_err("empty sub");
+        assert!(e.to_string().contains("sub"), "{e}");
+    }
+}
