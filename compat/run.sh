@@ -2,15 +2,18 @@
 # compat/run.sh — proves wire compatibility with the official Python client, queen-mq 2.6.0.
 #
 # Builds the broker, prepares compat/.venv (compat/requirements.txt) and the queen-mq 2.6.0
-# sdist (fetched into compat/.cache, never committed), then runs four passes, each against a
+# sdist (fetched into compat/.cache, never committed), then runs six passes, each against a
 # broker started fresh (new data directory under /tmp, embedded PostgreSQL, free port):
 #
 #   ours-json        our suite (compat/tests) with the client's defaults
 #   ours-binary      our suite with Queen(url, binary_push=True, push_compression=True, framed_pop=True)
 #   official-json    the official core tests (docs/wire.md §17) with our conftest (official/conftest.py)
 #   official-binary  the official core tests again with the binary/framed client
+#   auth-json        a broker with JWT_ENABLED=true and a fresh JWT_SECRET: the official
+#                    tests/test_auth.py (its JWT cases), then our compat/auth with a token
+#   auth-binary      the same with the binary/framed client
 #
-# Usage: compat/run.sh [PASS...] [-- PYTEST_ARGS...]   (default: all four passes, in that order)
+# Usage: compat/run.sh [PASS...] [-- PYTEST_ARGS...]   (default: all six passes, in that order)
 #   e.g. compat/run.sh ours-json -- -k "dlq or lease" -x
 #   COMPAT_KEEP_LOGS=1              keep the logs of a passing run too (compat/.cache/logs/<run>)
 #   COMPAT_SKIP_BUILD=1             use the broker binary already built (no cargo build)
@@ -31,7 +34,7 @@ BROKER_BIN="$TARGET_DIR/debug/queen"
 OFFICIAL_TESTS=(test_queue test_push test_pop test_consume test_transaction test_ack_commit
   test_ack_window test_transaction_lease_fencing test_dlq test_subscription test_complete
   test_docs test_auth)
-ALL_PASSES=(ours-json ours-binary official-json official-binary)
+ALL_PASSES=(ours-json ours-binary official-json official-binary auth-json auth-binary)
 PASS_TIMEOUT_SECONDS=900   # a whole pass; single tests are bounded by pytest-timeout
 TEST_TIMEOUT_SECONDS=180
 BOOT_TIMEOUT_SECONDS=180   # first boot runs initdb
@@ -83,6 +86,7 @@ prepare_sdist() {
 
 BROKER_PID=""
 BROKER_DATA=""
+PASS_MODE=""
 BROKER_URL=""
 BROKER_LOG=""
 
@@ -98,13 +102,14 @@ with urllib.request.urlopen(sys.argv[1] + "/health", timeout=2) as r:
 EOF
 }
 
-# start_broker NAME: a fresh data directory (reachable by the postgres user: not under
-# /root, mode 755), a free port, no external database, no JWT secret, and a fresh random
-# QUEEN_ENCRYPTION_KEY: the official tests create queues with encryption_enabled, which a
-# broker without a key refuses (docs/wire.md §3.2), and every pass then runs with at-rest
-# encryption available, as a production broker would.
+# start_broker NAME [VAR=VALUE...]: a fresh data directory (reachable by the postgres user:
+# not under /root, mode 755), a free port, no external database, no JWT settings but the
+# VAR=VALUE given, and a fresh random QUEEN_ENCRYPTION_KEY: the official tests create queues
+# with encryption_enabled, which a broker without a key refuses (docs/wire.md §3.2), and every
+# pass then runs with at-rest encryption available, as a production broker would.
 start_broker() {
   local name="$1" port waited=0
+  shift
   BROKER_DATA="$(mktemp -d /tmp/queen-compat-"$name".XXXXXX)"
   chmod 755 "$BROKER_DATA"
   port="$(free_port)"
@@ -113,8 +118,8 @@ start_broker() {
   log "$name: starting the broker on port $port (data $BROKER_DATA)"
   local key
   key="$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(32))')"
-  env -u DATABASE_URL -u PG_HOST -u JWT_SECRET \
-    PORT="$port" HOST=127.0.0.1 QUEEN_DATA_DIR="$BROKER_DATA" QUEEN_ENCRYPTION_KEY="$key" \
+  env -u DATABASE_URL -u PG_HOST -u JWT_ENABLED -u JWT_SECRET -u JWT_PUBLIC_KEY -u JWT_JWKS_URL \
+    PORT="$port" HOST=127.0.0.1 QUEEN_DATA_DIR="$BROKER_DATA" QUEEN_ENCRYPTION_KEY="$key" "$@" \
     "$BROKER_BIN" serve >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!
   until broker_healthy "$BROKER_URL"; do
@@ -188,32 +193,53 @@ trap '' PIPE
 declare -A PASS_STATUS=()
 PYTEST_EXTRA=()
 
-# run_pass NAME: fresh broker, pytest, clean stop. Records ok/FAILED in PASS_STATUS.
+# run_pytest JUNIT DIR SECRET TARGET...: one pytest run against the pass's broker, in wire mode
+# $PASS_MODE, with JWT_SECRET=SECRET in its environment (empty: unset). Returns pytest's status.
+run_pytest() {
+  local junit="$1" dir="$2" secret="$3"
+  shift 3
+  local -a secret_env=(-u JWT_SECRET)
+  [[ -z "$secret" ]] || secret_env=(JWT_SECRET="$secret")
+  log "running pytest (mode $PASS_MODE) in $dir: $*"
+  # The pytest entry script, not `python -m pytest`: the sdist directory holds the client's
+  # sources too, and the tests must import the installed, pinned package.
+  (cd "$dir" && env "${secret_env[@]}" QUEEN_SERVER_URL="$BROKER_URL" QUEEN_COMPAT_MODE="$PASS_MODE" \
+    timeout --signal=TERM --kill-after=30 "$PASS_TIMEOUT_SECONDS" \
+    "$VENV/bin/pytest" -v -p no:cacheprovider --timeout="$TEST_TIMEOUT_SECONDS" \
+    --junitxml="$junit" "${PYTEST_EXTRA[@]}" "$@")
+}
+
+# run_pass NAME: fresh broker, pytest, clean stop. Records ok/FAILED in PASS_STATUS. Each
+# pytest run of the pass writes $LOGS/NAME[.PART].junit.xml.
 run_pass() {
-  local name="$1" mode dir rc=0 junit="$LOGS/$1.junit.xml"
-  local -a targets
+  local name="$1" rc=0 secret=""
+  local -a official broker_env=()
   case "$name" in
-    ours-json | official-json) mode=json ;;
-    ours-binary | official-binary) mode=binary ;;
+    *-json) PASS_MODE=json ;;
+    *-binary) PASS_MODE=binary ;;
+  esac
+  case "$name" in
+    ours-json | ours-binary | official-json | official-binary) ;;
+    auth-json | auth-binary)
+      secret="compat-$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(24))')"
+      broker_env=(JWT_ENABLED=true JWT_SECRET="$secret") ;;
     *) log "unknown pass $name (known: ${ALL_PASSES[*]})"; exit 2 ;;
   esac
-  case "$name" in
-    ours-*) dir="$COMPAT_DIR"; targets=(tests) ;;
-    official-*) dir="$SDIST_DIR"; targets=("${OFFICIAL_TESTS[@]/#/tests/}"); targets=("${targets[@]/%/.py}") ;;
-  esac
-  rm -f "$junit"
-  if ! start_broker "$name"; then
+  official=("${OFFICIAL_TESTS[@]/#/tests/}")
+  official=("${official[@]/%/.py}")
+  rm -f "$LOGS/$name".*junit.xml
+  if ! start_broker "$name" "${broker_env[@]}"; then
     stop_broker "$name" || true
     PASS_STATUS[$name]="FAILED (broker did not start)"
     return
   fi
-  log "$name: running pytest (mode $mode) in $dir"
-  # The pytest entry script, not `python -m pytest`: the sdist directory holds the client's
-  # sources too, and the tests must import the installed, pinned package.
-  (cd "$dir" && env -u JWT_SECRET QUEEN_SERVER_URL="$BROKER_URL" QUEEN_COMPAT_MODE="$mode" \
-    timeout --signal=TERM --kill-after=30 "$PASS_TIMEOUT_SECONDS" \
-    "$VENV/bin/pytest" -v -p no:cacheprovider --timeout="$TEST_TIMEOUT_SECONDS" \
-    --junitxml="$junit" "${PYTEST_EXTRA[@]}" "${targets[@]}") || rc=$?
+  case "$name" in
+    ours-*) run_pytest "$LOGS/$name.junit.xml" "$COMPAT_DIR" "" tests || rc=$? ;;
+    official-*) run_pytest "$LOGS/$name.junit.xml" "$SDIST_DIR" "" "${official[@]}" || rc=$? ;;
+    auth-*)
+      run_pytest "$LOGS/$name.junit.xml" "$SDIST_DIR" "$secret" tests/test_auth.py || rc=$?
+      run_pytest "$LOGS/$name.ours.junit.xml" "$COMPAT_DIR" "$secret" auth || rc=$? ;;
+  esac
   local stopped=ok
   stop_broker "$name" || stopped=unclean
   if (( rc == 0 )) && [[ "$stopped" == ok ]]; then
@@ -239,13 +265,15 @@ import xml.etree.ElementTree as ET
 logs, names = sys.argv[1], sys.argv[2:]
 total = {"passed": 0, "failed": 0, "skipped": 0}
 for name in names:
-    path = os.path.join(logs, f"{name}.junit.xml")
-    if not os.path.exists(path):
+    paths = sorted(os.path.join(logs, f) for f in os.listdir(logs)
+                   if f == f"{name}.junit.xml" or (f.startswith(f"{name}.") and f.endswith(".junit.xml")))
+    if not paths:
         print(f"{name:<16} no report")
         continue
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures = []
-    for case in ET.parse(path).getroot().iter("testcase"):
+    cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
+    for case in cases:
         kinds = {child.tag for child in case}
         if kinds & {"failure", "error"}:
             counts["failed"] += 1

@@ -97,12 +97,14 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         return [e for e in self.exchanges if e.method == method and e.path.startswith(path_prefix)]
 
 
-def make_client(transport: Optional[RecordingTransport] = None, mode: str = MODE) -> Queen:
-    """The official client in the requested wire mode."""
+def make_client(transport: Optional[RecordingTransport] = None, mode: str = MODE,
+                bearer_token: Optional[str] = None) -> Queen:
+    """The official client in the requested wire mode (with a JWT when the broker needs one)."""
     wire: Dict[str, Any] = {}
     if mode == "binary":
         wire = dict(binary_push=True, push_compression=True, framed_pop=True)
-    return Queen(SERVER_URL, transport=transport or RecordingTransport(), **wire)
+    return Queen(SERVER_URL, transport=transport or RecordingTransport(),
+                 bearer_token=bearer_token, **wire)
 
 
 async def pop_now(builder: Any) -> List[Dict[str, Any]]:

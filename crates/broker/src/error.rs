@@ -18,6 +18,12 @@ pub enum Error {
     /// 409 `{"error"}`.
     #[error("{0}")]
     Conflict(String),
+    /// No usable credentials (missing, malformed, expired or badly signed token): 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Valid credentials whose role does not allow the route: 403.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
     /// The request body did not arrive within the configured time: 408.

@@ -36,7 +36,7 @@ enum Command {
     ///
     /// Every option below is also an environment variable; the resolved configuration is
     /// printed at boot with passwords masked.
-    Serve(Config),
+    Serve(Box<Config>),
     #[command(flatten)]
     Client(queen_cli::Command),
     /// Print a shell completion script: `queen completions bash > /etc/bash_completion.d/queen`.
@@ -48,7 +48,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve(cfg) => match run_broker(cfg) {
+        Command::Serve(cfg) => match run_broker(*cfg) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("queen: {e:#}");
@@ -73,6 +73,7 @@ fn run_broker(cfg: Config) -> anyhow::Result<()> {
 
 async fn serve(mut cfg: Config) -> anyhow::Result<()> {
     tracing::info!("config: {}", cfg.describe());
+    cfg.check().map_err(anyhow::Error::msg)?;
     // The embedded cluster is started from the main thread, which lives as long as the
     // process: its parent-death signal then fires only when the broker itself dies.
     let embedded = if cfg.embedded() {

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::http::auth::Auth;
 
 /// A broker serving HTTP until `shutdown` is called.
 pub struct RunningServer {
@@ -25,10 +26,11 @@ pub struct RunningServer {
 /// Builds the pool, applies the schema (when configured) and starts serving on
 /// `cfg.host:cfg.port` (port 0 picks a free one; see `RunningServer::addr`).
 pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<RunningServer> {
+    let auth = Auth::from_config(&cfg.jwt).map_err(anyhow::Error::msg)?;
     let state = Engine::boot(cfg, pg).await?;
     let listener = TcpListener::bind((state.cfg.host.as_str(), state.cfg.port)).await?;
     let addr = listener.local_addr()?;
-    let app = crate::http::router(state.clone());
+    let app = crate::http::router(state.clone(), auth);
     let (stop, stopped) = oneshot::channel::<()>();
     let closing = state.clone();
     let cfg = state.cfg.clone();

@@ -16,11 +16,16 @@
 -- The payload is `json`, like the log_dlq column: any pushed document, `\u0000` included.
 -- p_encrypted: the payload is the frame's encryption envelope, copied as stored (the broker
 -- never decrypts to file a dead letter, so no plaintext of an encrypted queue lands here).
+-- p_producer_sub is the poison frame's producerSub (NULL: pushed with auth off; the default
+-- keeps the eight-argument call of brokers before auth working during a rolling upgrade).
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, jsonb, text);
 DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text);
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text, bool);
+DROP FUNCTION IF EXISTS queen.log_dlq_head_v1(bigint, text, text, bigint, uuid, text, json, text, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
     p_partition_id bigint, p_group text, p_worker text, p_off bigint, p_message_id uuid,
-    p_txn text, p_payload json, p_error text, p_encrypted bool DEFAULT false)
+    p_txn text, p_payload json, p_error text, p_encrypted bool DEFAULT false,
+    p_producer_sub text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -43,10 +48,11 @@ BEGIN
     END IF;
 
     INSERT INTO queen.log_dlq (partition_id, consumer_group, "offset", message_id,
-                               transaction_id, payload, error, retry_count, payload_encrypted)
+                               transaction_id, payload, error, retry_count, payload_encrypted,
+                               producer_sub)
     VALUES (p_partition_id, p_group, p_off, p_message_id, p_txn,
             COALESCE(p_payload, 'null'::json), p_error, v_retries,
-            COALESCE(p_encrypted, false))
+            COALESCE(p_encrypted, false), p_producer_sub)
     RETURNING id INTO v_id;
 
     UPDATE queen.log_consumers
@@ -68,7 +74,7 @@ $$;
 -- One page of dead letters, newest first, plus the number of matching rows. Every filter is
 -- optional (NULL). Names come from a left join: a DLQ row outlives its partition.
 -- Result {"total":n,"rows":[{id, partitionId, queue, partition, consumerGroup, offset,
--- messageId, transactionId, data, encrypted, errorMessage, retryCount, failedAt}]}
+-- messageId, transactionId, data, encrypted, producerSub, errorMessage, retryCount, failedAt}]}
 -- (encrypted: data is an encryption envelope the broker opens before answering).
 -- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
 DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
@@ -102,6 +108,7 @@ LANGUAGE sql STABLE AS $$
                 'offset', p."offset", 'messageId', p.message_id,
                 'transactionId', p.transaction_id, 'data', p.payload,
                 'encrypted', p.payload_encrypted,
+                'producerSub', p.producer_sub,
                 'errorMessage', p.error, 'retryCount', COALESCE(p.retry_count, 0),
                 'failedAt', to_char(p.failed_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
@@ -136,14 +143,16 @@ LANGUAGE sql AS $$
 $$;
 
 -- The payload copy a replay of the address pushes back: one row when the address has dead
--- letters (the newest one's copy; r_payload NULL for an empty payload), none otherwise, with
--- whether the copy is an encryption envelope and whether the partition's queue encrypts now.
+-- letters (the newest one's copy; r_payload NULL for an empty payload, r_producer_sub the
+-- producerSub it was pushed with), none otherwise, with whether the copy is an encryption
+-- envelope and whether the partition's queue encrypts now.
 -- Read before the replay so the broker can build the segment; the replay itself decides.
 DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text)
-RETURNS TABLE(r_payload text, r_encrypted bool, r_queue_encrypts bool)
+RETURNS TABLE(r_payload text, r_encrypted bool, r_queue_encrypts bool, r_producer_sub text)
 LANGUAGE sql STABLE AS $$
-    SELECT d.payload::text, d.payload_encrypted, COALESCE(q.encryption_enabled, false)
+    SELECT d.payload::text, d.payload_encrypted, COALESCE(q.encryption_enabled, false),
+           d.producer_sub
     FROM queen.log_dlq d
     LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
     LEFT JOIN queen.queues q ON q.id = lp.queue_id

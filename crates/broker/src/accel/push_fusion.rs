@@ -38,6 +38,8 @@ pub struct FusionFrame {
     pub message_id: Uuid,
     pub trace_id: Option<Uuid>,
     pub transaction_id: String,
+    /// The pusher's validated identity (docs/wire.md §1); `None` with auth off.
+    pub producer_sub: Option<Arc<str>>,
     pub payload: Bytes,
     /// `xxh3_128(transaction_id)`, big-endian: the layer-2 dedup key.
     pub hash: [u8; 16],

@@ -81,6 +81,7 @@ pub async fn file(
         payload: payload.as_deref(),
         error: reason(frame.transaction_id, nacks),
         encrypted: frame.is_encrypted(),
+        producer_sub: frame.producer_sub,
     };
     let verdict = store::dlq_head(db, &letter).await?;
     if !verdict.ok {
@@ -165,7 +166,7 @@ pub struct Replayed {
 }
 
 /// Pushes the payload copy of an address back to its partition under the same transactionId
-/// (a new message id, past the dedup window) and deletes its dead letters, in one
+/// and producerSub (a new message id, past the dedup window) and deletes its dead letters, in one
 /// transaction, so every group sees the message again at a new offset. 404 when the address
 /// has no dead letter, including when a concurrent replay took it first.
 pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) -> Result<Replayed> {
@@ -187,7 +188,7 @@ pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) ->
         message_id: *queen_proto::new_v7().as_bytes(),
         trace_id: None,
         transaction_id,
-        producer_sub: None,
+        producer_sub: copy.producer_sub.as_deref(),
         payload: &payload,
     };
     let seg = build_segment(&[frame], state.cfg.zstd_level)

@@ -8,6 +8,7 @@
 //! the same rules. The DLQ hand-off and long-poll wake-ups happen after the commit.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use queen_proto::frame::{Frame, ENCRYPTED};
 use queen_proto::hash::txn_hash;
@@ -90,6 +91,8 @@ pub enum TxnOutcome {
 /// The pushes of a bundle grouped into one segment per (queue, partition).
 struct PushPlan {
     segments: Vec<PlannedSegment>,
+    /// Stamped on every frame of the bundle.
+    producer_sub: Option<Arc<str>>,
     /// Per op index of a push: its result (message id fixed before the write).
     results: HashMap<usize, OpResult>,
 }
@@ -103,8 +106,13 @@ struct PlannedSegment {
     frames: Vec<(Uuid, String, PushItem)>,
 }
 
-/// Applies `req` atomically.
-pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
+/// Applies `req` atomically; its pushed messages carry `producer_sub` (the caller's validated
+/// identity, `None` with auth off).
+pub async fn run(
+    state: &Engine,
+    mut req: TxnRequest,
+    producer_sub: Option<Arc<str>>,
+) -> Result<TxnOutcome> {
     if req.ops.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
@@ -154,7 +162,7 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         .collect();
 
     let db = state.store.conn().await?;
-    let mut plan = plan_pushes(&req.ops);
+    let mut plan = plan_pushes(&req.ops, producer_sub);
     // A queue that turned out to encrypt is sealed and the bundle (rolled back) runs again.
     let mut reruns = 0;
     let (plan, built, committed) = loop {
@@ -287,7 +295,7 @@ fn build_planned(
                     message_id: *id.as_bytes(),
                     trace_id: item.trace_id.map(|t| *t.as_bytes()),
                     transaction_id: txn,
-                    producer_sub: None,
+                    producer_sub: plan.producer_sub.as_deref(),
                     payload: sealed.get(k).map_or(&item.payload[..], Vec::as_slice),
                 })
                 .collect();
@@ -321,7 +329,7 @@ fn lend_leases(req: &mut TxnRequest) {
 /// Mints ids, applies the defaults and in-bundle dedup (a repeat of (queue, partition,
 /// transactionId) is a follower: no frame, the leader's id), and groups leaders by
 /// (queue, partition).
-fn plan_pushes(ops: &[TxnOp]) -> PushPlan {
+fn plan_pushes(ops: &[TxnOp], producer_sub: Option<Arc<str>>) -> PushPlan {
     let mut segments: Vec<PlannedSegment> = Vec::new();
     let mut segment_of: HashMap<(String, String), usize> = HashMap::new();
     let mut leaders: HashMap<(usize, String), Uuid> = HashMap::new();
@@ -362,5 +370,9 @@ fn plan_pushes(ops: &[TxnOp]) -> PushPlan {
             },
         );
     }
-    PushPlan { segments, results }
+    PushPlan {
+        segments,
+        producer_sub,
+        results,
+    }
 }

@@ -98,7 +98,7 @@ fn render_dead_letter(row: &DlqRow) -> Value {
         "errorMessage": row.error_message,
         "retryCount": row.retry_count,
         "data": data,
-        "producerSub": Value::Null,
+        "producerSub": row.producer_sub,
         "createdAt": created_at,
         "failedAt": row.failed_at,
     });

@@ -3,7 +3,7 @@
 //! database that cannot be reached is a 503 with `Retry-After`: nothing was done, and the same
 //! request will work once it is back.
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -29,6 +29,8 @@ impl HttpStatus for Error {
             Error::BadRequest(_) | Error::InvalidOption { .. } => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::PayloadTooLarge(_) | Error::DecompressedTooLarge(_) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -57,10 +59,19 @@ impl IntoResponse for Error {
             e => json!({ "error": e.to_string() }),
         };
         let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+        match status {
+            StatusCode::SERVICE_UNAVAILABLE => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+            }
+            // RFC 6750 §3: a 401 names the scheme the credentials must use.
+            StatusCode::UNAUTHORIZED => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
         }
         response
     }

@@ -3,6 +3,7 @@
 //! render; errors map to statuses in `http/error.rs`, once.
 
 mod ack;
+pub mod auth;
 mod dashboard;
 mod dlq;
 mod error;
@@ -23,15 +24,18 @@ mod transaction;
 
 pub use error::{HttpStatus, RETRY_AFTER_SECS};
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::{Json, Router};
 use serde_json::json;
 
 use crate::engine::Engine;
+use auth::Auth;
 
-/// Every route of the broker.
-pub fn router(state: Engine) -> Router {
+/// Every route of the broker, each behind the authentication layer (a no-op with auth off).
+pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
     Router::new()
         .merge(health::routes())
         .merge(prometheus::routes())
@@ -48,6 +52,7 @@ pub fn router(state: Engine) -> Router {
         .merge(resources::routes())
         .merge(messages::routes())
         .merge(traces::routes())
+        .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

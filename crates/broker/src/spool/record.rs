@@ -27,6 +27,8 @@ pub struct SpoolItem {
     pub message_id: Uuid,
     pub trace_id: Option<Uuid>,
     pub transaction_id: String,
+    /// Who pushed it (auth on), stamped again when it is stored.
+    pub producer_sub: Option<String>,
     pub payload: Bytes,
 }
 
@@ -46,7 +48,7 @@ impl SpoolGroup {
             message_id: item.message_id.into_bytes(),
             trace_id: item.trace_id.map(Uuid::into_bytes),
             transaction_id: &item.transaction_id,
-            producer_sub: None,
+            producer_sub: item.producer_sub.as_deref(),
             payload: &item.payload,
         });
         encode(&self.queue, &self.partition, frames)
@@ -164,6 +166,7 @@ fn decode_body(body: Bytes) -> Result<SpoolGroup, String> {
             message_id: f.message_uuid(),
             trace_id: f.trace_uuid(),
             transaction_id: f.transaction_id.to_string(),
+            producer_sub: f.producer_sub.map(str::to_string),
             payload: body.slice_ref(f.payload),
         })
         .collect();
@@ -187,6 +190,7 @@ mod tests {
                     message_id: queen_proto::new_v7(),
                     trace_id: (i % 2 == 0).then(queen_proto::new_v7),
                     transaction_id: format!("txn-{i}"),
+                    producer_sub: (i % 3 == 0).then(|| format!("sub-{i}")),
                     payload: Bytes::from(format!("{{\"n\":{i}}}")),
                 })
                 .collect(),

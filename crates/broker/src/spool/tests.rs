@@ -33,6 +33,7 @@ fn group(partition: &str, txns: &[&str]) -> SpoolGroup {
                 message_id: queen_proto::new_v7(),
                 trace_id: None,
                 transaction_id: t.to_string(),
+                producer_sub: None,
                 payload: Bytes::from(format!("{{\"t\":\"{t}\"}}")),
             })
             .collect(),

@@ -26,6 +26,8 @@ pub struct DeadLetter<'a> {
     pub error: &'a str,
     /// `payload` is the frame's encryption envelope, as stored.
     pub encrypted: bool,
+    /// The poison frame's producerSub (`None`: pushed with auth off).
+    pub producer_sub: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -51,6 +53,7 @@ pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Resul
             &letter.payload.map(Json),
             &letter.error,
             &letter.encrypted,
+            &letter.producer_sub,
         ],
     )
     .await
@@ -87,6 +90,7 @@ pub struct DlqRow {
     /// Why `data` could not be opened (it is then JSON null), set by the engine.
     #[serde(skip)]
     pub payload_error: Option<String>,
+    pub producer_sub: Option<String>,
     pub error_message: Option<String>,
     pub retry_count: i64,
     pub failed_at: String,
@@ -139,7 +143,7 @@ pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -
         .try_get(0)?)
 }
 
-/// The payload copy a replay pushes back.
+/// The payload copy a replay pushes back, and who pushed it.
 pub struct PayloadCopy {
     /// JSON text; `None`: the copy is NULL, an empty payload.
     pub payload: Option<String>,
@@ -147,6 +151,8 @@ pub struct PayloadCopy {
     pub encrypted: bool,
     /// The partition's queue encrypts now.
     pub queue_encrypts: bool,
+    /// The producerSub it was pushed with; `None`: pushed with auth off.
+    pub producer_sub: Option<String>,
 }
 
 /// `queen.log_dlq_payload_v1`: `None` when the address has no dead letter, else the newest
@@ -158,7 +164,7 @@ pub async fn dlq_payload(
 ) -> Result<Option<PayloadCopy>> {
     let stmt = crate::store::prepare(
         db,
-        "SELECT r_payload, r_encrypted, r_queue_encrypts FROM queen.log_dlq_payload_v1($1, $2)",
+        "SELECT r_payload, r_encrypted, r_queue_encrypts, r_producer_sub FROM queen.log_dlq_payload_v1($1, $2)",
     )
     .await?;
     let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
@@ -167,6 +173,7 @@ pub async fn dlq_payload(
             payload: r.try_get(0)?,
             encrypted: r.try_get(1)?,
             queue_encrypts: r.try_get(2)?,
+            producer_sub: r.try_get(3)?,
         })
     })
     .transpose()

@@ -17,6 +17,7 @@ fn frame(txn: &str) -> FusionFrame {
         message_id: queen_proto::new_v7(),
         trace_id: None,
         transaction_id: txn.to_string(),
+        producer_sub: None,
         payload: Bytes::from_static(b"{\"x\":1}"),
         hash: txn_hash(txn),
     }

@@ -62,6 +62,7 @@ fn frame(txn: &str) -> FusionFrame {
         message_id: Uuid::now_v7(),
         trace_id: None,
         transaction_id: txn.into(),
+        producer_sub: None,
         payload: Bytes::from_static(b"1"),
         hash: queen_proto::hash::txn_hash(txn),
     }

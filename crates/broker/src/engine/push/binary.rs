@@ -6,8 +6,9 @@
 //! docs/wire.md §6.3 allows it:
 //!
 //! - no payload transformation is needed: the queue is not known to encrypt (an encrypted
-//!   queue's payloads must be sealed, which means re-framing), and this broker has no
-//!   authentication, so no frame is stamped with a `producerSub`;
+//!   queue's payloads must be sealed, which means re-framing), and the push is not
+//!   authenticated (with auth on every frame is stamped with a `producerSub`, so every group
+//!   is re-framed; client frames carry none, the parser refuses the flag);
 //! - no frame of the group repeats a transactionId of the request (the group is the only one
 //!   for its (queue, partition) in the request, and its transactionIds are distinct);
 //! - the group becomes its own segment: it is written straight through
@@ -27,6 +28,7 @@
 //! after the fact, like any push.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_proto::frame::decode_exact;
@@ -72,6 +74,7 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
         trace_id: None,
         payload,
         message_id,
+        producer_sub: None,
     };
     let (items, sent) = match group.body {
         GroupBody::Items(plain) => {
@@ -115,9 +118,14 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
     })
 }
 
-/// Pushes a parsed `QPB1` envelope; results come back in wire order. A bad item refuses the
-/// whole request (400) before anything is written.
-pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<PushResult>> {
+/// Pushes a parsed `QPB1` envelope, every message stamped with `producer_sub` (`None` with
+/// auth off); results come back in wire order. A bad item refuses the whole request (400)
+/// before anything is written.
+pub async fn push_envelope(
+    state: &Engine,
+    env: PushEnvelope,
+    producer_sub: Option<Arc<str>>,
+) -> Result<Vec<PushResult>> {
     let groups = env
         .groups
         .into_iter()
@@ -143,6 +151,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
         .iter()
         .map(|g| {
             !spooling
+                && producer_sub.is_none()
                 && g.sent.as_ref().is_some_and(|s| s.distinct)
                 && groups_of_key[&(g.queue.as_str(), g.partition.as_str())] == 1
                 && !state.encryption.wants(&g.queue)
@@ -172,7 +181,7 @@ pub async fn push_envelope(state: &Engine, env: PushEnvelope) -> Result<Vec<Push
         rest_items.extend(group.items);
     }
     if !rest_items.is_empty() {
-        let pushed = push::push(state, rest_items).await?;
+        let pushed = push::push(state, rest_items, producer_sub).await?;
         for (i, r) in rest_index.into_iter().zip(pushed) {
             results[i] = Some(r);
         }
@@ -274,7 +283,8 @@ async fn rescue_as_sent(
             }
         }
     }
-    spool::rescue(state, &mut settled, |i| {
+    // Only unauthenticated pushes are stored as sent: no producerSub to spool.
+    spool::rescue(state, &mut settled, None, |i| {
         let (g, k) = slots[i];
         (groups[g].items[k].payload.clone(), None)
     })

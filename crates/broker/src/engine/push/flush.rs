@@ -333,8 +333,8 @@ pub fn full(queue: &str, max_size: i64) -> String {
     )
 }
 
-/// The fusion's frames as stored frames (no producerSub: auth is off, and a body-supplied
-/// one is ignored by contract); with `seal`, every payload becomes the queue's envelope.
+/// The fusion's frames as stored frames, each with its pusher's producerSub (a body-supplied
+/// one never reaches a `FusionFrame`); with `seal`, every payload becomes the queue's envelope.
 fn build_fusion_segment(
     frames: &[FusionFrame],
     level: i32,
@@ -355,7 +355,7 @@ fn build_fusion_segment(
             message_id: *f.message_id.as_bytes(),
             trace_id: f.trace_id.map(|t| *t.as_bytes()),
             transaction_id: &f.transaction_id,
-            producer_sub: None,
+            producer_sub: f.producer_sub.as_deref(),
             payload: sealed.get(k).map_or(&f.payload[..], Vec::as_slice),
         })
         .collect();

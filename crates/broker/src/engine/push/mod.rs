@@ -19,6 +19,7 @@ pub mod segment;
 pub mod spool;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_proto::hash::txn_hash;
@@ -59,6 +60,9 @@ pub struct PushItem {
     pub payload: Bytes,
     /// A client-minted id (pre-compressed binary push); `None`: minted here (UUIDv7).
     pub message_id: Option<Uuid>,
+    /// The producerSub stamped when the item was first pushed, carried by the disk spool's
+    /// drain only; requests never set it (their caller's identity is [`push`]'s argument).
+    pub producer_sub: Option<Arc<str>>,
 }
 
 /// What became of one item, in request order.
@@ -144,10 +148,15 @@ struct Prepared {
 /// (400) before anything is written; per-item storage failures come back as `Failed` (the
 /// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
 /// this returns (the flush's post-commit step wakes their partitions). While the disk spool
-/// takes pushes (`push/spool.rs`), they are spooled and answered `buffered` instead.
-pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+/// takes pushes (`push/spool.rs`), they are spooled and answered `buffered` instead. Each item
+/// is stamped with `producer_sub` (the caller's validated identity, `None` with auth off).
+pub async fn push(
+    state: &Engine,
+    items: Vec<PushItem>,
+    producer_sub: Option<Arc<str>>,
+) -> Result<Vec<PushResult>> {
     check_all(&items)?;
-    let mut p = Prepared::new(items, state.spool.is_some());
+    let mut p = Prepared::new(items, state.spool.is_some(), producer_sub.clone());
     let outgoing = || {
         p.groups
             .iter()
@@ -163,7 +172,8 @@ pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult
     } else {
         p.submit(state).await;
         let kept = std::mem::take(&mut p.kept);
-        spool::rescue(state, &mut p.results, |i| kept[i].clone()).await;
+        let sub = producer_sub.as_deref();
+        spool::rescue(state, &mut p.results, sub, |i| kept[i].clone()).await;
     }
     Ok(p.finish())
 }
@@ -172,7 +182,7 @@ pub async fn push(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult
 /// (`push/replay.rs`), whose items were checked when they were pushed.
 pub(crate) async fn store(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
     check_all(&items)?;
-    let mut p = Prepared::new(items, false);
+    let mut p = Prepared::new(items, false, None);
     p.submit(state).await;
     Ok(p.finish())
 }
@@ -187,7 +197,7 @@ fn check_all(items: &[PushItem]) -> Result<()> {
 impl Prepared {
     /// Mints ids, resolves partitions and transactionIds, drops repeats inside the request
     /// (layer 1) and groups the leaders; `keep` keeps each item's payload for a rescue.
-    fn new(items: Vec<PushItem>, keep: bool) -> Self {
+    fn new(items: Vec<PushItem>, keep: bool, producer_sub: Option<Arc<str>>) -> Self {
         let mut p = Prepared {
             results: Vec::with_capacity(items.len()),
             groups: Vec::new(),
@@ -226,6 +236,7 @@ impl Prepared {
                         trace_id: item.trace_id,
                         hash: txn_hash(&transaction_id),
                         transaction_id: transaction_id.clone(),
+                        producer_sub: producer_sub.clone().or(item.producer_sub),
                         payload: item.payload,
                     });
                     g.items.push(index);

@@ -236,6 +236,7 @@ fn items_of(groups: &[SpoolGroup]) -> Vec<PushItem> {
                 trace_id: item.trace_id,
                 payload: item.payload.clone(),
                 message_id: Some(item.message_id),
+                producer_sub: item.producer_sub.as_deref().map(std::sync::Arc::from),
             })
         })
         .collect()

@@ -45,7 +45,7 @@ pub fn frame_of(f: &FusionFrame) -> Frame<'_> {
         message_id: f.message_id.into_bytes(),
         trace_id: f.trace_id.map(Uuid::into_bytes),
         transaction_id: &f.transaction_id,
-        producer_sub: None,
+        producer_sub: f.producer_sub.as_deref(),
         payload: &f.payload,
     }
 }
@@ -104,11 +104,12 @@ pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -
 
 /// The items among `results` whose write failed only because PostgreSQL could not be reached
 /// are spooled instead and answered `buffered` (`item(i)` gives item `i`'s payload and trace
-/// id). An item whose commit was in doubt may be stored already: its replay, under the same
+/// id; every item was stamped with `producer_sub`). An item whose commit was in doubt may be stored already: its replay, under the same
 /// transactionId, is then a duplicate. If the spool refuses them they stay failed.
 pub async fn rescue(
     st: &Engine,
     results: &mut [PushResult],
+    producer_sub: Option<&str>,
     item: impl Fn(usize) -> (Bytes, Option<Uuid>),
 ) {
     let Some(spool) = &st.spool else { return };
@@ -127,7 +128,7 @@ pub async fn rescue(
             message_id: r.minted_id.into_bytes(),
             trace_id: trace.map(Uuid::into_bytes),
             transaction_id: &r.transaction_id,
-            producer_sub: None,
+            producer_sub,
             payload,
         };
         match groups

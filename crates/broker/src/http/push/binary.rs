@@ -12,14 +12,15 @@ use crate::engine::push::binary::push_envelope;
 use crate::engine::push::require_stored;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::http::auth::Producer;
 use crate::http::extract::parse_binary;
 
 /// `POST /api/v1/push` with a `QPB1` body: 201 with one result per message in wire order,
 /// or with flag 2 the counts object; 503/500 when nothing was stored.
-pub(super) async fn push(st: &Engine, body: Bytes) -> Result<Response> {
+pub(super) async fn push(st: &Engine, body: Bytes, producer: Producer) -> Result<Response> {
     let env = parse_binary(st, body, "push", parse_push).await?;
     let counts_only = env.counts_only();
-    let results = push_envelope(st, env).await?;
+    let results = push_envelope(st, env, producer.0).await?;
     require_stored(&results)?;
     if counts_only {
         return Ok((StatusCode::CREATED, Json(counts(&results))).into_response());

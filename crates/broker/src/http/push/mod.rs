@@ -15,6 +15,7 @@ use axum::Router;
 use crate::engine::push;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::http::auth::Producer;
 use crate::http::extract::{is_binary, RawBody};
 
 pub fn routes() -> Router<Engine> {
@@ -23,14 +24,15 @@ pub fn routes() -> Router<Engine> {
 
 async fn push_json(
     State(st): State<Engine>,
+    producer: Producer,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response> {
     if is_binary(&headers) {
-        return binary::push(&st, body).await;
+        return binary::push(&st, body, producer).await;
     }
     let items = parse::parse_items(&body)?;
-    let results = push::push(&st, items).await?;
+    let results = push::push(&st, items, producer.0).await?;
     push::require_stored(&results)?;
     Ok(render::created(&results))
 }

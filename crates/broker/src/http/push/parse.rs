@@ -81,6 +81,7 @@ pub(crate) fn parse_item(body: &Bytes, raw: &RawValue) -> Result<PushItem> {
         trace_id,
         payload: share(body, payload.get().as_bytes()),
         message_id: None,
+        producer_sub: None,
     })
 }
 

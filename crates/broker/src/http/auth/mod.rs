@@ -1,0 +1,173 @@
+//! Bearer-token authentication and role checks (docs/wire.md §1; README "Authentication").
+//!
+//! With `JWT_ENABLED` the [`authenticate`] layer runs on every routed request: it looks the
+//! route up in the one route → role table ([`access`]), lets public routes and
+//! `JWT_SKIP_PATHS` through, verifies the bearer token ([`token`], keys from the secret, a
+//! PEM key or a JWKS document, [`jwks`]) and checks the token's role. A refusal is a 401
+//! (no usable token) or a 403 (a role too weak), through `http/error.rs`. The caller's
+//! [`Principal`] then rides in the request's extensions: handlers that stamp the producer
+//! identity take it with the [`Producer`] extractor. With auth off nothing is checked and
+//! there is no principal, so `producerSub` is null.
+
+pub mod access;
+mod jwks;
+mod token;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::config::JwtConfig;
+use crate::error::{Error, Result};
+use access::{Access, Role};
+use token::Verifier;
+
+/// Who a verified token says the caller is.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// The token's `sub`: stamped on every message this caller pushes (`producerSub`).
+    pub sub: Arc<str>,
+    /// The granted role, or the `role` claim that names no role.
+    pub role: Result<Role, String>,
+    /// The token's `tenant` claim, carried for tenant isolation (not enforced yet).
+    pub tenant: Option<String>,
+}
+
+/// The authentication settings the layer runs with.
+pub struct Auth {
+    /// `None` when auth is off.
+    verifier: Option<Verifier>,
+    skip_paths: Vec<String>,
+}
+
+impl Auth {
+    /// The layer's state for `cfg`; a configuration that cannot work is refused with the
+    /// reason (the broker does not start).
+    pub fn from_config(cfg: &JwtConfig) -> Result<Arc<Auth>, String> {
+        let verifier = cfg.enabled.then(|| Verifier::new(cfg)).transpose()?;
+        Ok(Arc::new(Auth {
+            verifier,
+            skip_paths: cfg.skip_paths().map(str::to_string).collect(),
+        }))
+    }
+
+    /// `JWT_SKIP_PATHS`: an exact path, or every path under an entry that ends with `/`.
+    fn skipped(&self, path: &str) -> bool {
+        self.skip_paths
+            .iter()
+            .any(|skip| path == skip || (skip.ends_with('/') && path.starts_with(skip.as_str())))
+    }
+}
+
+/// The layer (installed with `route_layer`, so the matched route template is known).
+pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    let Some(verifier) = &auth.verifier else {
+        return next.run(req).await;
+    };
+    let access = match req.extensions().get::<MatchedPath>() {
+        Some(template) => access::required(req.method().as_str(), template.as_str()),
+        None => Some(Access::Needs(Role::Admin)),
+    };
+    let needed = match access {
+        None | Some(Access::Public) => return next.run(req).await,
+        Some(Access::Needs(role)) => role,
+    };
+    if auth.skipped(req.uri().path()) {
+        return next.run(req).await;
+    }
+    match authorize(verifier, req.headers(), needed).await {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The caller behind the request's bearer token, if its role reaches `needed`.
+async fn authorize(verifier: &Verifier, headers: &HeaderMap, needed: Role) -> Result<Principal> {
+    let principal = verifier.verify(bearer(headers)?).await?;
+    match &principal.role {
+        Ok(role) if *role >= needed => Ok(principal),
+        Ok(role) => Err(Error::Forbidden(format!(
+            "this route needs the {needed} role; the token's role is {role}"
+        ))),
+        Err(claim) => Err(Error::Forbidden(format!(
+            "this route needs the {needed} role; the token's role {claim:?} is none of \
+             read-only, read-write, admin"
+        ))),
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(headers: &HeaderMap) -> Result<&str> {
+    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        Error::Unauthenticated("missing bearer token: send Authorization: Bearer <jwt>".into())
+    })?;
+    let malformed =
+        || Error::Unauthenticated("malformed Authorization header: expected Bearer <jwt>".into());
+    let text = value.to_str().map_err(|_| malformed())?;
+    let (scheme, token) = text.trim().split_once(' ').ok_or_else(malformed)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(malformed());
+    }
+    Ok(token)
+}
+
+/// The validated `sub` of the caller, stamped on what it pushes: `None` with auth off (and
+/// on public or skipped routes), so a body can never choose the producer identity.
+#[derive(Debug, Clone)]
+pub struct Producer(pub Option<Arc<str>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Producer {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Producer(
+            parts.extensions.get::<Principal>().map(|p| p.sub.clone()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(value: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
+        h
+    }
+
+    #[test]
+    fn bearer_forms() {
+        assert_eq!(bearer(&headers("Bearer a.b.c")).ok(), Some("a.b.c"));
+        assert_eq!(bearer(&headers("bearer  a.b.c ")).ok(), Some("a.b.c"));
+        for bad in ["Basic dTpw", "Bearer", "Bearer  ", "a.b.c"] {
+            let e = bearer(&headers(bad)).expect_err(bad).to_string();
+            assert!(e.starts_with("malformed"), "{bad}: {e}");
+        }
+        let missing = bearer(&HeaderMap::new()).expect_err("missing").to_string();
+        assert!(missing.starts_with("missing"), "{missing}");
+    }
+
+    #[test]
+    fn skip_paths() {
+        let auth = Auth {
+            verifier: None,
+            skip_paths: vec!["/api/v1/status".into(), "/open/".into()],
+        };
+        assert!(auth.skipped("/api/v1/status"));
+        assert!(!auth.skipped("/api/v1/status/x"));
+        assert!(auth.skipped("/open/a/b"));
+        assert!(!auth.skipped("/opener"));
+    }
+}
