@@ -42,7 +42,7 @@ pub struct DlqHeadVerdict {
 pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Result<DlqHeadVerdict> {
     json_verdict(
         db,
-        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         &[
             &letter.partition_id,
             &letter.group,
