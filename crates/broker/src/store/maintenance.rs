@@ -4,6 +4,7 @@
 use deadpool_postgres::GenericClient;
 
 use crate::error::Result;
+use crate::store::prepare;
 
 /// The two flags as PostgreSQL holds them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,16 +40,12 @@ fn row(r: &tokio_postgres::Row) -> Result<FlagRow> {
 
 /// `queen.maintenance_flags_v1`: both flags.
 pub async fn flags(db: &impl GenericClient) -> Result<FlagRow> {
-    let stmt = db
-        .prepare_cached("SELECT push, pop FROM queen.maintenance_flags_v1()")
-        .await?;
+    let stmt = prepare(db, "SELECT push, pop FROM queen.maintenance_flags_v1()").await?;
     row(&db.query_one(&stmt, &[]).await?)
 }
 
 /// `queen.maintenance_set_v1`: sets one flag; answers both as they now stand.
 pub async fn set(db: &impl GenericClient, key: FlagKey, on: bool) -> Result<FlagRow> {
-    let stmt = db
-        .prepare_cached("SELECT push, pop FROM queen.maintenance_set_v1($1, $2)")
-        .await?;
+    let stmt = prepare(db, "SELECT push, pop FROM queen.maintenance_set_v1($1, $2)").await?;
     row(&db.query_one(&stmt, &[&key.key(), &on]).await?)
 }

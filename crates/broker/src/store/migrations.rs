@@ -56,7 +56,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_baseline.sql"),
     migration!(2, "0002_retention.sql"),
     migration!(3, "0003_options.sql"),
-    migration!(5, "0005_auth.sql"),
+    migration!(4, "0004_auth.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the

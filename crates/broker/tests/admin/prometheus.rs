@@ -161,7 +161,14 @@ async fn counters_move_with_push_pop_and_ack() {
             "no HELP for {family}"
         );
     }
-    assert!(!after.text.contains("queen_retention_deleted"));
+    // Retention has deleted nothing on this broker: its counters are exported, at zero.
+    for family in [
+        "queen_retention_deleted_messages_total",
+        "queen_retention_deleted_segments_total",
+    ] {
+        assert_eq!(after.samples(family, &[]).len(), 1, "{family} is exported");
+        assert_eq!(after.value(family, &[]), 0.0, "{family}");
+    }
 }
 
 #[tokio::test]
