@@ -111,21 +111,10 @@ pub async fn pop(
     batch: usize,
     extra: &str,
 ) -> Vec<Value> {
-    let route = match partition {
-        Some(p) => format!("/api/v1/pop/queue/{queue}/partition/{p}"),
-        None => format!("/api/v1/pop/queue/{queue}"),
-    };
-    let group = group
-        .map(|g| format!("&consumerGroup={g}"))
-        .unwrap_or_default();
-    let (status, body) = b
-        .get(&format!("{route}?batch={batch}&wait=false{group}{extra}"))
-        .await;
-    match status {
-        StatusCode::NO_CONTENT => Vec::new(),
-        StatusCode::OK => body["messages"].as_array().cloned().unwrap_or_default(),
-        other => panic!("pop answered {other}: {body}"),
-    }
+    common::pop(b, queue, partition, group, batch, extra)
+        .await
+        .map(|p| p.messages)
+        .unwrap_or_default()
 }
 
 /// The transactionIds of popped messages.

@@ -369,3 +369,56 @@ pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &
     .expect("partition exists")
     .get(0)
 }
+
+/// A non-empty pop answer.
+#[derive(Debug, Clone)]
+pub struct Popped {
+    pub lease_id: String,
+    pub messages: Vec<Value>,
+}
+
+impl Popped {
+    pub fn txns(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .map(|m| m["transactionId"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub fn partition_id(&self) -> i64 {
+        self.messages[0]["partitionId"]
+            .as_str()
+            .and_then(|p| p.parse().ok())
+            .expect("decimal partitionId")
+    }
+}
+
+/// A `wait=false` pop: the targeted route when `partition` is given, else the wildcard one.
+/// `extra` is appended to the query (e.g. `&leaseSeconds=5`). `None` on 204.
+pub async fn pop(
+    b: &TestBroker,
+    queue: &str,
+    partition: Option<&str>,
+    group: Option<&str>,
+    batch: usize,
+    extra: &str,
+) -> Option<Popped> {
+    let route = match partition {
+        Some(p) => format!("/api/v1/pop/queue/{queue}/partition/{p}"),
+        None => format!("/api/v1/pop/queue/{queue}"),
+    };
+    let group = group
+        .map(|g| format!("&consumerGroup={g}"))
+        .unwrap_or_default();
+    let (status, body) = b
+        .get(&format!("{route}?batch={batch}&wait=false{group}{extra}"))
+        .await;
+    match status {
+        StatusCode::NO_CONTENT => None,
+        StatusCode::OK => Some(Popped {
+            lease_id: body["leaseId"].as_str().unwrap_or_default().to_string(),
+            messages: body["messages"].as_array().cloned().unwrap_or_default(),
+        }),
+        other => panic!("pop answered {other}: {body}"),
+    }
+}
