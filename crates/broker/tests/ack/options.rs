@@ -10,17 +10,9 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common;
+use crate::common::statuses;
 use crate::support::*;
 use crate::wire::{batch, item, post_bin};
-
-fn statuses(answer: &Value) -> Vec<&str> {
-    answer
-        .as_array()
-        .expect("an array answer")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or_default())
-        .collect()
-}
 
 fn push_body(items: &[(&str, &str, u32)]) -> Value {
     let items: Vec<Value> = items

@@ -9,14 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::common::free_port;
 
 /// A `queen serve` child that is killed if a failing test leaves it running (it would keep its
 /// PostgreSQL, and the test's inherited stderr, alive).

@@ -17,6 +17,7 @@ use tokio_postgres::config::Host;
 use tracing_subscriber::EnvFilter;
 
 use crate::common;
+use crate::common::free_port;
 
 const ESC: u8 = 0x1b;
 
@@ -86,14 +87,6 @@ fn text_format_has_no_escapes_without_a_terminal() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `queen serve` on a fresh database with `log_format` (None: the default), makes a few
 /// requests, stops it with SIGTERM and returns its whole stdout.
 async fn serve_and_capture(log_format: Option<&str>) -> Vec<u8> {
@@ -113,6 +106,7 @@ async fn serve_and_capture(log_format: Option<&str>) -> Vec<u8> {
         .env("HOST", "127.0.0.1")
         .env("PORT", port.to_string())
         .env("LOG_LEVEL", "info,queen_broker=debug")
+        .env("FILE_BUFFER_DIR", common::scratch_spool_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);

@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common;
+use crate::common::statuses;
 use crate::wire::{
     batch, blob_txns, frames_of, hex, item, post_bin, push_groups, segments, written, z_of,
     PY_FRAMES,
@@ -23,15 +24,6 @@ async fn pop_all(b: &common::TestBroker, queue: &str) -> Vec<Value> {
         .await;
     assert_eq!(status, StatusCode::OK, "pop {queue}: {body}");
     body["messages"].as_array().cloned().unwrap_or_default()
-}
-
-fn statuses(answer: &Value) -> Vec<&str> {
-    answer
-        .as_array()
-        .expect("an array answer")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or_default())
-        .collect()
 }
 
 #[tokio::test]

@@ -2,13 +2,12 @@
 //! exactly one runs the loop, and when it stops — shut down, or killed with SIGKILL — the
 //! other takes over and deletes in its place.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio_postgres::config::Host;
 
 use super::*;
+use crate::common::faults::QueenProcess;
 use crate::common::{configure, partition_id, push_txns, txns};
 
 /// Sessions holding the retention runner lock (advisory key 737001) in the database.
@@ -65,57 +64,15 @@ async fn one_of_two_brokers_runs_the_loop_and_the_other_takes_over_when_it_stops
     eviction_happens(&b, "after").await;
 }
 
-/// A `queen serve` process on the test database; killed when dropped.
-struct Queen(Child);
-
-impl Drop for Queen {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_queen(pg: &tokio_postgres::Config, port: u16) -> Queen {
-    let host = match &pg.get_hosts()[0] {
-        Host::Unix(path) => path.to_string_lossy().into_owned(),
-        Host::Tcp(name) => name.clone(),
-    };
-    Queen(
-        Command::new(env!("CARGO_BIN_EXE_queen"))
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("PG_HOST", host)
-            .env("PG_PORT", pg.get_ports()[0].to_string())
-            .env("PG_USER", pg.get_user().unwrap_or("postgres"))
-            .env("PG_DB", pg.get_dbname().expect("test database name"))
-            .env("DB_POOL_SIZE", "8")
-            .env("PORT", port.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("RETENTION_INTERVAL", INTERVAL_MS.to_string())
-            .env("LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn queen serve"),
-    )
-}
-
 #[tokio::test]
 async fn a_runner_killed_with_sigkill_is_replaced() {
     let pg = crate::common::fresh_database().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let mut child = spawn_queen(&pg, port);
+    let interval = [("RETENTION_INTERVAL", INTERVAL_MS.to_string())];
+    let child = QueenProcess::start(env!("CARGO_BIN_EXE_queen"), &pg, &interval).await;
+    let metrics = format!("{}/metrics", child.url);
     let http = reqwest::Client::new();
     let child_stats = || async {
-        let r = http
-            .get(format!("http://127.0.0.1:{port}/metrics"))
-            .send()
-            .await
-            .ok()?;
+        let r = http.get(&metrics).send().await.ok()?;
         let body: serde_json::Value = r.json().await.ok()?;
         Some(body["retention"].clone())
     };
@@ -130,8 +87,7 @@ async fn a_runner_killed_with_sigkill_is_replaced() {
     wait_runs_of_child(&child_stats).await;
     assert_eq!(runner(&b).await, (false, 0), "the child holds the lock");
 
-    child.0.kill().expect("SIGKILL");
-    child.0.wait().expect("reap");
+    child.kill9();
     eventually("the in-process broker to take over", || async {
         runner(&b).await.0
     })

@@ -67,10 +67,7 @@ impl QueenProcess {
     /// Starts `bin` (`env!("CARGO_BIN_EXE_queen")` of the test) on `pg` with `env` on top
     /// of a clean environment, and waits for its `/health`.
     pub async fn start(bin: &str, pg: &tokio_postgres::Config, env: &[(&str, String)]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::free_port();
         let host = match pg.get_hosts().first() {
             Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
             Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
@@ -91,6 +88,8 @@ impl QueenProcess {
             .env("PG_DB", pg.get_dbname().unwrap_or("postgres"))
             .env("DB_POOL_SIZE", "8")
             .env("LOG_LEVEL", "warn")
+            // Its own spool directory, not `queen-data/` under the test's working directory.
+            .env("FILE_BUFFER_DIR", crate::scratch_spool_dir())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for (k, v) in env {

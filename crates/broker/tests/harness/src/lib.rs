@@ -422,3 +422,21 @@ pub async fn pop(
         other => panic!("pop answered {other}: {body}"),
     }
 }
+
+/// The `status` of each item of a push answer, in order.
+pub fn statuses(answer: &Value) -> Vec<&str> {
+    answer
+        .as_array()
+        .expect("an array answer")
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// A TCP port that was free when asked (for brokers started as child processes).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}

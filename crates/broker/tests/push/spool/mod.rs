@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::common::statuses;
 use crate::common::TestBroker;
 
 /// `POST /api/v1/system/maintenance[/pop]` with `{"enabled": on}` at `url`.
@@ -52,15 +53,6 @@ async fn push_at(http: &reqwest::Client, url: &str, queue: &str, items: &[(&str,
 
 async fn push(b: &TestBroker, queue: &str, items: &[(&str, &str)]) -> Value {
     push_at(&b.http, &b.url, queue, items).await
-}
-
-fn statuses(answer: &Value) -> Vec<String> {
-    answer
-        .as_array()
-        .expect("array answer")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 /// (transactionId → message_id) of an answer.
