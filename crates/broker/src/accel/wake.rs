@@ -13,10 +13,14 @@
 //! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
 //! mailbox of the newest 64 pushed-partition hints (drop-oldest), which a woken wildcard pop
 //! tries with targeted claims before its candidate scan (docs/engine.md §5.2, §8.1). Peer
-//! notifications carry the same hints as `queue\x1fpartition` lines while they fit.
+//! notifications carry the same hints as `queue\x1fpartition` lines while they fit, and an
+//! ack that released a lease with data behind it as a `queue\x1fpartition\x1fgroup` line
+//! (`wake_released`). What a peer's notification names is also handed to a
+//! [`PeerObserver`] (the hot-list ring), so other brokers' commits reach the local caches.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -46,6 +50,20 @@ pub trait PeerLink: Send + Sync + 'static {
 pub struct PeerConnection {
     pub sender: Box<dyn PeerSender>,
     pub notes: mpsc::UnboundedReceiver<String>,
+}
+
+/// Receives what other brokers' notifications name, before their gates open. Each call is a
+/// hint, as stale as a notification can be; `everything` follows a reconnect, when
+/// notifications may have been lost.
+pub trait PeerObserver: Send + Sync + 'static {
+    /// A peer stored messages into the partition.
+    fn pushed(&self, queue: &str, partition: &str);
+    /// A peer's ack released the group's lease on the partition with data behind it.
+    fn released(&self, queue: &str, partition: &str, group: &str);
+    /// Something changed on the queue that the notification could not name.
+    fn queue(&self, queue: &str);
+    /// Anything may have changed.
+    fn everything(&self);
 }
 
 /// The sending half of a peer session.
@@ -133,8 +151,19 @@ fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
     mailbox.push_back(partition.to_string());
 }
 
-/// Per marked queue, the partitions hinted to the peers (empty = the queue only).
-type PeerBatch = HashMap<String, VecDeque<String>>;
+/// One tick's notification to the peers: per marked queue the partitions hinted (empty = the
+/// queue only), and the (queue, partition, group) leases acks released with data behind.
+#[derive(Default)]
+struct PeerBatch {
+    queues: HashMap<String, VecDeque<String>>,
+    released: BTreeSet<(String, String, String)>,
+}
+
+impl PeerBatch {
+    fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.released.is_empty()
+    }
+}
 
 struct Shared {
     gates: Mutex<HashMap<String, Arc<Gate>>>,
@@ -145,6 +174,8 @@ struct Shared {
     /// Marked queues bound for the peer connection (present only with peer wake).
     peer_out: Option<mpsc::UnboundedSender<PeerBatch>>,
     peer_in: Mutex<Option<mpsc::UnboundedReceiver<PeerBatch>>>,
+    /// Told what peers' notifications name (set once, by the engine).
+    observer: OnceLock<Arc<dyn PeerObserver>>,
 }
 
 /// Wakes waiting for the next tick.
@@ -177,6 +208,7 @@ impl WakeGates {
                 tick: Notify::new(),
                 peer_out: tx,
                 peer_in: Mutex::new(rx),
+                observer: OnceLock::new(),
             }),
             broker_id,
             peer,
@@ -208,6 +240,17 @@ impl WakeGates {
         }
     }
 
+    /// Hands what peers' notifications name to `observer` from now on (the first call wins).
+    pub fn observe(&self, observer: Arc<dyn PeerObserver>) {
+        let _ = self.shared.observer.set(observer);
+    }
+
+    /// Opens the queue's gate now, for this broker's parked pops only: for a cache that just
+    /// found work for them (a due revisit, candidates handed back), not for a commit.
+    pub fn open_local(&self, queue: &str) {
+        self.shared.open(std::iter::once(queue));
+    }
+
     /// How many per-queue gates exist (one per queue with a waiting pop), for `/metrics`.
     pub fn gate_count(&self) -> usize {
         lock(&self.shared.gates).len()
@@ -217,7 +260,7 @@ impl WakeGates {
     /// gate and, with peer wake, the other brokers. For wakes that cannot name a partition
     /// (a released lease, a seek of every partition, a group delete).
     pub fn wake_queue(&self, queue: &str) {
-        self.mark(queue, &[]);
+        self.mark(queue, &[], None);
     }
 
     /// Like `wake_queue` for every queue a committed write stored into, and records the
@@ -232,11 +275,19 @@ impl WakeGates {
             }
         }
         for (queue, partitions) in by_queue {
-            self.mark(queue, &partitions);
+            self.mark(queue, &partitions, None);
         }
     }
 
-    fn mark(&self, queue: &str, partitions: &[&str]) {
+    /// Like `wake_queue` for an ack that released `group`'s lease on the partition with data
+    /// behind it; the peers learn which lease, so their rings can serve it at once.
+    pub fn wake_released(&self, queue: &str, partition: &str, group: &str) {
+        self.mark(queue, &[], Some((partition, group)));
+    }
+
+    /// Marks `queue` for the next tick, with the pushed `partitions` as hints and the lease a
+    /// peer should learn was `released` (partition, group).
+    fn mark(&self, queue: &str, partitions: &[&str], released: Option<(&str, &str)>) {
         self.ensure_started();
         // Hinted under the map's lock, never through a clone: a gate's reference count must
         // only move under that lock (see `GateHandle`).
@@ -257,9 +308,17 @@ impl WakeGates {
             }
             m.any = true;
             if self.shared.peer_out.is_some() {
-                let hinted = m.peer.entry(queue.to_string()).or_default();
-                for p in partitions {
-                    remember(hinted, p);
+                match released {
+                    Some((p, g)) => {
+                        let key = (queue.to_string(), p.to_string(), g.to_string());
+                        m.peer.released.insert(key);
+                    }
+                    None => {
+                        let hinted = m.peer.queues.entry(queue.to_string()).or_default();
+                        for p in partitions {
+                            remember(hinted, p);
+                        }
+                    }
                 }
             }
             was_idle
@@ -319,16 +378,26 @@ impl Shared {
         }
     }
 
-    /// A peer's wake: records its partition hints on the existing gates, then opens them.
-    fn open_hinted(&self, lines: &[(&str, Option<&str>)]) {
+    /// A peer's wake: tells the observer, records the partition hints on the existing gates,
+    /// then opens them.
+    fn open_hinted(&self, lines: &[Line<'_>]) {
+        if let Some(observer) = self.observer.get() {
+            for line in lines {
+                match (line.partition, line.released_group) {
+                    (Some(p), Some(g)) => observer.released(line.queue, p, g),
+                    (Some(p), None) => observer.pushed(line.queue, p),
+                    (None, _) => observer.queue(line.queue),
+                }
+            }
+        }
         let gates = lock(&self.gates);
-        for (queue, partition) in lines {
-            if let (Some(g), Some(p)) = (gates.get(*queue), partition) {
+        for line in lines {
+            if let (Some(g), Some(p)) = (gates.get(line.queue), line.partition) {
                 g.hint(p);
             }
         }
-        for (queue, _) in lines {
-            if let Some(g) = gates.get(*queue) {
+        for line in lines {
+            if let Some(g) = gates.get(line.queue) {
                 g.notify.notify_waiters();
             }
         }
@@ -338,6 +407,9 @@ impl Shared {
     /// Opens every gate: after the peer connection (re)connects, notifications may have been
     /// lost, so everything counts as dirty once.
     fn open_all(&self) {
+        if let Some(observer) = self.observer.get() {
+            observer.everything();
+        }
         for g in lock(&self.gates).values() {
             g.notify.notify_waiters();
         }
@@ -436,9 +508,18 @@ async fn serve_peer(
 /// What a peer notification asks for.
 #[derive(Debug, PartialEq)]
 enum PeerWake<'a> {
-    /// Queues to wake, each line with the partition it hints, if any.
-    Queues(Vec<(&'a str, Option<&'a str>)>),
+    /// Queues to wake, each line with what it names.
+    Queues(Vec<Line<'a>>),
     All,
+}
+
+/// One line of a wake notification: a queue; with a partition, a push into it; with a group
+/// too, a lease of that group released with data behind it.
+#[derive(Debug, PartialEq)]
+struct Line<'a> {
+    queue: &'a str,
+    partition: Option<&'a str>,
+    released_group: Option<&'a str>,
 }
 
 /// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
@@ -447,7 +528,8 @@ enum PeerWake<'a> {
 const KIND_WAKE: &str = "wake";
 
 /// Notification payloads for one tick's batch: the sender id, the kind, then one line per
-/// hinted partition (`queue\x1fpartition`) or per queue without hints (`queue`), split below
+/// hinted partition (`queue\x1fpartition`), per released lease
+/// (`queue\x1fpartition\x1fgroup`) or per queue without hints (`queue`), split below
 /// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
 /// and a queue name too long for any payload to an empty line, which means "wake everything".
 fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
@@ -461,7 +543,16 @@ fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
         }
     };
     let mut lines = Vec::new();
-    for (queue, partitions) in batch {
+    for (queue, partition, group) in &batch.released {
+        if fits(queue.len() + partition.len() + group.len() + 2) {
+            lines.push(format!(
+                "{queue}{PAIR_SEPARATOR}{partition}{PAIR_SEPARATOR}{group}"
+            ));
+        } else {
+            lines.push(queue_line(queue));
+        }
+    }
+    for (queue, partitions) in &batch.queues {
         if partitions.is_empty() {
             lines.push(queue_line(queue));
         }
@@ -498,9 +589,13 @@ fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
     }
     let parsed = lines
         .into_iter()
-        .map(|l| match l.split_once(PAIR_SEPARATOR) {
-            Some((queue, partition)) => (queue, Some(partition)),
-            None => (l, None),
+        .map(|l| {
+            let mut fields = l.splitn(3, PAIR_SEPARATOR);
+            Line {
+                queue: fields.next().unwrap_or_default(),
+                partition: fields.next(),
+                released_group: fields.next(),
+            }
         })
         .collect();
     Some((sender, PeerWake::Queues(parsed)))

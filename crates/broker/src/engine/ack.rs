@@ -11,6 +11,7 @@ use queen_proto::{LeaseId, PartitionId};
 
 use deadpool_postgres::GenericClient;
 
+use crate::accel::admission::Lane;
 use crate::engine::dlq::{self, Nack};
 use crate::engine::Engine;
 use crate::error::Result;
@@ -113,6 +114,7 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     if acks.is_empty() {
         return Ok(outcomes);
     }
+    let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
     let mut first_failure = None;
     let mut answered = false;
@@ -174,8 +176,9 @@ async fn apply_group(
 }
 
 /// What a committed verdict means for its group (plain acks and a transaction's alike): the
-/// per-item outcomes, the DLQ hand-off it may ask for, and the wake-up of parked pops when it
-/// released a lease with data pending. Fails only when the hand-off's outcome is unknown.
+/// per-item outcomes, the DLQ hand-off it may ask for, and, when it released a lease, the
+/// hot-list ring's update and (with data pending) the wake-up of parked pops. Fails only
+/// when the hand-off's outcome is unknown.
 pub async fn conclude(
     state: &Engine,
     db: &impl GenericClient,
@@ -183,8 +186,8 @@ pub async fn conclude(
     verdict: &HashAckVerdict,
 ) -> Result<Vec<AckOutcome>> {
     let mut settled = settle(verdict, group);
-    if let Some(queue) = &verdict.wake_queue {
-        state.wake.wake_queue(queue);
+    if verdict.lease_released || verdict.wake_queue.is_some() {
+        released(state, group[0], verdict.wake_queue.as_deref());
     }
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;
@@ -219,9 +222,7 @@ async fn hand_off(
                 outcome.lease_released = true;
                 outcome.dlq = ack.transaction_id == filed.transaction_id;
             }
-            if let Some(queue) = &filed.wake_queue {
-                state.wake.wake_queue(queue);
-            }
+            released(state, acks[0], filed.wake_queue.as_deref());
         }
         Ok(None) => {}
         Err(e) if e.is_unavailable() => return Err(e),
@@ -242,6 +243,28 @@ async fn hand_off(
         }
     }
     Ok(())
+}
+
+/// A lease of `ack`'s (partition, group) was released; `pending_on`: the queue, when data is
+/// left behind the cursor. The ring learns it (a nack redelivers at once instead of at the
+/// lease's end; a drained partition leaves the ring), and with data pending the queue's
+/// parked pops wake, here and, naming the lease when this broker knows its partition, on
+/// the peers; a partition it does not know marks the queue's rings for a reseed instead.
+fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
+    let pid = ack.partition_id.get();
+    let named = state
+        .hotlist
+        .released(pid, &ack.group, pending_on.is_some());
+    let Some(queue) = pending_on else {
+        return;
+    };
+    match named {
+        Some((queue, partition)) => state.wake.wake_released(&queue, &partition, &ack.group),
+        None => {
+            state.hotlist.dirty(queue);
+            state.wake.wake_queue(queue);
+        }
+    }
 }
 
 /// The group's nacks, whose errors give the dead letter its reason.

@@ -8,7 +8,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::admission::Admission;
 use crate::accel::dedup_cache::DedupCache;
+use crate::accel::hotlist::HotList;
 use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
@@ -25,6 +27,11 @@ pub struct Inner {
     pub wake: Arc<WakeGates>,
     /// Pop-path state: maintenance flag cache, learned minimum pop waits, counters.
     pub pop: PopCache,
+    /// Per (queue, group), the partitions known to have work (docs/engine.md §7); used by
+    /// wildcard pops when `cfg.hotlist` is on, fed by every commit and ack regardless.
+    pub hotlist: HotList,
+    /// The one limiter every push, pop claim and ack passes before its connection (§9).
+    pub admission: Admission,
     /// Coalesces pushed frames into segments and bundles (docs/engine.md §4.3).
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).

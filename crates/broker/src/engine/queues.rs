@@ -212,6 +212,7 @@ pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let deleted = queues::delete(&conn, queue).await?;
     if deleted.is_some() {
         state.pop.forget(queue);
+        state.hotlist.forget(queue);
     }
     Ok(deleted)
 }

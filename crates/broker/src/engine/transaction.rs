@@ -14,6 +14,7 @@ use queen_proto::hash::txn_hash;
 use queen_proto::LeaseId;
 use uuid::Uuid;
 
+use crate::accel::admission::Lane;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
@@ -157,6 +158,8 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         })
         .collect();
 
+    // A transaction is a push commit first: it takes the push lane's permit.
+    let _permit = state.admission.acquire(Lane::Push).await;
     let db = state.store.conn().await?;
     let committed = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
         Ok(committed) => committed,

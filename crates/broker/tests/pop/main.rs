@@ -9,6 +9,7 @@ mod bounds;
 mod concurrency;
 mod framed;
 mod hints;
+mod hotlist;
 mod locks;
 mod longpoll;
 mod routes;
