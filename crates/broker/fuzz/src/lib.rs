@@ -63,7 +63,7 @@ fn broker() -> &'static Broker {
         ]);
         let mut cfg = args.cfg;
         // No LISTEN connection and no schema for a database that is not there.
-        cfg.peer_wake = false;
+        cfg.peer_wake = queen_broker::config::PeerWake::Off;
         cfg.apply_schema = false;
         let pg = queen_broker::server::external_pg_config(&cfg).expect("the fuzz URL parses");
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -245,14 +245,19 @@ async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
             .await
         }));
     }
-    // Every pop parked, its first attempt (a cold ring's reseed) behind it and counted: with
-    // the ring, every pop has found its ring empty once; on the SQL path, give them the same
-    // 3 s. Then the backends' reports of that burst must come in before the window opens.
+    // Every pop parked, its first attempt behind it and counted: with the ring, every queue's
+    // ring reseeded once (cold) and the pops found it empty; on the SQL path, give them the
+    // same 3 s. Then the backends' reports of that burst must come in before the window opens.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let settled = Instant::now() + Duration::from_secs(120);
     loop {
         let (_, m) = b.get("/metrics").await;
-        if m["hotlist"]["enabled"] == false || m["hotlist"]["emptyPolls"].as_u64() >= Some(1000) {
+        let ring = &m["hotlist"];
+        if ring["enabled"] == false
+            || (ring["rings"] == 100
+                && ring["reseeds"].as_u64() >= Some(100)
+                && ring["emptyPolls"].as_u64() >= Some(2000))
+        {
             break;
         }
         assert!(Instant::now() < settled, "the pops never parked: {m}");
@@ -260,9 +265,13 @@ async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
     }
     tokio::time::sleep(Duration::from_secs(11)).await;
     let db = b.sql().await;
-    let (before, started) = (commits(&db).await, Instant::now());
+    let reseeds = || async { b.get("/metrics").await.1["hotlist"]["reseeds"].as_u64() };
+    let (before, started, reseeded) = (commits(&db).await, Instant::now(), reseeds().await);
     tokio::time::sleep(window).await;
     let (after, elapsed) = (commits(&db).await, started.elapsed());
+    if let (Some(from), Some(to)) = (reseeded, reseeds().await) {
+        println!("{} ring reseeds in the {window:?} window", to - from);
+    }
     for p in &pops {
         assert!(!p.is_finished(), "a parked pop answered early");
     }
