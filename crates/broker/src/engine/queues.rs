@@ -193,16 +193,20 @@ fn integer(value: &Value) -> Option<i64> {
     (f.fract() == 0.0 && f.abs() < 9.0e18).then_some(f as i64)
 }
 
-/// Creates or reconfigures the queue; returns its effective row.
+/// Creates or reconfigures the queue; returns its effective row. The queue's hot-list rings
+/// reseed on their next pop: a shorter `delayedProcessing` or `windowBuffer` makes partitions
+/// the ring parked until the old horizon visible sooner.
 pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
     let conn = state.store.conn().await?;
-    queues::configure(
+    let row = queues::configure(
         &conn,
         &req.queue,
         &Value::Object(req.patch.clone()),
         req.replace,
     )
-    .await
+    .await?;
+    state.hotlist.dirty(&req.queue);
+    Ok(row)
 }
 
 /// Deletes the queue and everything it owns; `None` when it does not exist, else the number
