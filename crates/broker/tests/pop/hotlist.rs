@@ -2,15 +2,18 @@
 //! delivers; the wheel delivers a `delayedProcessing` message and a message whose lease
 //! expired to a parked pop on time, with no re-poll; another broker's commits and acks reach
 //! this broker's ring through the wake notifications (`QUEEN_PEER_WAKE=auto` with an
-//! external database); and parked long-polls with nothing in their rings cost no SQL.
+//! external database); and parked long-polls with nothing in their rings cost no SQL (counted
+//! with `pg_stat_statements` on a cluster of the test's own).
 //!
 //! The brokers here re-check only when woken (a 20 s backoff), so a parked pop that delivers
 //! before its timeout was served by a wake: a push, a peer's notification or the wheel.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use queen_broker::config::{Config, PeerWake};
+use queen_embedded_pg::{EmbeddedOptions, EmbeddedPg};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -214,22 +217,55 @@ async fn another_brokers_commits_and_acks_reach_this_brokers_ring() {
     assert_eq!(again.txns(), txns("n", 2));
 }
 
-/// `xact_commit` of the broker's database. A backend reports its counts when it goes idle,
-/// but at most once a second and, if it stays idle, only after 10 s (PostgreSQL 15's
-/// `PGSTAT_IDLE_INTERVAL`): a window must start that long after a burst.
-async fn commits(db: &tokio_postgres::Client) -> i64 {
-    db.query_one(
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
-        &[],
-    )
-    .await
-    .expect("pg_stat_database")
-    .get(0)
+/// A private cluster that loads `pg_stat_statements` (the harness's cluster does not), with one
+/// database per broker: the statements a broker runs are counted exactly, and no other test's
+/// work or autovacuum run on the shared cluster lands in the counts.
+async fn counting_cluster() -> (EmbeddedPg, tokio_postgres::Client, PathBuf) {
+    let dir = PathBuf::from(format!("/tmp/queen-test/idle-cost-{}", std::process::id()));
+    let mut opts = EmbeddedOptions::new(&dir);
+    opts.shared_buffers_mb = Some(64);
+    opts.extra_settings = vec![(
+        "shared_preload_libraries".into(),
+        "pg_stat_statements".into(),
+    )];
+    let cluster = queen_embedded_pg::start(opts)
+        .await
+        .expect("start the counting cluster");
+    let admin = common::connect(&cluster.config("postgres")).await;
+    for ddl in [
+        "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+        "CREATE DATABASE ring",
+        "CREATE DATABASE scan",
+    ] {
+        admin.batch_execute(ddl).await.expect(ddl);
+    }
+    (cluster, admin, dir)
 }
 
-/// Parks 1 000 long-polls on 100 empty queues of `b` and answers the transactions per second
-/// its database commits meanwhile (the measurement's own two reads included).
-async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
+/// Statements run in database `db` since the last reset, and its committed transactions
+/// (`xact_commit`, reported by a backend when it goes idle, at most once a second and, if it
+/// stays idle, only after 10 s: PostgreSQL 15's `PGSTAT_IDLE_INTERVAL`).
+async fn counts(admin: &tokio_postgres::Client, db: &str) -> (i64, i64) {
+    let r = admin
+        .query_one(
+            "SELECT (SELECT COALESCE(sum(s.calls), 0)::bigint FROM pg_stat_statements s
+                     JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1),
+                    (SELECT xact_commit FROM pg_stat_database WHERE datname = $1)",
+            &[&db],
+        )
+        .await
+        .expect("statement counts");
+    (r.get(0), r.get(1))
+}
+
+/// Parks 1 000 long-polls on 100 empty queues of `b` (its database `db`) and answers the
+/// statements and the transactions per second PostgreSQL ran for it over `window`.
+async fn idle_cost(
+    b: &TestBroker,
+    admin: &tokio_postgres::Client,
+    db: &str,
+    window: Duration,
+) -> (f64, f64) {
     for q in 0..100 {
         configure(b, &format!("idle-{q}"), json!({})).await;
     }
@@ -245,9 +281,9 @@ async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
             .await
         }));
     }
-    // Every pop parked, its first attempt behind it and counted: with the ring, every queue's
-    // ring reseeded once (cold) and the pops found it empty; on the SQL path, give them the
-    // same 3 s. Then the backends' reports of that burst must come in before the window opens.
+    // Every pop parked, its first attempt behind it: with the ring, every queue's ring
+    // reseeded once (cold) and the pops found it empty; on the SQL path, give them the same
+    // 3 s. Then the backends' transaction reports of that burst must come in.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let settled = Instant::now() + Duration::from_secs(120);
     loop {
@@ -264,11 +300,12 @@ async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(11)).await;
-    let db = b.sql().await;
     let reseeds = || async { b.get("/metrics").await.1["hotlist"]["reseeds"].as_u64() };
-    let (before, started, reseeded) = (commits(&db).await, Instant::now(), reseeds().await);
+    let (reseeded, started) = (reseeds().await, Instant::now());
+    let (statements, commits) = counts(admin, db).await;
     tokio::time::sleep(window).await;
-    let (after, elapsed) = (commits(&db).await, started.elapsed());
+    let (statements_after, commits_after) = counts(admin, db).await;
+    let elapsed = started.elapsed().as_secs_f64();
     if let (Some(from), Some(to)) = (reseeded, reseeds().await) {
         println!("{} ring reseeds in the {window:?} window", to - from);
     }
@@ -278,21 +315,29 @@ async fn idle_cost(b: &TestBroker, window: Duration) -> f64 {
     for p in pops {
         p.abort();
     }
-    (after - before) as f64 / elapsed.as_secs_f64()
+    (
+        (statements_after - statements) as f64 / elapsed,
+        (commits_after - commits) as f64 / elapsed,
+    )
 }
 
-/// The ring's window spans a whole reseed floor (30 s), so its cost is in the number.
+/// The ring's window spans a whole reseed floor (30 s), so its cost is in the numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_parked_long_polls_cost_almost_no_sql() {
-    let ring = common::broker().await;
-    let on = idle_cost(&ring, Duration::from_secs(31)).await;
+    let (cluster, admin, dir) = counting_cluster().await;
+    let ring = common::broker_on(cluster.config("ring"), |_| {}).await;
+    let (on, on_tx) = idle_cost(&ring, &admin, "ring", Duration::from_secs(31)).await;
     ring.stop().await;
-    let sql = common::broker_with(|cfg| cfg.hotlist = false).await;
-    let off = idle_cost(&sql, Duration::from_secs(10)).await;
-    sql.stop().await;
+    let scan = common::broker_on(cluster.config("scan"), |cfg| cfg.hotlist = false).await;
+    let (off, off_tx) = idle_cost(&scan, &admin, "scan", Duration::from_secs(10)).await;
+    scan.stop().await;
+    drop(admin);
+    cluster.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
     println!(
-        "1 000 parked long-polls on 100 empty queues: {on:.1} transactions/s with the ring, \
-         {off:.1} on the SQL path"
+        "1 000 parked long-polls on 100 empty queues: {on:.1} statements/s ({on_tx:.1} \
+         transactions/s) with the ring, {off:.1} statements/s ({off_tx:.1} transactions/s) on \
+         the SQL path"
     );
     assert!(
         on <= 10.0,
