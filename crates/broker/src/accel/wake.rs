@@ -15,8 +15,9 @@
 //! tries with targeted claims before its candidate scan (docs/engine.md §5.2, §8.1). Peer
 //! notifications carry the same hints as `queue\x1fpartition` lines while they fit, and an
 //! ack that released a lease with data behind it as a `queue\x1fpartition\x1fgroup` line
-//! (`wake_released`). What a peer's notification names is also handed to a
-//! [`PeerObserver`] (the hot-list ring), so other brokers' commits reach the local caches.
+//! (`wake_released`); the payload format is `wake/payload.rs`. What a peer's notification
+//! names is also handed to a [`PeerObserver`] (the hot-list ring), so other brokers' commits
+//! reach the local caches.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,13 +32,8 @@ use uuid::Uuid;
 
 /// The coalescing tick of local wakes and of outgoing peer notifications.
 const TICK: Duration = Duration::from_millis(5);
-/// PostgreSQL refuses notification payloads of 8000 bytes or more.
-const MAX_PAYLOAD: usize = 7900;
 /// Pushed-partition hints kept per gate, and per queue in one peer tick: the newest ones.
 pub const HINT_MAILBOX: usize = 64;
-/// Separates the queue and the partition of a hinted peer-notification line (names never
-/// contain control characters).
-const PAIR_SEPARATOR: char = '\x1f';
 
 /// The channel to the other brokers of the database (cross-broker wake).
 pub trait PeerLink: Send + Sync + 'static {
@@ -505,101 +501,8 @@ async fn serve_peer(
     }
 }
 
-/// What a peer notification asks for.
-#[derive(Debug, PartialEq)]
-enum PeerWake<'a> {
-    /// Queues to wake, each line with what it names.
-    Queues(Vec<Line<'a>>),
-    All,
-}
+mod payload;
 
-/// One line of a wake notification: a queue; with a partition, a push into it; with a group
-/// too, a lease of that group released with data behind it.
-#[derive(Debug, PartialEq)]
-struct Line<'a> {
-    queue: &'a str,
-    partition: Option<&'a str>,
-    released_group: Option<&'a str>,
-}
-
-/// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
-/// share the channel later; a receiver that does not know a kind wakes everything, which is
-/// never wrong, only wasteful.
-const KIND_WAKE: &str = "wake";
-
-/// Notification payloads for one tick's batch: the sender id, the kind, then one line per
-/// hinted partition (`queue\x1fpartition`), per released lease
-/// (`queue\x1fpartition\x1fgroup`) or per queue without hints (`queue`), split below
-/// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
-/// and a queue name too long for any payload to an empty line, which means "wake everything".
-fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
-    let head = format!("{sender}\n{KIND_WAKE}");
-    let fits = |line_len: usize| head.len() + 1 + line_len <= MAX_PAYLOAD;
-    let queue_line = |q: &str| {
-        if fits(q.len()) {
-            q.to_string()
-        } else {
-            String::new()
-        }
-    };
-    let mut lines = Vec::new();
-    for (queue, partition, group) in &batch.released {
-        if fits(queue.len() + partition.len() + group.len() + 2) {
-            lines.push(format!(
-                "{queue}{PAIR_SEPARATOR}{partition}{PAIR_SEPARATOR}{group}"
-            ));
-        } else {
-            lines.push(queue_line(queue));
-        }
-    }
-    for (queue, partitions) in &batch.queues {
-        if partitions.is_empty() {
-            lines.push(queue_line(queue));
-        }
-        for p in partitions {
-            if fits(queue.len() + 1 + p.len()) {
-                lines.push(format!("{queue}{PAIR_SEPARATOR}{p}"));
-            } else {
-                lines.push(queue_line(queue));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut current = head.clone();
-    for line in lines {
-        if current.len() + 1 + line.len() > MAX_PAYLOAD {
-            out.push(std::mem::replace(&mut current, head.clone()));
-        }
-        current.push('\n');
-        current.push_str(&line);
-    }
-    if current.len() > head.len() {
-        out.push(current);
-    }
-    out
-}
-
-fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
-    let mut lines = payload.split('\n');
-    let sender = lines.next()?.parse().ok()?;
-    let kind = lines.next();
-    let lines: Vec<&str> = lines.collect();
-    if kind != Some(KIND_WAKE) || lines.is_empty() || lines.iter().any(|l| l.is_empty()) {
-        return Some((sender, PeerWake::All));
-    }
-    let parsed = lines
-        .into_iter()
-        .map(|l| {
-            let mut fields = l.splitn(3, PAIR_SEPARATOR);
-            Line {
-                queue: fields.next().unwrap_or_default(),
-                partition: fields.next(),
-                released_group: fields.next(),
-            }
-        })
-        .collect();
-    Some((sender, PeerWake::Queues(parsed)))
-}
-
+use payload::{parse_payload, payloads, Line, PeerWake};
 #[cfg(test)]
 mod tests;
