@@ -43,6 +43,25 @@ fn parse_days(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `QUEEN_PEER_WAKE`: cross-broker wake on, off, or `auto` (on exactly when the database is
+/// not the embedded one, which serves one broker by construction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerWake {
+    Auto,
+    On,
+    Off,
+}
+
+/// `auto`, or one of the boolean spellings of [`parse_bool`].
+fn parse_peer_wake(s: &str) -> Result<PeerWake, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(PeerWake::Auto);
+    }
+    parse_bool(s)
+        .map(|on| if on { PeerWake::On } else { PeerWake::Off })
+        .map_err(|e| format!("{e}, or auto"))
+}
+
 /// Options of `queen serve` (its help text describes the embedded PostgreSQL default).
 #[derive(Args, Debug, Clone)]
 pub struct Config {
@@ -135,10 +154,22 @@ pub struct Config {
     /// Cheap has-pending probe before a pop takes a connection-heavy path.
     #[arg(long, env = "QUEEN_POP_PENDING_GATE", default_value = "true", value_parser = parse_bool)]
     pub pop_pending_gate: bool,
-    /// Wake long-polls of other brokers sharing the database (LISTEN/NOTIFY). Always off
-    /// with the embedded PostgreSQL, which serves one broker by construction.
-    #[arg(long, env = "QUEEN_PEER_WAKE", default_value = "false", value_parser = parse_bool)]
-    pub peer_wake: bool,
+    /// Wake long-polls of other brokers sharing the database, and feed their hot-list rings
+    /// (LISTEN/NOTIFY): auto (on with an external database), true or false. Always off with
+    /// the embedded PostgreSQL, which serves one broker by construction.
+    #[arg(long, env = "QUEEN_PEER_WAKE", default_value = "auto", value_parser = parse_peer_wake)]
+    pub peer_wake: PeerWake,
+    /// Hot-list ring (docs/engine.md §7): wildcard pops claim only partitions this broker
+    /// knows have work, and a pop with none costs no SQL. Off: the SQL candidate scan.
+    #[arg(long, env = "QUEEN_HOTLIST", default_value = "true", value_parser = parse_bool)]
+    pub hotlist: bool,
+    /// Each hot-list ring is refilled from PostgreSQL at least this often (ms) while pops use
+    /// it: the floor for work no notification announced.
+    #[arg(long, env = "QUEEN_HOTLIST_RESEED_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub hotlist_reseed_ms: u64,
+    /// A hot-list ring no pop consulted for this long (ms) is dropped.
+    #[arg(long, env = "QUEEN_HOTLIST_UNSERVED_TRIM_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub hotlist_unserved_trim_ms: u64,
     /// Broker-side dedup cache (docs/engine.md §4.2): pushes vouch for their transactionIds so
     /// PostgreSQL probes only the tail of the dedup window. Off: every push probes the window.
     #[arg(long, env = "QUEEN_DEDUP_CACHE", default_value = "true", value_parser = parse_bool)]
@@ -429,6 +460,15 @@ impl Config {
         self.database_url.is_none() && self.pg_host.is_none()
     }
 
+    /// Whether cross-broker wake runs: `auto` means with an external database.
+    pub fn peer_wake_on(&self) -> bool {
+        match self.peer_wake {
+            PeerWake::On => true,
+            PeerWake::Off => false,
+            PeerWake::Auto => !self.embedded(),
+        }
+    }
+
     /// The embedded cluster's directory.
     pub fn pg_dir(&self) -> PathBuf {
         self.data_dir.join("pg")
@@ -483,11 +523,12 @@ impl Config {
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
-             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
-              dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
-              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} \
-              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
-              spool_events_per_file={} spool_max_bytes={} {}",
+             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={:?} ({}) \
+             hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
+             dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
+             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} \
+             encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
+             spool_events_per_file={} spool_max_bytes={} {}",
             self.host,
             self.port,
             db,
@@ -511,6 +552,10 @@ impl Config {
             self.pop_wait_max_ms,
             self.pop_pending_gate,
             self.peer_wake,
+            if self.peer_wake_on() { "on" } else { "off" },
+            self.hotlist,
+            self.hotlist_reseed_ms,
+            self.hotlist_unserved_trim_ms,
             self.dedup_cache,
             self.dedup_cache_mb,
             self.retention_interval_ms,
@@ -589,6 +634,28 @@ mod tests {
         assert!(!format!("{key:?}").contains("ab"));
         let err = EncryptionKey::from_hex("secret-but-short").expect_err("too short");
         assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn peer_wake_is_auto_by_default_and_on_only_with_an_external_database() {
+        assert_eq!(parse_peer_wake("AUTO"), Ok(PeerWake::Auto));
+        assert_eq!(parse_peer_wake("on"), Ok(PeerWake::On));
+        assert_eq!(parse_peer_wake("0"), Ok(PeerWake::Off));
+        assert!(parse_peer_wake("sometimes").is_err());
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            cfg: Config,
+        }
+        let mut cfg = <Serve as clap::Parser>::parse_from(["queen"]).cfg;
+        cfg.database_url = None;
+        cfg.pg_host = None;
+        assert_eq!(cfg.peer_wake, PeerWake::Auto);
+        assert!(!cfg.peer_wake_on(), "embedded: one broker");
+        cfg.pg_host = Some("db.internal".into());
+        assert!(cfg.peer_wake_on(), "external: brokers may share it");
+        cfg.peer_wake = PeerWake::Off;
+        assert!(!cfg.peer_wake_on());
     }
 
     #[test]

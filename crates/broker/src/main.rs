@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use queen_broker::config::Config;
+use queen_broker::config::{Config, PeerWake};
 use queen_broker::{logging, server};
 use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 
@@ -77,7 +77,7 @@ async fn serve(mut cfg: Config) -> anyhow::Result<()> {
     // The embedded cluster is started from the main thread, which lives as long as the
     // process: its parent-death signal then fires only when the broker itself dies.
     let embedded = if cfg.embedded() {
-        cfg.peer_wake = false;
+        cfg.peer_wake = PeerWake::Off;
         let mut opts = EmbeddedOptions::new(cfg.pg_dir());
         opts.unsafe_no_fsync = cfg.dev_unsafe;
         Some(embedded_pg::start(opts).await?)

@@ -63,7 +63,7 @@ fn broker() -> &'static Broker {
         ]);
         let mut cfg = args.cfg;
         // No LISTEN connection and no schema for a database that is not there.
-        cfg.peer_wake = false;
+        cfg.peer_wake = queen_broker::config::PeerWake::Off;
         cfg.apply_schema = false;
         // With no database every push would be spooled: the fuzzer must not fill a disk.
         cfg.file_buffer_enabled = false;

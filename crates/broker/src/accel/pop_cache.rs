@@ -1,12 +1,13 @@
-//! What the pop path remembers between requests: the minimum pop wait each queue configured
-//! (learned from claim answers) and the per-queue delivery metrics of `/metrics`. The engine
-//! reads PostgreSQL and feeds these; nothing here touches the database. (The pop maintenance
-//! flag lives in `accel/maintenance.rs`, beside the push flag it is read with.)
+//! What the pop path remembers between requests, gathered for the engine: the minimum pop
+//! wait of each queue (`min_pop_wait.rs`), the per-queue delivery metrics (`deliveries.rs`)
+//! and the long-poll's counters. The pop maintenance flag lives in `maintenance.rs`, beside
+//! the push flag it is read with; the hot-list ring (`hotlist/`) is the pop path's other
+//! memory, with its own switch.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::accel::deliveries::{Deliveries, QueueDeliveries};
+use crate::accel::min_pop_wait::MinPopWait;
 
 /// Per-broker pop state: the learned minimum pop waits, the long-poll's counters and the
 /// per-queue delivery metrics.
@@ -56,100 +57,4 @@ pub struct PopStats {
     pub hint_fallthroughs: AtomicU64,
     /// Waiting pops that answered 204 instead of starting a claim inside the deadline margin.
     pub deadline_margin_skips: AtomicU64,
-}
-
-/// Per-queue delivery metrics (docs/spec/life-of-a-pop.md Step 7): answers and messages delivered,
-/// and the delivery lag, i.e. how long the oldest message of an answer waited since its
-/// segment was written (last answer's and the largest seen).
-#[derive(Default)]
-pub struct Deliveries {
-    by_queue: Mutex<HashMap<String, QueueDeliveries>>,
-}
-
-/// One queue's deliveries: answers, messages, and the lag of the last and the slowest answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueDeliveries {
-    pub pops: u64,
-    pub messages: u64,
-    pub last_lag_ms: u64,
-    pub max_lag_ms: u64,
-}
-
-/// What one answer delivered per queue: (queue, messages, oldest segment timestamp in µs).
-pub struct Delivered(pub Vec<(String, u64, i64)>);
-
-impl Deliveries {
-    pub fn record(&self, delivered: Delivered, now_us: i64) {
-        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        for (queue, messages, oldest_us) in delivered.0 {
-            let lag_ms = u64::try_from(now_us.saturating_sub(oldest_us) / 1000).unwrap_or(0);
-            let q = map.entry(queue).or_default();
-            q.pops += 1;
-            q.messages += messages;
-            q.last_lag_ms = lag_ms;
-            q.max_lag_ms = q.max_lag_ms.max(lag_ms);
-        }
-    }
-
-    pub fn forget(&self, queue: &str) {
-        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(queue);
-    }
-
-    pub fn snapshot(&self) -> Vec<(String, QueueDeliveries)> {
-        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        let mut queues: Vec<_> = map.iter().map(|(q, d)| (q.clone(), *d)).collect();
-        queues.sort_by(|a, b| a.0.cmp(&b.0));
-        queues
-    }
-}
-
-/// `min_pop_wait_time` per queue, learned from the claims' answers. The relaxed flag stays
-/// false on a broker where no queue ever configured it, so the default path pays one load.
-#[derive(Default)]
-pub struct MinPopWait {
-    any: AtomicBool,
-    by_queue: Mutex<HashMap<String, u64>>,
-}
-
-impl MinPopWait {
-    pub fn window(&self, queue: &str) -> Option<Duration> {
-        if !self.any.load(Relaxed) {
-            return None;
-        }
-        let map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(queue).map(|&ms| Duration::from_millis(ms))
-    }
-
-    pub fn learn(&self, queue: &str, ms: i64) {
-        let ms = u64::try_from(ms).unwrap_or(0);
-        if ms == 0 && !self.any.load(Relaxed) {
-            return;
-        }
-        let mut map = self.by_queue.lock().unwrap_or_else(|p| p.into_inner());
-        if ms == 0 {
-            map.remove(queue);
-        } else {
-            map.insert(queue.to_string(), ms);
-            self.any.store(true, Relaxed);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn min_wait_is_off_until_some_queue_configures_it() {
-        let w = MinPopWait::default();
-        w.learn("q", 0);
-        assert!(!w.any.load(Relaxed));
-        assert_eq!(w.window("q"), None);
-        w.learn("q", 250);
-        assert_eq!(w.window("q"), Some(Duration::from_millis(250)));
-        assert_eq!(w.window("other"), None);
-        w.learn("q", 0);
-        assert_eq!(w.window("q"), None);
-    }
 }

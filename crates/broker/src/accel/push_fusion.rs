@@ -7,11 +7,11 @@
 //! - Sharding: a partition always maps to the same shard task (FNV-1a of its key), which owns
 //!   that partition's state alone, so no locks are needed.
 //! - Fire-on-idle: an arrival is dispatched at once when the shard has a free in-flight slot,
-//!   an admission permit is free right now, and the partition is not already being flushed;
-//!   otherwise it waits and joins everything that arrives meanwhile. The admission permits
-//!   (shared by all shards) bound the concurrent write transactions of the whole broker: with
-//!   PostgreSQL's commits as the bottleneck, waiting for a permit is what turns many small
-//!   flushes into few large ones.
+//!   a push permit of the broker's admission (`accel/admission.rs`) is free right now, and the
+//!   partition is not already being flushed; otherwise it waits and joins everything that
+//!   arrives meanwhile. The push lane's cap bounds the concurrent push transactions of the
+//!   whole broker: with PostgreSQL's commits as the bottleneck, waiting for a permit is what
+//!   turns many small flushes into few large ones.
 //! - At most one flush in flight per partition: a partition's next segment is dispatched only
 //!   after the previous one settled, so flushes never contend on the allocator row and offset
 //!   order equals commit order.
@@ -21,16 +21,18 @@
 //!   `Duplicate`.
 //!
 //! Writing is delegated to a [`BundleWriter`] (the engine builds segments and calls SQL), so
-//! this module is only the scheduler. A shard blocked on admission waits on the semaphore
-//! itself (FIFO among shards), so a permit freed by another shard wakes it without a timer.
+//! this module is only the scheduler. A shard blocked on admission waits in the push lane
+//! itself (FIFO among shards), so a permit freed by anyone wakes it without a timer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
+
+use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
 
 /// One message waiting to be written.
 #[derive(Debug, Clone)]
@@ -108,7 +110,8 @@ pub trait BundleWriter: Send + Sync + 'static {
 }
 
 /// Sizing of the fusion (docs/engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
-/// `QUEEN_V2_BUNDLE_MAX`, and the push share of admission).
+/// `QUEEN_V2_BUNDLE_MAX`); the bundles in flight across all shards are bounded by the push
+/// lane of admission.
 #[derive(Debug, Clone, Copy)]
 pub struct FusionConfig {
     pub shards: usize,
@@ -116,19 +119,15 @@ pub struct FusionConfig {
     pub max_inflight: usize,
     /// Partitions per bundle.
     pub bundle_max: usize,
-    /// Bundles in flight across all shards (write transactions of the broker).
-    pub admission: usize,
 }
 
-impl FusionConfig {
-    /// Upstream's defaults, with admission at a quarter of the connection pool (the push
-    /// share of upstream's admission budget), at least 2.
-    pub fn for_pool(pool_size: usize) -> Self {
+impl Default for FusionConfig {
+    /// Upstream's defaults.
+    fn default() -> Self {
         FusionConfig {
             shards: 8,
             max_inflight: 8,
             bundle_max: 16,
-            admission: (pool_size / 4).max(2),
         }
     }
 }
@@ -148,9 +147,9 @@ struct Arrival {
 }
 
 impl PushFusion {
-    /// Spawns the shard tasks on the current tokio runtime.
-    pub fn start(cfg: FusionConfig, writer: Arc<dyn BundleWriter>) -> Self {
-        let admission = Arc::new(Semaphore::new(cfg.admission.max(1)));
+    /// Spawns the shard tasks on the current tokio runtime; each bundle holds a push permit
+    /// of `admission` while it is written.
+    pub fn start(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Admission) -> Self {
         let shards = (0..cfg.shards.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -209,12 +208,12 @@ struct Lane {
     in_flight: bool,
 }
 
-type PermitWait = BoxFuture<'static, Result<OwnedSemaphorePermit, AcquireError>>;
+type PermitWait = BoxFuture<'static, Permit>;
 
 struct Shard {
     cfg: FusionConfig,
     writer: Arc<dyn BundleWriter>,
-    admission: Arc<Semaphore>,
+    admission: Admission,
     /// Set while ready lanes wait for an admission permit.
     permit_wait: Option<PermitWait>,
     lanes: HashMap<LaneKey, Lane>,
@@ -226,7 +225,7 @@ struct Shard {
 }
 
 impl Shard {
-    fn new(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Arc<Semaphore>) -> Self {
+    fn new(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Admission) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Shard {
             cfg,
@@ -258,10 +257,9 @@ impl Shard {
                 Some(keys) = self.done_rx.recv() => self.settled(keys),
                 permit = wait_for(&mut self.permit_wait), if self.permit_wait.is_some() => {
                     self.permit_wait = None;
-                    match permit {
-                        Ok(permit) if self.can_launch() => self.launch(permit),
-                        _ => {} // not needed any more: dropping it frees it for others
-                    }
+                    if self.can_launch() {
+                        self.launch(permit);
+                    } // else not needed any more: dropping it frees it for others
                 }
             }
             self.dispatch();
@@ -300,11 +298,14 @@ impl Shard {
     /// Launches bundles while permits are free right now; otherwise waits for one.
     fn dispatch(&mut self) {
         while self.can_launch() {
-            match self.admission.clone().try_acquire_owned() {
-                Ok(permit) => self.launch(permit),
-                Err(_) => {
+            match self.admission.try_acquire(AdmissionLane::Push) {
+                Some(permit) => self.launch(permit),
+                None => {
                     if self.permit_wait.is_none() {
-                        self.permit_wait = Some(Box::pin(self.admission.clone().acquire_owned()));
+                        let limiter = self.admission.clone();
+                        self.permit_wait = Some(Box::pin(async move {
+                            limiter.acquire(AdmissionLane::Push).await
+                        }));
                     }
                     return;
                 }
@@ -314,7 +315,7 @@ impl Shard {
     }
 
     /// Sends the oldest ready lanes (up to `bundle_max`) out as one bundle holding `permit`.
-    fn launch(&mut self, permit: OwnedSemaphorePermit) {
+    fn launch(&mut self, permit: Permit) {
         let take = self.ready.len().min(self.cfg.bundle_max.max(1));
         let mut keys = Vec::with_capacity(take);
         let mut batches = Vec::with_capacity(take);
@@ -349,7 +350,7 @@ impl Shard {
 }
 
 /// Awaits the pending permit wait (only polled while one is set).
-async fn wait_for(wait: &mut Option<PermitWait>) -> Result<OwnedSemaphorePermit, AcquireError> {
+async fn wait_for(wait: &mut Option<PermitWait>) -> Permit {
     match wait {
         Some(w) => w.await,
         None => std::future::pending().await,

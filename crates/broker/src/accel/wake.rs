@@ -13,10 +13,15 @@
 //! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
 //! mailbox of the newest 64 pushed-partition hints (drop-oldest), which a woken wildcard pop
 //! tries with targeted claims before its candidate scan (docs/engine.md §5.2, §8.1). Peer
-//! notifications carry the same hints as `queue\x1fpartition` lines while they fit.
+//! notifications carry the same hints as `queue\x1fpartition` lines while they fit, and an
+//! ack that released a lease with data behind it as a `queue\x1fpartition\x1fgroup` line
+//! (`wake_released`); the payload format is `wake/payload.rs`. What a peer's notification
+//! names is also handed to a [`PeerObserver`] (the hot-list ring), so other brokers' commits
+//! reach the local caches.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -27,13 +32,8 @@ use uuid::Uuid;
 
 /// The coalescing tick of local wakes and of outgoing peer notifications.
 const TICK: Duration = Duration::from_millis(5);
-/// PostgreSQL refuses notification payloads of 8000 bytes or more.
-const MAX_PAYLOAD: usize = 7900;
 /// Pushed-partition hints kept per gate, and per queue in one peer tick: the newest ones.
 pub const HINT_MAILBOX: usize = 64;
-/// Separates the queue and the partition of a hinted peer-notification line (names never
-/// contain control characters).
-const PAIR_SEPARATOR: char = '\x1f';
 
 /// The channel to the other brokers of the database (cross-broker wake).
 pub trait PeerLink: Send + Sync + 'static {
@@ -46,6 +46,20 @@ pub trait PeerLink: Send + Sync + 'static {
 pub struct PeerConnection {
     pub sender: Box<dyn PeerSender>,
     pub notes: mpsc::UnboundedReceiver<String>,
+}
+
+/// Receives what other brokers' notifications name, before their gates open. Each call is a
+/// hint, as stale as a notification can be; `everything` follows a reconnect, when
+/// notifications may have been lost.
+pub trait PeerObserver: Send + Sync + 'static {
+    /// A peer stored messages into the partition.
+    fn pushed(&self, queue: &str, partition: &str);
+    /// A peer's ack released the group's lease on the partition with data behind it.
+    fn released(&self, queue: &str, partition: &str, group: &str);
+    /// Something changed on the queue that the notification could not name.
+    fn queue(&self, queue: &str);
+    /// Anything may have changed.
+    fn everything(&self);
 }
 
 /// The sending half of a peer session.
@@ -133,8 +147,19 @@ fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
     mailbox.push_back(partition.to_string());
 }
 
-/// Per marked queue, the partitions hinted to the peers (empty = the queue only).
-type PeerBatch = HashMap<String, VecDeque<String>>;
+/// One tick's notification to the peers: per marked queue the partitions hinted (empty = the
+/// queue only), and the (queue, partition, group) leases acks released with data behind.
+#[derive(Default)]
+struct PeerBatch {
+    queues: HashMap<String, VecDeque<String>>,
+    released: BTreeSet<(String, String, String)>,
+}
+
+impl PeerBatch {
+    fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.released.is_empty()
+    }
+}
 
 struct Shared {
     gates: Mutex<HashMap<String, Arc<Gate>>>,
@@ -145,6 +170,8 @@ struct Shared {
     /// Marked queues bound for the peer connection (present only with peer wake).
     peer_out: Option<mpsc::UnboundedSender<PeerBatch>>,
     peer_in: Mutex<Option<mpsc::UnboundedReceiver<PeerBatch>>>,
+    /// Told what peers' notifications name (set once, by the engine).
+    observer: OnceLock<Arc<dyn PeerObserver>>,
 }
 
 /// Wakes waiting for the next tick.
@@ -177,6 +204,7 @@ impl WakeGates {
                 tick: Notify::new(),
                 peer_out: tx,
                 peer_in: Mutex::new(rx),
+                observer: OnceLock::new(),
             }),
             broker_id,
             peer,
@@ -208,6 +236,17 @@ impl WakeGates {
         }
     }
 
+    /// Hands what peers' notifications name to `observer` from now on (the first call wins).
+    pub fn observe(&self, observer: Arc<dyn PeerObserver>) {
+        let _ = self.shared.observer.set(observer);
+    }
+
+    /// Opens the queue's gate now, for this broker's parked pops only: for a cache that just
+    /// found work for them (a due revisit, candidates handed back), not for a commit.
+    pub fn open_local(&self, queue: &str) {
+        self.shared.open(std::iter::once(queue));
+    }
+
     /// How many per-queue gates exist (one per queue with a waiting pop), for `/metrics`.
     pub fn gate_count(&self) -> usize {
         lock(&self.shared.gates).len()
@@ -217,7 +256,7 @@ impl WakeGates {
     /// gate and, with peer wake, the other brokers. For wakes that cannot name a partition
     /// (a released lease, a seek of every partition, a group delete).
     pub fn wake_queue(&self, queue: &str) {
-        self.mark(queue, &[]);
+        self.mark(queue, &[], None);
     }
 
     /// `wake_queue` once `delay` has passed: for work that becomes claimable later (a nacked
@@ -231,7 +270,7 @@ impl WakeGates {
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(shared) = shared.upgrade() {
-                shared.mark(&queue, &[]);
+                shared.mark(&queue, &[], None);
             }
         });
     }
@@ -248,13 +287,21 @@ impl WakeGates {
             }
         }
         for (queue, partitions) in by_queue {
-            self.mark(queue, &partitions);
+            self.mark(queue, &partitions, None);
         }
     }
 
-    fn mark(&self, queue: &str, partitions: &[&str]) {
+    /// Like `wake_queue` for an ack that released `group`'s lease on the partition with data
+    /// behind it; the peers learn which lease, so their rings can serve it at once.
+    pub fn wake_released(&self, queue: &str, partition: &str, group: &str) {
+        self.mark(queue, &[], Some((partition, group)));
+    }
+
+    /// Marks `queue` for the next tick, with the pushed `partitions` as hints and the lease a
+    /// peer should learn was `released` (partition, group).
+    fn mark(&self, queue: &str, partitions: &[&str], released: Option<(&str, &str)>) {
         self.ensure_started();
-        self.shared.mark(queue, partitions);
+        self.shared.mark(queue, partitions, released);
     }
 
     /// Starts the ticker (and the peer connection) on the current runtime, once.
@@ -282,8 +329,9 @@ impl WakeGates {
 }
 
 impl Shared {
-    /// Marks `queue` (and its pushed-partition hints) for the next tick.
-    fn mark(&self, queue: &str, partitions: &[&str]) {
+    /// Marks `queue` (and its pushed-partition hints, or the lease a peer should learn was
+    /// `released`) for the next tick.
+    fn mark(&self, queue: &str, partitions: &[&str], released: Option<(&str, &str)>) {
         // Hinted under the map's lock, never through a clone: a gate's reference count must
         // only move under that lock (see `GateHandle`).
         let has_gate = match lock(&self.gates).get(queue) {
@@ -303,9 +351,17 @@ impl Shared {
             }
             m.any = true;
             if self.peer_out.is_some() {
-                let hinted = m.peer.entry(queue.to_string()).or_default();
-                for p in partitions {
-                    remember(hinted, p);
+                match released {
+                    Some((p, g)) => {
+                        let key = (queue.to_string(), p.to_string(), g.to_string());
+                        m.peer.released.insert(key);
+                    }
+                    None => {
+                        let hinted = m.peer.queues.entry(queue.to_string()).or_default();
+                        for p in partitions {
+                            remember(hinted, p);
+                        }
+                    }
                 }
             }
             was_idle
@@ -340,16 +396,26 @@ impl Shared {
         }
     }
 
-    /// A peer's wake: records its partition hints on the existing gates, then opens them.
-    fn open_hinted(&self, lines: &[(&str, Option<&str>)]) {
+    /// A peer's wake: tells the observer, records the partition hints on the existing gates,
+    /// then opens them.
+    fn open_hinted(&self, lines: &[Line<'_>]) {
+        if let Some(observer) = self.observer.get() {
+            for line in lines {
+                match (line.partition, line.released_group) {
+                    (Some(p), Some(g)) => observer.released(line.queue, p, g),
+                    (Some(p), None) => observer.pushed(line.queue, p),
+                    (None, _) => observer.queue(line.queue),
+                }
+            }
+        }
         let gates = lock(&self.gates);
-        for (queue, partition) in lines {
-            if let (Some(g), Some(p)) = (gates.get(*queue), partition) {
+        for line in lines {
+            if let (Some(g), Some(p)) = (gates.get(line.queue), line.partition) {
                 g.hint(p);
             }
         }
-        for (queue, _) in lines {
-            if let Some(g) = gates.get(*queue) {
+        for line in lines {
+            if let Some(g) = gates.get(line.queue) {
                 g.notify.notify_waiters();
             }
         }
@@ -359,6 +425,9 @@ impl Shared {
     /// Opens every gate: after the peer connection (re)connects, notifications may have been
     /// lost, so everything counts as dirty once.
     fn open_all(&self) {
+        if let Some(observer) = self.observer.get() {
+            observer.everything();
+        }
         for g in lock(&self.gates).values() {
             g.notify.notify_waiters();
         }
@@ -454,78 +523,8 @@ async fn serve_peer(
     }
 }
 
-/// What a peer notification asks for.
-#[derive(Debug, PartialEq)]
-enum PeerWake<'a> {
-    /// Queues to wake, each line with the partition it hints, if any.
-    Queues(Vec<(&'a str, Option<&'a str>)>),
-    All,
-}
+mod payload;
 
-/// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
-/// share the channel later; a receiver that does not know a kind wakes everything, which is
-/// never wrong, only wasteful.
-const KIND_WAKE: &str = "wake";
-
-/// Notification payloads for one tick's batch: the sender id, the kind, then one line per
-/// hinted partition (`queue\x1fpartition`) or per queue without hints (`queue`), split below
-/// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
-/// and a queue name too long for any payload to an empty line, which means "wake everything".
-fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
-    let head = format!("{sender}\n{KIND_WAKE}");
-    let fits = |line_len: usize| head.len() + 1 + line_len <= MAX_PAYLOAD;
-    let queue_line = |q: &str| {
-        if fits(q.len()) {
-            q.to_string()
-        } else {
-            String::new()
-        }
-    };
-    let mut lines = Vec::new();
-    for (queue, partitions) in batch {
-        if partitions.is_empty() {
-            lines.push(queue_line(queue));
-        }
-        for p in partitions {
-            if fits(queue.len() + 1 + p.len()) {
-                lines.push(format!("{queue}{PAIR_SEPARATOR}{p}"));
-            } else {
-                lines.push(queue_line(queue));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut current = head.clone();
-    for line in lines {
-        if current.len() + 1 + line.len() > MAX_PAYLOAD {
-            out.push(std::mem::replace(&mut current, head.clone()));
-        }
-        current.push('\n');
-        current.push_str(&line);
-    }
-    if current.len() > head.len() {
-        out.push(current);
-    }
-    out
-}
-
-fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
-    let mut lines = payload.split('\n');
-    let sender = lines.next()?.parse().ok()?;
-    let kind = lines.next();
-    let lines: Vec<&str> = lines.collect();
-    if kind != Some(KIND_WAKE) || lines.is_empty() || lines.iter().any(|l| l.is_empty()) {
-        return Some((sender, PeerWake::All));
-    }
-    let parsed = lines
-        .into_iter()
-        .map(|l| match l.split_once(PAIR_SEPARATOR) {
-            Some((queue, partition)) => (queue, Some(partition)),
-            None => (l, None),
-        })
-        .collect();
-    Some((sender, PeerWake::Queues(parsed)))
-}
-
+use payload::{parse_payload, payloads, Line, PeerWake};
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ use queen_proto::{LeaseId, PartitionId};
 
 use deadpool_postgres::GenericClient;
 
+use crate::accel::admission::Lane;
 use crate::engine::dlq::{self, Nack};
 use crate::engine::Engine;
 use crate::error::Result;
@@ -114,6 +115,7 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     if acks.is_empty() {
         return Ok(outcomes);
     }
+    let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
     let mut first_failure = None;
     let mut answered = false;
@@ -175,8 +177,9 @@ async fn apply_group(
 }
 
 /// What a committed verdict means for its group (plain acks and a transaction's alike): the
-/// per-item outcomes, the DLQ hand-off it may ask for, and the wake-up of parked pops when it
-/// released a lease with data pending. Fails only when the hand-off's outcome is unknown.
+/// per-item outcomes, the DLQ hand-off it may ask for, and, when it released a lease, the
+/// hot-list ring's update and (with data pending) the wake-up of parked pops. Fails only
+/// when the hand-off's outcome is unknown.
 pub async fn conclude(
     state: &Engine,
     db: &impl GenericClient,
@@ -184,13 +187,14 @@ pub async fn conclude(
     verdict: &HashAckVerdict,
 ) -> Result<Vec<AckOutcome>> {
     let mut settled = settle(verdict, group);
-    if let Some(queue) = &verdict.wake_queue {
-        match verdict.wake_after_ms {
-            0 => state.wake.wake_queue(queue),
-            ms => state
-                .wake
-                .wake_queue_after(queue, std::time::Duration::from_millis(ms)),
-        }
+    if verdict.lease_released || verdict.wake_queue.is_some() {
+        released(state, group[0], verdict.wake_queue.as_deref());
+    }
+    // A retryDelay hold: the pop woken now meets the hold and the ring puts the partition on
+    // the wheel until it ends; the late wake serves the SQL path (ring off) on time too.
+    if let (Some(queue), ms @ 1..) = (&verdict.wake_queue, verdict.wake_after_ms) {
+        let hold = std::time::Duration::from_millis(ms);
+        state.wake.wake_queue_after(queue, hold);
     }
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;
@@ -249,9 +253,7 @@ async fn hand_off(
                 outcome.lease_released = true;
                 outcome.dlq = ack.transaction_id == filed.transaction_id;
             }
-            if let Some(queue) = &filed.wake_queue {
-                state.wake.wake_queue(queue);
-            }
+            released(state, acks[0], filed.wake_queue.as_deref());
         }
         Ok(None) => {}
         Err(e) if e.is_unavailable() => return Err(e),
@@ -272,6 +274,28 @@ async fn hand_off(
         }
     }
     Ok(())
+}
+
+/// A lease of `ack`'s (partition, group) was released; `pending_on`: the queue, when data is
+/// left behind the cursor. The ring learns it (a nack redelivers at once instead of at the
+/// lease's end; a drained partition leaves the ring), and with data pending the queue's
+/// parked pops wake, here and, naming the lease when this broker knows its partition, on
+/// the peers; a partition it does not know marks the queue's rings for a reseed instead.
+fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
+    let pid = ack.partition_id.get();
+    let named = state
+        .hotlist
+        .released(pid, &ack.group, pending_on.is_some());
+    let Some(queue) = pending_on else {
+        return;
+    };
+    match named {
+        Some((queue, partition)) => state.wake.wake_released(&queue, &partition, &ack.group),
+        None => {
+            state.hotlist.dirty(queue);
+            state.wake.wake_queue(queue);
+        }
+    }
 }
 
 /// The group's nacks, whose errors give the dead letter its reason.

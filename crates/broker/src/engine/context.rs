@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::admission::Admission;
 use crate::accel::dedup_cache::DedupCache;
+use crate::accel::hotlist::HotList;
 use crate::accel::maintenance::MaintenanceFlags;
 use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
@@ -35,6 +37,11 @@ pub struct Inner {
     /// Where pushes wait while PostgreSQL cannot take them (docs/engine.md §4.6); `None` when
     /// `FILE_BUFFER_ENABLED` is off.
     pub spool: Option<Spool>,
+    /// Per (queue, group), the partitions known to have work (docs/engine.md §7); used by
+    /// wildcard pops when `cfg.hotlist` is on, fed by every commit and ack regardless.
+    pub hotlist: HotList,
+    /// The one limiter every push, pop claim and ack passes before its connection (§9).
+    pub admission: Admission,
     /// Coalesces pushed frames into segments and bundles (docs/engine.md §4.3).
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).

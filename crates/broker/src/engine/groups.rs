@@ -77,6 +77,8 @@ pub async fn seek(
             "Queue not found or has no partitions".into(),
         ));
     }
+    // A cursor may have moved backwards, which no mark describes: the ring starts cold.
+    st.hotlist.drop_rings(queue, Some(group));
     if verdict.rewound {
         match partition {
             Some(p) => st.wake.wake_partitions([(queue, p)]),
@@ -98,8 +100,10 @@ pub async fn delete(
     if !verdict.found {
         return Err(Error::NotFound("Queue not found".into()));
     }
-    // Recreated cursors may start below the deleted ones: parked pops must look again.
+    // Recreated cursors may start below the deleted ones: parked pops must look again, and
+    // the rings (which also remember the registration) start cold.
     for name in &verdict.queues {
+        st.hotlist.drop_rings(name, Some(group));
         st.wake.wake_queue(name);
     }
     Ok(verdict.deleted_partitions)

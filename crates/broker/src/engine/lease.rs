@@ -2,6 +2,7 @@
 //! lease id is extended, never shortened and never revived. Best effort: the caller reads
 //! `renewed`, the route always answers 200.
 
+use crate::accel::admission::Lane;
 use crate::engine::Engine;
 use queen_proto::LeaseId;
 
@@ -17,6 +18,7 @@ pub async fn extend(state: &Engine, lease_id: &LeaseId, seconds: Option<i64>) ->
         .unwrap_or(DEFAULT_SECONDS)
         .clamp(1, i64::from(i32::MAX));
     let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
+    let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
     store::renew_lease(&db, lease_id.as_str(), seconds).await
 }

@@ -23,16 +23,20 @@ pub mod transaction;
 mod wake;
 
 /// The accelerators' snapshots `/metrics` renders.
+pub use crate::accel::admission::AdmissionSnapshot;
 pub use crate::accel::dedup_cache::DedupSnapshot;
+pub use crate::accel::hotlist::HotListSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
 pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot};
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::accel::admission::{self, Admission};
 use crate::accel::dedup_cache::{DedupCache, Limits};
+use crate::accel::hotlist::{HotList, HotListConfig};
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
-use crate::accel::wake::{PeerLink, WakeGates};
+use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
 use crate::spool::{self, Spool};
 use crate::store::migrations::{self, SchemaError};
@@ -61,21 +65,32 @@ impl Engine {
         ));
         let broker_id = uuid::Uuid::now_v7();
         let peer = cfg
-            .peer_wake
+            .peer_wake_on()
             .then(|| Arc::new(StorePeerLink(store.pg_config().clone())) as Arc<dyn PeerLink>);
         let wake = Arc::new(WakeGates::new(broker_id, peer));
+        let hotlist = HotList::new(
+            HotListConfig {
+                reseed_floor: Duration::from_millis(cfg.hotlist_reseed_ms),
+                unserved_trim: Duration::from_millis(cfg.hotlist_unserved_trim_ms),
+            },
+            &wake,
+        );
+        wake.observe(Arc::new(hotlist.clone()) as Arc<dyn PeerObserver>);
+        let admission = Admission::new(admission::Limits::for_pool(cfg.db_pool_size));
         let counters = Arc::new(Counters::default());
         let encryption = Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref()));
         let effects = CommitEffects {
             dedup: dedup_cache.clone(),
             wake: wake.clone(),
+            hotlist: hotlist.clone(),
             counters: counters.clone(),
         };
         let segment_writer =
             SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
         let push_fusion = PushFusion::start(
-            FusionConfig::for_pool(cfg.db_pool_size),
+            FusionConfig::default(),
             Arc::new(segment_writer),
+            admission.clone(),
         );
         Engine::from_inner(Inner {
             cfg,
@@ -84,6 +99,8 @@ impl Engine {
             pop: Default::default(),
             maintenance: Default::default(),
             spool,
+            hotlist,
+            admission,
             push_fusion,
             dedup_cache,
             encryption,
@@ -107,6 +124,7 @@ impl Engine {
         CommitEffects {
             dedup: self.dedup_cache.clone(),
             wake: self.wake.clone(),
+            hotlist: self.hotlist.clone(),
             counters: self.counters.clone(),
         }
     }

@@ -207,6 +207,8 @@ fn integer(value: &Value) -> Option<i64> {
 
 /// Creates or reconfigures the queue; returns its effective row. Turning encryption on needs
 /// this broker's key (docs/engine.md §3.1): without one the queue's pushes could not be sealed.
+/// The queue's hot-list rings reseed on their next pop: a shorter `delayedProcessing` or
+/// `windowBuffer` makes partitions the ring parked until the old horizon visible sooner.
 pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
     if req.patch.get("encryption_enabled") == Some(&Value::Bool(true))
         && !state.encryption.has_key()
@@ -228,6 +230,7 @@ pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRo
     )
     .await?;
     state.encryption.learn(&row.name, row.encryption_enabled);
+    state.hotlist.dirty(&req.queue);
     Ok(row)
 }
 
@@ -238,6 +241,7 @@ pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
     let deleted = queues::delete(&conn, queue).await?;
     if deleted.is_some() {
         state.pop.forget(queue);
+        state.hotlist.forget(queue);
     }
     Ok(deleted)
 }

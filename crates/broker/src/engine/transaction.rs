@@ -15,6 +15,7 @@ use queen_proto::hash::txn_hash;
 use queen_proto::LeaseId;
 use uuid::Uuid;
 
+use crate::accel::admission::Lane;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::encryption::Encryption;
 use crate::engine::push::commit::after_commit_trouble;
@@ -161,6 +162,8 @@ pub async fn run(
         })
         .collect();
 
+    // A transaction is a push commit first: it takes the push lane's permit.
+    let _permit = state.admission.acquire(Lane::Push).await;
     let db = state.store.conn().await?;
     let mut plan = plan_pushes(&req.ops, producer_sub);
     // A queue that turned out to encrypt is sealed and the bundle (rolled back) runs again.

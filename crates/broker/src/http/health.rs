@@ -9,7 +9,9 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::engine::maintenance::{self, SpoolState};
-use crate::engine::{DedupSnapshot, Engine, PopSnapshot, RetentionSnapshot};
+use crate::engine::{
+    AdmissionSnapshot, DedupSnapshot, Engine, HotListSnapshot, PopSnapshot, RetentionSnapshot,
+};
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -51,6 +53,8 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
             "popped": popped,
         },
         "pop": render_pop(&st.pop.metrics()),
+        "hotlist": render_hotlist(st.cfg.hotlist, &st.hotlist.metrics()),
+        "admission": render_admission(&st.admission.metrics()),
         "wake": { "gates": st.wake.gate_count() },
         "dedupCache": render_dedup(&st.dedup_cache.metrics()),
         "retention": render_retention(&st.retention.snapshot()),
@@ -94,6 +98,40 @@ fn render_pop(p: &PopSnapshot) -> Value {
         "hintFallthroughs": p.hint_fallthroughs,
         "deadlineMarginSkips": p.deadline_margin_skips,
         "queues": queues,
+    })
+}
+
+fn render_hotlist(enabled: bool, h: &HotListSnapshot) -> Value {
+    json!({
+        "enabled": enabled,
+        "rings": h.rings,
+        "readyPartitions": h.ready,
+        "wheelPartitions": h.wheel,
+        "inFlightPartitions": h.in_flight,
+        "reseeds": h.reseeds,
+        "claims": h.claims,
+        "emptyPolls": h.empty_polls,
+        "wheelPromotions": h.promotions,
+        "trimmedRings": h.trimmed,
+    })
+}
+
+/// Per lane (ack, pop, push): cap, held, waiting, granted and granted after a wait.
+fn render_admission(a: &AdmissionSnapshot) -> Value {
+    let lane = |i: usize| {
+        json!({
+            "cap": a.caps[i],
+            "inUse": a.in_use[i],
+            "waiting": a.waiting[i],
+            "granted": a.granted[i],
+            "waited": a.waited[i],
+        })
+    };
+    json!({
+        "budget": a.budget,
+        "ack": lane(0),
+        "pop": lane(1),
+        "push": lane(2),
     })
 }
 

@@ -65,6 +65,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("push.sql"),
     functions!("queues.sql"),
     functions!("pop.sql"),
+    functions!("hotlist.sql"),
     functions!("ack.sql"),
     functions!("lease.sql"),
     functions!("dlq.sql"),

@@ -6,6 +6,7 @@ pub mod ack;
 pub mod db_error;
 pub mod dlq;
 pub mod groups;
+pub mod hotlist;
 pub mod lease;
 pub mod maintenance;
 pub mod messages;

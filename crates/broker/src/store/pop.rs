@@ -1,5 +1,6 @@
-//! Typed calls of the pop path (sql/functions/pop.sql): the three claim shapes, which answer
-//! `(meta jsonb, blobs bytea[])`, and the cheap probes a pop runs before them.
+//! Typed calls of the pop path (sql/functions/pop.sql): the claim shapes, which answer
+//! `(meta jsonb, blobs bytea[])` (the hot-list's list claim also a verdict per candidate), and
+//! the cheap probes a pop runs before them.
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
@@ -83,7 +84,11 @@ async fn claim(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<PopAnswer> {
     let stmt = crate::store::prepare(db, sql).await?;
-    let row = db.query_one(&stmt, params).await?;
+    answer(function, &db.query_one(&stmt, params).await?)
+}
+
+/// The `(meta, blobs)` columns of a claim's row.
+fn answer(function: &str, row: &tokio_postgres::Row) -> Result<PopAnswer> {
     let meta: serde_json::Value = row.try_get(0)?;
     let blobs: Vec<Vec<u8>> = row.try_get(1)?;
     let meta: Meta = serde_json::from_value(meta)
@@ -179,6 +184,53 @@ pub async fn pop_hinted(
         ],
     )
     .await
+}
+
+/// What a list claim found on one candidate (`states` of `log_pop_list_v1`).
+#[derive(Debug, Deserialize)]
+pub struct ListVerdict {
+    #[serde(rename = "p")]
+    pub partition: String,
+    /// `took`, `empty`, `leased` or `gone`.
+    #[serde(rename = "s")]
+    pub state: String,
+    /// `leased`: until when; `took`: the lease's end (absent for autoAck).
+    pub until: Option<String>,
+    /// The partition's last offset as the claim read it.
+    #[serde(rename = "lastOff")]
+    pub last_offset: Option<i64>,
+}
+
+/// The hot-list's claim: the named partitions of `queue`, in the given order, under the
+/// wildcard's budget and partition cap, with a verdict per candidate it evaluated.
+pub async fn pop_list(
+    db: &impl GenericClient,
+    queue: &str,
+    partitions: &[String],
+    a: &ClaimArgs<'_>,
+) -> Result<(PopAnswer, Vec<ListVerdict>)> {
+    const FUNCTION: &str = "log_pop_list_v1";
+    let stmt = crate::store::prepare(db, "SELECT meta, blobs, states FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .await?;
+    let params: [&(dyn ToSql + Sync); 10] = [
+        &queue,
+        &a.group,
+        &partitions,
+        &a.budget,
+        &a.lease_seconds,
+        &a.lease_id,
+        &a.auto_ack,
+        &a.max_partitions,
+        &a.sub_mode,
+        &a.sub_from,
+    ];
+    let row = db.query_one(&stmt, &params).await?;
+    let answer = answer(FUNCTION, &row)?;
+    let states: serde_json::Value = row.try_get(2)?;
+    let states = serde_json::from_value(states)
+        .map_err(|e| Error::internal(format!("{FUNCTION} answered unexpected states: {e}")))?;
+    Ok((answer, states))
 }
 
 /// Every queue whose labels match (`""` matches any).

@@ -46,27 +46,6 @@ fn batch_of(body: &Value) -> Batch {
     }
 }
 
-async fn ack(h: &Handle, group: &str, body: &Value) {
-    let items: Vec<Value> = body["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .map(|m| common::ack_item(m, "completed"))
-        .collect();
-    let r = h
-        .http
-        .post(format!("{}/api/v1/ack/batch", h.url))
-        .json(&json!({ "acknowledgments": items, "consumerGroup": group }))
-        .send()
-        .await
-        .expect("ack");
-    assert_eq!(r.status(), StatusCode::OK);
-    let answer: Value = r.json().await.expect("ack answer");
-    for item in answer.as_array().expect("array") {
-        assert_eq!(item["success"], true, "ack refused: {item}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_consumers_on_ten_partitions_hold_one_lease_each_and_deliver_exactly_once() {
     const PARTITIONS: usize = 10;
@@ -116,7 +95,7 @@ async fn twenty_consumers_on_ten_partitions_hold_one_lease_each_and_deliver_exac
                 // Release the observation before acking: after the ack commits, another
                 // worker may legitimately claim the partition.
                 holders.lock().expect("holders").remove(&batch.partition_id);
-                ack(&h, "workers", &r.body).await;
+                h.ack_all("workers", &r.body).await;
                 batches.lock().expect("batches").push(batch);
             }
         }));

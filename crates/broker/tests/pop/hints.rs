@@ -4,21 +4,24 @@
 //! when they hold nothing, never lets a hint create the cursors of an unregistered group, and
 //! starts no claim after a park inside the deadline margin.
 //!
-//! The brokers here re-check only when woken (the backoff interval is ten minutes), so every
-//! delivery of a parked pop is the work of one wake; the `/metrics` `pop` counters tell which
-//! path served it.
+//! The brokers here run that path (`QUEEN_HOTLIST=false`; the hot-list ring serves wildcard
+//! pops by default, see hotlist.rs) and re-check only when woken (the backoff interval is ten
+//! minutes), so every delivery of a parked pop is the work of one wake; the `/metrics` `pop`
+//! counters tell which path served it.
 
 use std::time::{Duration, Instant};
 
-use queen_broker::config::Config;
+use queen_broker::config::{Config, PeerWake};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common;
 use crate::common::TestBroker;
 
-/// Re-checks so slow that only a wake makes a parked pop look again.
+/// The SQL candidate path, with re-checks so slow that only a wake makes a parked pop look
+/// again.
 fn wake_only(cfg: &mut Config) {
+    cfg.hotlist = false;
     cfg.pop_wait_initial_ms = 600_000;
     cfg.pop_wait_max_ms = 600_000;
 }
@@ -341,7 +344,7 @@ async fn a_hint_never_creates_the_cursors_of_an_unregistered_group() {
 async fn a_peer_broker_push_travels_with_its_partition_hint() {
     let peer = |cfg: &mut Config| {
         wake_only(cfg);
-        cfg.peer_wake = true;
+        cfg.peer_wake = PeerWake::On;
     };
     let waiter_broker = common::broker_with(peer).await;
     let pusher = waiter_broker.sibling(peer).await;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use queen_broker::config::Config;
+use queen_broker::config::{Config, PeerWake};
 use reqwest::StatusCode;
 
 use crate::common;
@@ -63,7 +63,7 @@ async fn wake_latencies(
 async fn peer_pair() -> (common::TestBroker, common::TestBroker) {
     let peer = |cfg: &mut Config| {
         wake_only(cfg);
-        cfg.peer_wake = true;
+        cfg.peer_wake = PeerWake::On;
     };
     let first = common::broker_with(peer).await;
     let second = first.sibling(peer).await;

@@ -5,12 +5,16 @@
 use queen_test_harness as common;
 use queen_test_harness::wire;
 
+mod admission;
 mod bounds;
 mod concurrency;
+mod differential;
 mod framed;
 mod hints;
+mod hotlist;
 mod locks;
 mod longpoll;
+mod race;
 mod routes;
 mod semantics;
 mod spec;

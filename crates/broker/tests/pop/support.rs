@@ -89,6 +89,28 @@ impl Handle {
     pub async fn get(&self, path: &str) -> Reply {
         fetch(&self.http, &format!("{}{}", self.url, path)).await
     }
+
+    /// Acks every message of a leased answer's `body` as completed; asserts success.
+    pub async fn ack_all(&self, group: &str, body: &Value) {
+        let items: Vec<Value> = body["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| ack_item(m, "completed"))
+            .collect();
+        let r = self
+            .http
+            .post(format!("{}/api/v1/ack/batch", self.url))
+            .json(&serde_json::json!({ "acknowledgments": items, "consumerGroup": group }))
+            .send()
+            .await
+            .expect("ack");
+        assert_eq!(r.status(), StatusCode::OK);
+        let answer: Value = r.json().await.expect("ack answer");
+        for item in answer.as_array().expect("array") {
+            assert_eq!(item["success"], true, "ack refused: {item}");
+        }
+    }
 }
 
 /// `GET path` on `b`.

@@ -2,6 +2,7 @@
 //! and layer-2 dedup, against a recording writer.
 
 use super::*;
+use crate::accel::admission::Limits;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::watch;
@@ -86,9 +87,10 @@ async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
     let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 1,
-        ..FusionConfig::for_pool(32)
+        ..FusionConfig::default()
     };
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+    let admission = Admission::new(Limits::for_pool(32));
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
     let f = fusion.clone();
     let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
     first_bundle_started(&rec).await;
@@ -146,9 +148,12 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
         shards: 4,
         max_inflight: 8,
         bundle_max: 16,
-        admission: 1,
     };
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()));
+    let admission = Admission::new(Limits {
+        budget: 3,
+        caps: [1, 1, 1],
+    });
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
     let f = fusion.clone();
     let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
     first_bundle_started(&rec).await;

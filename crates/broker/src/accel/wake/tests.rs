@@ -3,10 +3,13 @@
 use super::*;
 
 fn batch(entries: &[(&str, &[&str])]) -> PeerBatch {
-    entries
-        .iter()
-        .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
-        .collect()
+    PeerBatch {
+        queues: entries
+            .iter()
+            .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
+            .collect(),
+        released: BTreeSet::new(),
+    }
 }
 
 /// Every (queue, partition) line of the payloads, checking sender and size.
@@ -17,11 +20,10 @@ fn received(me: Uuid, sent: &[String]) -> Vec<(String, Option<String>)> {
         match parse_payload(p) {
             Some((sender, PeerWake::Queues(lines))) => {
                 assert_eq!(sender, me);
-                seen.extend(
-                    lines
-                        .into_iter()
-                        .map(|(q, p)| (q.to_string(), p.map(str::to_string))),
-                );
+                seen.extend(lines.into_iter().map(|l| {
+                    assert_eq!(l.released_group, None);
+                    (l.queue.to_string(), l.partition.map(str::to_string))
+                }));
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -142,4 +144,66 @@ async fn wakes_of_unpolled_queues_allocate_no_gate() {
     gates.wake_queue("nobody-waits-here");
     tokio::time::sleep(TICK * 4).await;
     assert!(lock(&gates.shared.gates).is_empty());
+}
+
+#[test]
+fn released_leases_travel_with_their_group() {
+    let me = Uuid::now_v7();
+    let mut b = batch(&[("orders", &["eu"])]);
+    b.released
+        .insert(("orders".into(), "us".into(), "billing".into()));
+    let sent = payloads(me, &b);
+    assert_eq!(sent.len(), 1);
+    let Some((sender, PeerWake::Queues(mut lines))) = parse_payload(&sent[0]) else {
+        panic!("unexpected {:?}", parse_payload(&sent[0]));
+    };
+    assert_eq!(sender, me);
+    lines.sort_by_key(|l| l.partition);
+    let line = |partition, released_group| Line {
+        queue: "orders",
+        partition: Some(partition),
+        released_group,
+    };
+    assert_eq!(lines, vec![line("eu", None), line("us", Some("billing"))]);
+}
+
+/// Records what the observer is told.
+#[derive(Default)]
+struct Seen(Mutex<Vec<String>>);
+
+impl PeerObserver for Seen {
+    fn pushed(&self, queue: &str, partition: &str) {
+        lock(&self.0).push(format!("pushed {queue}/{partition}"));
+    }
+    fn released(&self, queue: &str, partition: &str, group: &str) {
+        lock(&self.0).push(format!("released {queue}/{partition}/{group}"));
+    }
+    fn queue(&self, queue: &str) {
+        lock(&self.0).push(format!("queue {queue}"));
+    }
+    fn everything(&self) {
+        lock(&self.0).push("everything".into());
+    }
+}
+
+#[tokio::test]
+async fn peer_lines_reach_the_observer_before_the_gates_open() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let seen = Arc::new(Seen::default());
+    gates.observe(seen.clone());
+    let line = |queue, partition, released_group| Line {
+        queue,
+        partition,
+        released_group,
+    };
+    gates.shared.open_hinted(&[
+        line("q", Some("p"), None),
+        line("q", Some("p"), Some("g")),
+        line("r", None, None),
+    ]);
+    gates.shared.open_all();
+    assert_eq!(
+        *lock(&seen.0),
+        vec!["pushed q/p", "released q/p/g", "queue r", "everything"]
+    );
 }

@@ -1,27 +1,34 @@
 //! One pop request from parameters to answer (docs/spec/life-of-a-pop.md, docs/engine.md §5.1): pop
-//! maintenance mode, the minimum pop wait, the cheap has-pending probe, the claim in SQL, the
-//! frame walk after the connection is released, and long-poll parking with no connection
-//! held. The wildcard shape asks the SQL wildcard procedure, which carries the
-//! group-first-contact bulk seed; a woken wildcard pop first tries the partitions its wake gate
-//! was told were pushed (docs/engine.md §5.2).
+//! maintenance mode, the minimum pop wait, candidate selection and the claim in SQL, the frame
+//! walk after the connection is released, and long-poll parking with no connection held.
 //!
-//! Beside it: [`longpoll`] (parking). The answer's body is rendered by the HTTP floor's
-//! [`Render`] (JSON or `QPF1`, `http/pop/`), which this module runs after the connection is back
-//! in the pool, off the async workers when the answer is big. What the pop path remembers
-//! between requests lives in `accel/pop_cache.rs`.
+//! Candidates come from one of two paths: a wildcard pop with the hot-list on asks its ring
+//! ([`hotlist`]): nothing ready answers without a permit, a connection or a statement; every
+//! other pop runs the SQL candidate path ([`scan`]): the has-pending probe, then the claim of
+//! its shape (docs/engine.md §5.2).
+//!
+//! Beside it: [`longpoll`] (parking), [`min_wait`] (the minimum pop wait). The answer's body is
+//! rendered by the HTTP floor's [`Render`] (JSON or `QPF1`, `http/pop/`), which this module
+//! runs after the connection is back in the pool, off the async workers when the answer is
+//! big. What the pop path remembers between requests lives in `accel/` (`pop_cache.rs` and
+//! the files it gathers, `hotlist/`).
 
+mod hotlist;
 pub mod longpoll;
+mod min_wait;
+mod scan;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::Object;
 use queen_proto::LeaseId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::accel::pop_cache::Delivered;
+use crate::accel::admission::{Lane, Permit};
+use crate::accel::deliveries::Delivered;
 use crate::engine::encryption::Encryption;
 use crate::engine::maintenance;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
@@ -30,7 +37,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::db_message;
-use crate::store::pop::{self as sql, ClaimArgs};
+use crate::store::pop::ClaimArgs;
 
 /// Which partitions a pop may claim from.
 #[derive(Debug, Clone)]
@@ -108,6 +115,15 @@ pub enum PopOutcome {
     Delivered(Rendered),
 }
 
+/// What a candidate path's claim came to.
+enum Claimed {
+    Answer(PopAnswer),
+    /// Nothing claimable now (no statement may have run).
+    Nothing,
+    /// No permit or connection came before the attempt's start-by instant.
+    OutOfTime,
+}
+
 /// What one claim attempt came to.
 enum Tried {
     Delivered(Rendered),
@@ -181,7 +197,10 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
         {
             Woke::Gate => {
                 backoff.reset();
-                if let (Some(gate), PopShape::Wildcard { .. }) = (&gate, &req.shape) {
+                // The hints serve the SQL candidate path; the ring learns pushes itself.
+                if let (Some(gate), PopShape::Wildcard { .. }, false) =
+                    (&gate, &req.shape, st.cfg.hotlist)
+                {
                     hints = gate.take_hints();
                 }
             }
@@ -191,9 +210,11 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
     }
 }
 
-/// One claim attempt: the hinted partitions first (if any), else the request's own shape.
-/// It claims only with a connection taken before `start_by` (`bounds.0`); `bounds.1` is the
-/// pop's deadline. Every connection it takes is back in the pool when it returns.
+/// One claim attempt: the minimum pop wait, then the candidate path of the request (the ring
+/// of a wildcard pop with the hot-list on, else the SQL candidate path with the hinted
+/// partitions first). It claims only with a permit and a connection taken before `start_by`
+/// (`bounds.0`); `bounds.1` is the pop's deadline. Every permit and connection it takes is
+/// given back when it returns, before the answer is rendered.
 async fn attempt(
     st: &Engine,
     req: &PopRequest,
@@ -205,7 +226,7 @@ async fn attempt(
 ) -> Result<Tried> {
     if let Some((queue, partition)) = queue_of(&req.shape) {
         if let Some(window) = st.pop.min_wait.window(queue) {
-            hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
+            min_wait::hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
         }
     }
     let args = ClaimArgs {
@@ -218,22 +239,23 @@ async fn attempt(
         sub_mode,
         sub_from,
     };
-    let answer = {
-        let Some(conn) = st.store.conn_before(start_by).await? else {
-            return Ok(Tried::OutOfTime);
-        };
-        match claim_hinted(st, &conn, req, hints, &args).await? {
-            Some(answer) => answer,
-            None => {
-                if st.cfg.pop_pending_gate && !has_pending(&conn, req).await.map_err(pop_failed)? {
-                    return Ok(Tried::Nothing);
-                }
-                claim(&conn, req, &args).await.map_err(pop_failed)?
-            }
+    let claimed = match &req.shape {
+        PopShape::Wildcard { queue } if st.cfg.hotlist => {
+            hotlist::claim(st, queue, &args, start_by).await?
         }
+        _ => scan::claim(st, req, hints, &args, start_by).await?,
+    };
+    let answer = match claimed {
+        Claimed::Answer(answer) => answer,
+        Claimed::Nothing => return Ok(Tried::Nothing),
+        Claimed::OutOfTime => return Ok(Tried::OutOfTime),
     };
     if let (Some((queue, _)), Some(ms)) = (queue_of(&req.shape), answer.min_pop_wait_ms) {
         st.pop.min_wait.learn(queue, ms);
+    }
+    for part in &answer.partitions {
+        st.hotlist
+            .learn(part.partition_id, &part.queue, &part.partition);
     }
     if answer.partitions.is_empty() {
         return Ok(Tried::Nothing);
@@ -293,61 +315,17 @@ async fn render_answer(
     Ok((rendered, delivered))
 }
 
-/// A woken wildcard pop's targeted claims on its pushed-partition hints, cheaper than a
-/// candidate scan. `None` when there were no hints or they delivered nothing: the caller then
-/// runs the wildcard pop, the backstop for missed wakes and older backlog, so a stale hint
-/// never hides work.
-async fn claim_hinted(
-    st: &Engine,
-    db: &impl GenericClient,
-    req: &PopRequest,
-    hints: &[String],
-    args: &ClaimArgs<'_>,
-) -> Result<Option<PopAnswer>> {
-    let PopShape::Wildcard { queue } = &req.shape else {
+/// A pop permit, then a pooled connection (always in that order), both before `start_by`;
+/// `None` when either comes too late.
+async fn admit(st: &Engine, start_by: Instant) -> Result<Option<(Permit, Object)>> {
+    let Some(permit) = st.admission.acquire_before(Lane::Pop, start_by).await else {
         return Ok(None);
     };
-    if hints.is_empty() {
-        return Ok(None);
-    }
-    let answer = sql::pop_hinted(db, queue, hints, args)
-        .await
-        .map_err(pop_failed)?;
-    if answer.partitions.is_empty() {
-        st.pop.stats.hint_fallthroughs.fetch_add(1, Relaxed);
-        return Ok(None);
-    }
-    st.pop.stats.hint_claims.fetch_add(1, Relaxed);
-    Ok(Some(answer))
-}
-
-/// The cheap probe: false means definitively nothing to deliver.
-async fn has_pending(db: &impl GenericClient, req: &PopRequest) -> Result<bool> {
-    match &req.shape {
-        PopShape::Wildcard { queue } => sql::has_pending(db, queue, &req.group).await,
-        PopShape::Targeted { queue, partition } => {
-            sql::partition_has_pending(db, queue, partition, &req.group).await
-        }
-        PopShape::Discovery { namespace, task } => {
-            sql::discover_has_pending(db, namespace, task, &req.group).await
-        }
-    }
-}
-
-async fn claim(
-    db: &impl GenericClient,
-    req: &PopRequest,
-    args: &ClaimArgs<'_>,
-) -> Result<PopAnswer> {
-    match &req.shape {
-        PopShape::Wildcard { queue } => sql::pop_wildcard(db, queue, args).await,
-        PopShape::Targeted { queue, partition } => {
-            sql::pop_specific(db, queue, partition, args).await
-        }
-        PopShape::Discovery { namespace, task } => {
-            sql::pop_discover(db, namespace, task, args).await
-        }
-    }
+    Ok(st
+        .store
+        .conn_before(start_by)
+        .await?
+        .map(|conn| (permit, conn)))
 }
 
 /// A failed claim is a server fault: log PostgreSQL's own message (identical ones once per
@@ -386,40 +364,6 @@ fn subscription_args(sub: &Subscription, arrived: DateTime<Utc>) -> (&'static st
     }
 }
 
-/// The minimum pop wait: holds an under-full claim on a non-empty queue, in the broker and
-/// before any connection is held for the claim, until the batch could be full, the window
-/// elapses or the caller's deadline (less the claim margin) passes. A push to the queue
-/// re-evaluates at once.
-async fn hold_underfull(
-    st: &Engine,
-    req: &PopRequest,
-    queue: &str,
-    partition: Option<&str>,
-    window: Duration,
-    deadline: Instant,
-    closing: &mut watch::Receiver<bool>,
-) -> Result<()> {
-    let until = (Instant::now() + window).min(claim_cutoff(deadline));
-    let gate = st.wake.gate(queue);
-    loop {
-        let armed = Armed::arm(gate.notified());
-        let pending = {
-            let Some(conn) = st.store.conn_before(until).await? else {
-                return Ok(());
-            };
-            sql::pending_estimate(&conn, queue, partition, &req.group, i64::from(req.batch))
-                .await
-                .map_err(pop_failed)?
-        };
-        if pending == 0 || pending >= i64::from(req.batch) {
-            return Ok(());
-        }
-        if armed.park(window, until, closing).await == Woke::Done {
-            return Ok(());
-        }
-    }
-}
-
 /// Pop maintenance mode (`engine/maintenance.rs`: cached, re-read at most every 500 ms), or
 /// `None` when it cannot be learnt before `until` (the refresh by another request, or a free
 /// connection, takes longer): the caller then must not claim.
@@ -430,26 +374,15 @@ async fn maintenance_on(st: &Engine, until: Instant) -> Result<Option<bool>> {
 
 /// What one answer delivered, per queue, for the delivery metrics.
 fn delivered(answer: &PopAnswer) -> Delivered {
-    let mut per_queue: Vec<(String, u64, i64)> = Vec::new();
-    for part in &answer.partitions {
+    Delivered::per_queue(answer.partitions.iter().map(|part| {
         let taken: u64 = part
             .segments
             .iter()
             .map(|s| u64::try_from(s.take).unwrap_or(0))
             .sum();
         let oldest = part.segments.iter().map(|s| s.created_at).min();
-        let (Some(oldest), true) = (oldest, taken > 0) else {
-            continue;
-        };
-        match per_queue.iter_mut().find(|(q, ..)| *q == part.queue) {
-            Some(entry) => {
-                entry.1 += taken;
-                entry.2 = entry.2.min(oldest);
-            }
-            None => per_queue.push((part.queue.clone(), taken, oldest)),
-        }
-    }
-    Delivered(per_queue)
+        (part.queue.as_str(), taken, oldest)
+    }))
 }
 
 #[cfg(test)]
@@ -474,8 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn deliveries_count_messages_and_the_oldest_wait_per_queue() {
-        use crate::accel::pop_cache::{Deliveries, QueueDeliveries};
+    fn an_answer_delivers_its_takes_and_oldest_segment_per_queue() {
         use crate::store::pop::{ClaimedPartition, ClaimedSegment};
         let part = |queue: &str, created: &[(i32, i64)]| ClaimedPartition {
             partition: "p".into(),
@@ -502,17 +434,9 @@ mod tests {
             min_pop_wait_ms: None,
             blobs: Vec::new(),
         };
-        let d = Deliveries::default();
-        d.record(delivered(&answer), 10_000_000);
-        d.record(delivered(&answer), 10_500_000);
-        let v: std::collections::HashMap<_, _> = d.snapshot().into_iter().collect();
-        let stats = |pops, messages, last_lag_ms, max_lag_ms| QueueDeliveries {
-            pops,
-            messages,
-            last_lag_ms,
-            max_lag_ms,
-        };
-        assert_eq!(v["a"], stats(2, 18, 8500, 8500));
-        assert_eq!(v["b"], stats(2, 2, 1500, 1500));
+        assert_eq!(
+            delivered(&answer),
+            Delivered(vec![("a".into(), 9, 2_000_000), ("b".into(), 1, 9_000_000)])
+        );
     }
 }

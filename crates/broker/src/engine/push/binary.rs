@@ -35,6 +35,7 @@ use queen_proto::frame::decode_exact;
 use queen_proto::hash::txn_hash;
 use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 
+use crate::accel::admission::Lane;
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::commit::write_failed;
 use crate::engine::push::{self, check_item, spool, PushItem, PushResult};
@@ -229,6 +230,7 @@ async fn store_as_sent(
         });
     }
     let written = async {
+        let _permit = state.admission.acquire(Lane::Push).await;
         let conn = state.store.conn().await?;
         push_multi(&conn, &writes).await
     }

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::accel::dedup_cache::DedupCache;
+use crate::accel::hotlist::HotList;
 use crate::accel::push_fusion::{Failure, FrameOutcome};
 use crate::accel::wake::WakeGates;
 use crate::engine::push::dedup::report_commits;
@@ -25,14 +26,16 @@ use crate::store::push::{SegmentResult, SegmentWrite};
 pub struct CommitEffects {
     pub dedup: Arc<DedupCache>,
     pub wake: Arc<WakeGates>,
+    pub hotlist: HotList,
     pub counters: Arc<Counters>,
 }
 
 impl CommitEffects {
     /// Records a committed write: `results` are PostgreSQL's answers for `segs`, in order.
-    /// The dedup cache learns each stored segment (its entries stay extendable past it), pops
-    /// parked on those partitions wake (before the pushers are answered, so a pop right after
-    /// the answer sees the messages), and the pushed counter counts them.
+    /// The dedup cache learns each stored segment (its entries stay extendable past it), the
+    /// hot-list rings of those queues mark the partitions and pops parked on them wake (both
+    /// before the pushers are answered, so a pop right after the answer sees the messages),
+    /// and the pushed counter counts them.
     pub fn committed(&self, segs: &[SegmentWrite<'_>], results: &[SegmentResult]) {
         report_commits(&self.dedup, segs, results);
         let mut stored = Vec::new();
@@ -43,6 +46,7 @@ impl CommitEffects {
                 messages += (seg.hashes.len() / 16) as u64;
             }
         }
+        self.hotlist.mark_pushed(stored.iter().copied());
         self.wake.wake_partitions(stored);
         self.counters.messages_pushed.fetch_add(messages, Relaxed);
     }

@@ -1,0 +1,110 @@
+//! The peer-wake notification format (docs/engine.md §8.2): one payload per batch of a wake
+//! tick, a sender line, a kind line, then one line per queue, pushed partition
+//! (`queue\x1fpartition`) or released lease (`queue\x1fpartition\x1fgroup`), split below
+//! PostgreSQL's payload limit.
+
+use uuid::Uuid;
+
+use super::PeerBatch;
+
+/// PostgreSQL refuses notification payloads of 8000 bytes or more.
+const MAX_PAYLOAD: usize = 7900;
+/// Separates the queue and the partition of a hinted peer-notification line (names never
+/// contain control characters).
+const PAIR_SEPARATOR: char = '\x1f';
+
+/// What a peer notification asks for.
+#[derive(Debug, PartialEq)]
+pub(super) enum PeerWake<'a> {
+    /// Queues to wake, each line with what it names.
+    Queues(Vec<Line<'a>>),
+    All,
+}
+
+/// One line of a wake notification: a queue; with a partition, a push into it; with a group
+/// too, a lease of that group released with data behind it.
+#[derive(Debug, PartialEq)]
+pub(super) struct Line<'a> {
+    pub queue: &'a str,
+    pub partition: Option<&'a str>,
+    pub released_group: Option<&'a str>,
+}
+
+/// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
+/// share the channel later; a receiver that does not know a kind wakes everything, which is
+/// never wrong, only wasteful.
+pub(super) const KIND_WAKE: &str = "wake";
+
+/// Notification payloads for one tick's batch: the sender id, the kind, then one line per
+/// hinted partition (`queue\x1fpartition`), per released lease
+/// (`queue\x1fpartition\x1fgroup`) or per queue without hints (`queue`), split below
+/// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
+/// and a queue name too long for any payload to an empty line, which means "wake everything".
+pub(super) fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
+    let head = format!("{sender}\n{KIND_WAKE}");
+    let fits = |line_len: usize| head.len() + 1 + line_len <= MAX_PAYLOAD;
+    let queue_line = |q: &str| {
+        if fits(q.len()) {
+            q.to_string()
+        } else {
+            String::new()
+        }
+    };
+    let mut lines = Vec::new();
+    for (queue, partition, group) in &batch.released {
+        if fits(queue.len() + partition.len() + group.len() + 2) {
+            lines.push(format!(
+                "{queue}{PAIR_SEPARATOR}{partition}{PAIR_SEPARATOR}{group}"
+            ));
+        } else {
+            lines.push(queue_line(queue));
+        }
+    }
+    for (queue, partitions) in &batch.queues {
+        if partitions.is_empty() {
+            lines.push(queue_line(queue));
+        }
+        for p in partitions {
+            if fits(queue.len() + 1 + p.len()) {
+                lines.push(format!("{queue}{PAIR_SEPARATOR}{p}"));
+            } else {
+                lines.push(queue_line(queue));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut current = head.clone();
+    for line in lines {
+        if current.len() + 1 + line.len() > MAX_PAYLOAD {
+            out.push(std::mem::replace(&mut current, head.clone()));
+        }
+        current.push('\n');
+        current.push_str(&line);
+    }
+    if current.len() > head.len() {
+        out.push(current);
+    }
+    out
+}
+
+pub(super) fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
+    let mut lines = payload.split('\n');
+    let sender = lines.next()?.parse().ok()?;
+    let kind = lines.next();
+    let lines: Vec<&str> = lines.collect();
+    if kind != Some(KIND_WAKE) || lines.is_empty() || lines.iter().any(|l| l.is_empty()) {
+        return Some((sender, PeerWake::All));
+    }
+    let parsed = lines
+        .into_iter()
+        .map(|l| {
+            let mut fields = l.splitn(3, PAIR_SEPARATOR);
+            Line {
+                queue: fields.next().unwrap_or_default(),
+                partition: fields.next(),
+                released_group: fields.next(),
+            }
+        })
+        .collect();
+    Some((sender, PeerWake::Queues(parsed)))
+}
