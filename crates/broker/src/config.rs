@@ -113,6 +113,23 @@ pub struct Config {
     /// recently used partitions are evicted beyond it.
     #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 512)]
     pub dedup_cache_mb: usize,
+    /// Ack registry (docs/engine.md §6.4): remember what this broker's leasing pops delivered,
+    /// so an ack of exactly that batch, all completed, is one positional cursor advance
+    /// instead of a hash resolution. Off: every ack resolves by hash.
+    #[arg(long, env = "QUEEN_ACK_REGISTRY", default_value = "true", value_parser = parse_bool)]
+    pub ack_registry: bool,
+    /// Memory budget of the ack registry in MiB; least recently stored leases are evicted
+    /// beyond it (their acks resolve by hash).
+    #[arg(long, env = "QUEEN_ACK_REGISTRY_MB", default_value_t = 64)]
+    pub ack_registry_mb: usize,
+    /// Ack fusion (docs/engine.md §6.5): the registry's positional acks of concurrent requests
+    /// commit together, one transaction per flush. Only registry hits are fused, so it does
+    /// nothing with the registry off. Off: each hit commits alone.
+    #[arg(long, env = "QUEEN_ACK_FUSION", default_value = "true", value_parser = parse_bool)]
+    pub ack_fusion: bool,
+    /// Shard tasks of ack fusion (one flush in flight per shard).
+    #[arg(long, env = "QUEEN_ACK_FUSION_SHARDS", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub ack_fusion_shards: u64,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -154,7 +171,8 @@ impl Config {
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={} \
-             dedup_cache={} dedup_cache_mb={} dev_unsafe={}",
+             dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
+             ack_fusion={} ack_fusion_shards={} dev_unsafe={}",
             self.host,
             self.port,
             db,
@@ -178,6 +196,10 @@ impl Config {
             self.peer_wake,
             self.dedup_cache,
             self.dedup_cache_mb,
+            self.ack_registry,
+            self.ack_registry_mb,
+            self.ack_fusion,
+            self.ack_fusion_shards,
             self.dev_unsafe
         )
     }

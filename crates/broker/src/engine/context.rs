@@ -8,11 +8,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::ack_fusion::AckFusion;
+use crate::accel::ack_registry::AckRegistry;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
+use crate::store::ack::AckVerdict;
 use crate::store::Store;
 
 /// Cheap to clone: one `Arc` around everything the broker shares between requests.
@@ -29,6 +32,10 @@ pub struct Inner {
     pub push_fusion: PushFusion,
     /// Lets pushes vouch for their hashes so SQL probes only the window's tail (§4.2).
     pub dedup_cache: Arc<DedupCache>,
+    /// What this broker's leasing pops delivered, for the ack fast path (§6.4).
+    pub ack_registry: Arc<AckRegistry>,
+    /// Folds the fast path's cursor advances into shared commits (§6.5); `None` when off.
+    pub ack_fusion: Option<AckFusion<AckVerdict>>,
     pub counters: Arc<Counters>,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.

@@ -19,6 +19,8 @@ pub mod transaction;
 mod wake;
 
 /// The accelerators' snapshots `/metrics` renders.
+pub use crate::accel::ack_fusion::AckFusionSnapshot;
+pub use crate::accel::ack_registry::AckRegistrySnapshot;
 pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
 pub use context::{Counters, Engine, Inner};
@@ -26,6 +28,7 @@ pub use context::{Counters, Engine, Inner};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::ack_registry::AckRegistry;
 use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, WakeGates};
@@ -68,6 +71,13 @@ impl Engine {
             FusionConfig::for_pool(cfg.db_pool_size),
             Arc::new(segment_writer),
         );
+        let ack_registry = Arc::new(AckRegistry::new(
+            cfg.ack_registry,
+            cfg.ack_registry_mb.saturating_mul(1 << 20),
+        ));
+        let ack_fusion = cfg
+            .ack_fusion
+            .then(|| ack::fusion::start(store.clone(), cfg.ack_fusion_shards as usize));
         Engine::from_inner(Inner {
             cfg,
             store,
@@ -75,11 +85,18 @@ impl Engine {
             pop: Default::default(),
             push_fusion,
             dedup_cache,
+            ack_registry,
+            ack_fusion,
             counters,
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Ack fusion's counters; `None` when it is off.
+    pub fn ack_fusion_metrics(&self) -> Option<AckFusionSnapshot> {
+        self.ack_fusion.as_ref().map(|f| f.metrics())
     }
 
     /// What a push path touches after a commit (engine/push/commit.rs).

@@ -5,7 +5,9 @@
 //! operations and calls [`run`]. Pushes go through the same validation and segment builder as
 //! plain pushes; acks are grouped by (partition, group, lease) like plain acks, so a nack is
 //! never skipped by a later completed ack of the same bundle, and their verdicts map back with
-//! the same rules. The DLQ hand-off and long-poll wake-ups happen after the commit.
+//! the same rules. A group the ack registry proves (its whole batch, all completed, under its
+//! lease) goes in the positional form instead of by hash (docs/engine.md §6.8). The DLQ
+//! hand-off and long-poll wake-ups happen after the commit.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,7 +23,7 @@ use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{SegmentResult, SegmentWrite};
-use crate::store::transaction::{self as store, WireAck, WireRefusal};
+use crate::store::transaction::{self as store, WireAck, WireCover, WireRefusal};
 
 /// One flattened operation: each pushed item is one, each ack is one.
 #[derive(Debug, Clone)]
@@ -138,11 +140,13 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         .iter()
         .map(|g| g.members.iter().map(|&m| acks[m]).collect())
         .collect();
-    let wire_acks: Vec<WireAck<'_>> = ack_groups
+    let mut wire_acks: Vec<WireAck<'_>> = ack_groups
         .iter()
         .zip(planned)
         .map(|(members, planned)| {
             let first = members[0].1;
+            let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
+            let cover = ack::cover::proven_cover(state, &group, &planned.fence);
             WireAck {
                 partition_id: first.partition_id.get(),
                 group: &first.group,
@@ -153,12 +157,22 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
                     .collect(),
                 statuses: members.iter().map(|(_, a)| a.status.as_sql()).collect(),
                 fence: planned.fence,
+                cover: cover.map(|c| WireCover {
+                    batch_end: c.batch_end,
+                    frames: c.frames,
+                }),
             }
         })
         .collect();
 
     let db = state.store.conn().await?;
-    let committed = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
+    let mut applied = store::transaction_wire(&db, &pushes, &wire_acks).await?;
+    if matches!(applied, Err(WireRefusal::RejectedAck(_))) && uncover(state, &mut wire_acks) {
+        // A cover PostgreSQL refused (the lease or the batch changed since the pop) rolled
+        // the bundle back; the hash form is the authority, so the bundle runs again with it.
+        applied = store::transaction_wire(&db, &pushes, &wire_acks).await?;
+    }
+    let committed = match applied {
         Ok(committed) => committed,
         Err(WireRefusal::Duplicate(error)) => {
             return Ok(TxnOutcome::RolledBack {
@@ -208,6 +222,18 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(TxnOutcome::Committed(ordered))
+}
+
+/// Turns the bundle's positional acks back into the hash form; whether there were any.
+fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
+    let mut any = false;
+    for ack in acks.iter_mut() {
+        if ack.cover.take().is_some() {
+            state.ack_registry.refused();
+            any = true;
+        }
+    }
+    any
 }
 
 /// One segment per planned (queue, partition). Compression is CPU-bound, so a large bundle

@@ -8,7 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::engine::{DedupSnapshot, Engine, PopSnapshot};
+use crate::engine::{AckFusionSnapshot, AckRegistrySnapshot, DedupSnapshot, Engine, PopSnapshot};
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -52,6 +52,8 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "pop": render_pop(&st.pop.metrics()),
         "wake": { "gates": st.wake.gate_count() },
         "dedupCache": render_dedup(&st.dedup_cache.metrics()),
+        "ackRegistry": render_ack_registry(&st.ack_registry.metrics()),
+        "ackFusion": render_ack_fusion(st.ack_fusion_metrics().as_ref()),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,
@@ -103,6 +105,39 @@ fn render_dedup(d: &DedupSnapshot) -> Value {
         "invalidations": d.invalidations,
         "evictions": d.evictions,
         "suppressions": d.suppressions,
+    })
+}
+
+fn render_ack_registry(r: &AckRegistrySnapshot) -> Value {
+    json!({
+        "enabled": r.enabled,
+        "budgetBytes": r.budget_bytes,
+        "bytes": r.bytes,
+        "entries": r.entries,
+        "born": r.born,
+        "hits": r.hits,
+        "misses": r.misses,
+        "mismatches": r.mismatches,
+        "refusals": r.refusals,
+        "expirations": r.expirations,
+        "evictions": r.evictions,
+        "forgotten": r.forgotten,
+        "extensions": r.extensions,
+    })
+}
+
+/// `None`: fusion is off.
+fn render_ack_fusion(f: Option<&AckFusionSnapshot>) -> Value {
+    let Some(f) = f else {
+        return json!({ "enabled": false });
+    };
+    json!({
+        "enabled": true,
+        "shards": f.shards,
+        "commits": f.commits,
+        "rows": f.rows,
+        "acks": f.acks,
+        "failures": f.failures,
     })
 }
 

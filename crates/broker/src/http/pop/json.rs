@@ -202,6 +202,7 @@ pub(crate) mod tests {
                 partition_id: 17,
                 queue: "q".into(),
                 delivery_attempt: 2,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 40,
                     start_idx: 1,
@@ -236,6 +237,7 @@ pub(crate) mod tests {
                 partition_id: 1,
                 queue: "q".into(),
                 delivery_attempt: 1,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 0,
                     start_idx: 0,

@@ -3,18 +3,25 @@
 //! its hash lists back to per-item verdicts, and the DLQ hand-off a verdict may ask for.
 //!
 //! The broker hashes; SQL only compares bytes. Every decision about the cursor is SQL's.
+//!
+//! Beside it: [`cover`], the ack registry's fast path (a group that acks exactly the batch a
+//! pop of this broker delivered becomes one positional cursor advance), and [`fusion`], the
+//! commit of ack fusion, which folds many such advances into one transaction.
+
+pub mod cover;
+pub mod fusion;
 
 use std::collections::HashMap;
 
 use queen_proto::hash::{to_hex, txn_hash};
 use queen_proto::{LeaseId, PartitionId};
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Object};
 
 use crate::engine::dlq::{self, Nack};
 use crate::engine::Engine;
-use crate::error::Result;
-use crate::store::ack::{self as store, HashAckVerdict};
+use crate::error::{Error, Result};
+use crate::store::ack::{self as store, AckVerdict};
 use crate::store::db_error::failure_text;
 
 /// The error of an item that can no longer have an effect: its transactionId is unknown to the
@@ -108,17 +115,20 @@ impl AckOutcome {
 /// The request fails as a whole when no group reached PostgreSQL, and when the connection is
 /// lost: a group in flight may have committed before its answer was lost, so its items can be
 /// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
+/// The same holds for a fused flush that loses its connection (docs/engine.md §6.5).
 pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
     }
-    let db = state.store.conn().await?;
+    let mut db = Conn::open(state).await?;
     let mut first_failure = None;
     let mut answered = false;
     for planned in group_by_lease(acks) {
         let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
-        let settled = match apply_group(state, &db, &group, &planned.fence).await {
+        let applied = apply_group(state, &mut db, &group, &planned.fence).await;
+        db.end_group();
+        let settled = match applied {
             Ok(settled) => {
                 answered = true;
                 settled
@@ -148,13 +158,55 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     }
 }
 
-/// One group's SQL call and its [`conclude`]d outcomes.
+/// The pooled connection of one ack request. With ack fusion off it is taken once, up front,
+/// and held across the request's groups. With fusion on it is taken only when a group needs
+/// SQL of its own and given back after each group: a request parked on a flush must hold no
+/// connection, or once more requests park than the pool is deep, the flush (which needs a
+/// connection from the same pool) could never start.
+struct Conn<'a> {
+    state: &'a Engine,
+    held: Option<Object>,
+    keep: bool,
+}
+
+impl<'a> Conn<'a> {
+    async fn open(state: &'a Engine) -> Result<Self> {
+        let keep = state.ack_fusion.is_none();
+        let held = match keep {
+            true => Some(state.store.conn().await?),
+            false => None,
+        };
+        Ok(Conn { state, held, keep })
+    }
+
+    async fn get(&mut self) -> Result<&Object> {
+        if self.held.is_none() {
+            self.held = Some(self.state.store.conn().await?);
+        }
+        self.held
+            .as_ref()
+            .ok_or_else(|| Error::internal("ack connection not taken"))
+    }
+
+    fn end_group(&mut self) {
+        if !self.keep {
+            self.held = None;
+        }
+    }
+}
+
+/// One group: the registry's fast path when it proves a cover, else the SQL call by hash and
+/// its [`conclude`]d outcomes.
 async fn apply_group(
     state: &Engine,
-    db: &impl GenericClient,
+    conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
 ) -> Result<Vec<AckOutcome>> {
+    if let Some(settled) = cover::try_cover(state, conn, group, fence).await? {
+        return Ok(settled);
+    }
+    let db = conn.get().await?;
     let first = group[0];
     let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
     let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
@@ -180,16 +232,22 @@ pub async fn conclude(
     state: &Engine,
     db: &impl GenericClient,
     group: &[&Ack],
-    verdict: &HashAckVerdict,
+    verdict: &AckVerdict,
 ) -> Result<Vec<AckOutcome>> {
-    let mut settled = settle(verdict, group);
-    if let Some(queue) = &verdict.wake_queue {
-        state.wake.wake_queue(queue);
-    }
+    let mut settled = settle_and_wake(state, verdict, group);
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;
     }
     Ok(settled)
+}
+
+/// [`settle`], and the wake-up of parked pops when the verdict released a lease with data
+/// pending.
+fn settle_and_wake(state: &Engine, verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+    if let Some(queue) = &verdict.wake_queue {
+        state.wake.wake_queue(queue);
+    }
+    settle(verdict, group)
 }
 
 /// Files the dead letter `verdict` asks for and, when it was filed, marks the group's
@@ -208,7 +266,7 @@ pub async fn conclude(
 async fn hand_off(
     state: &Engine,
     db: &impl GenericClient,
-    verdict: &HashAckVerdict,
+    verdict: &AckVerdict,
     acks: &[&Ack],
     outcomes: &mut [AckOutcome],
 ) -> Result<()> {
@@ -322,7 +380,7 @@ pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Planne
 /// Per-item outcomes of one group's verdict: a refused group refuses every item; otherwise
 /// completed items below the cursor are harmless `noop`s, while unresolvable items and
 /// signals below the cursor fail with [`UNSETTLED`]. `dlq` is set later by the hand-off.
-pub fn settle(verdict: &HashAckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+pub fn settle(verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
     if !verdict.ok {
         let error = verdict
             .error
@@ -459,7 +517,7 @@ mod tests {
         ];
         let refs: Vec<&Ack> = items.iter().collect();
         let hex = |t: &str| to_hex(&txn_hash(t));
-        let verdict = HashAckVerdict {
+        let verdict = AckVerdict {
             ok: true,
             lease_released: true,
             noop_hashes: vec![hex("done-before")],
@@ -473,7 +531,7 @@ mod tests {
         assert!(!out[2].success && out[2].error.as_deref() == Some(UNSETTLED));
         assert!(out[3].success && !out[3].noop && out[3].lease_released);
 
-        let refused = HashAckVerdict {
+        let refused = AckVerdict {
             ok: false,
             error: Some("invalid or expired lease".into()),
             ..Default::default()
