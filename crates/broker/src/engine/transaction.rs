@@ -224,7 +224,8 @@ pub async fn run(state: &Engine, mut req: TxnRequest) -> Result<TxnOutcome> {
     Ok(TxnOutcome::Committed(ordered))
 }
 
-/// Turns the bundle's positional acks back into the hash form; whether there were any.
+/// Turns the bundle's positional acks back into the hash form; whether there were any. Each
+/// counts as a refused hit: the rollback does not say which ack was refused.
 fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
     let mut any = false;
     for ack in acks.iter_mut() {
