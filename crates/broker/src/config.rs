@@ -210,6 +210,23 @@ pub struct Config {
     /// Delete idle, empty partitions (see PARTITION_CLEANUP_DAYS).
     #[arg(long, env = "QUEEN_PARTITION_CLEANUP_ENABLED", default_value = "true", value_parser = parse_bool)]
     pub partition_cleanup_enabled: bool,
+    /// Ack registry (docs/engine.md §6.4): remember what this broker's leasing pops delivered,
+    /// so an ack of exactly that batch, all completed, is one positional cursor advance
+    /// instead of a hash resolution. Off: every ack resolves by hash.
+    #[arg(long, env = "QUEEN_ACK_REGISTRY", default_value = "true", value_parser = parse_bool)]
+    pub ack_registry: bool,
+    /// Memory budget of the ack registry in MiB; least recently stored leases are evicted
+    /// beyond it (their acks resolve by hash).
+    #[arg(long, env = "QUEEN_ACK_REGISTRY_MB", default_value_t = 64)]
+    pub ack_registry_mb: usize,
+    /// Ack fusion (docs/engine.md §6.5): the registry's positional acks of concurrent requests
+    /// commit together, one transaction per flush. Only registry hits are fused, so it does
+    /// nothing with the registry off. Off: each hit commits alone.
+    #[arg(long, env = "QUEEN_ACK_FUSION", default_value = "true", value_parser = parse_bool)]
+    pub ack_fusion: bool,
+    /// Shard tasks of ack fusion (one flush in flight per shard).
+    #[arg(long, env = "QUEEN_ACK_FUSION_SHARDS", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub ack_fusion_shards: u64,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -525,7 +542,8 @@ impl Config {
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={:?} ({}) \
              hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
-             dedup_cache={} dedup_cache_mb={} retention=[every {}ms batch {} x{} due_cap {} \
+             dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
+             ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
              spool_events_per_file={} spool_max_bytes={} {}",
@@ -558,6 +576,10 @@ impl Config {
             self.hotlist_unserved_trim_ms,
             self.dedup_cache,
             self.dedup_cache_mb,
+            self.ack_registry,
+            self.ack_registry_mb,
+            self.ack_fusion,
+            self.ack_fusion_shards,
             self.retention_interval_ms,
             self.retention_batch_size,
             self.retention_parallelism,

@@ -3,8 +3,12 @@
 //! in 90 s). Each call site owns a [`LogLimit`]; an identical text is logged at most once per
 //! window, and the line that ends a quiet window says how many repeats it swallowed. Distinct
 //! texts are limited separately, so a new error is never hidden behind an old one.
+//!
+//! Also the [`Tally`] behind the periodic summaries of hot paths (push and ack fusion's
+//! coalescing lines): counts are summed between lines, and one line is written per window.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -68,9 +72,67 @@ impl LogLimit {
     }
 }
 
+/// `N` counters summed between the summary lines of one call site, one line per window.
+pub struct Tally<const N: usize> {
+    window: Duration,
+    counts: [AtomicU64; N],
+    since: Mutex<Instant>,
+}
+
+impl<const N: usize> Tally<N> {
+    pub fn new(window: Duration) -> Self {
+        Tally {
+            window,
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            since: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Adds `deltas`; once per window, the sums since the last summary and the time they
+    /// cover (then counting starts again), else `None`.
+    pub fn add(&self, deltas: [u64; N]) -> Option<([u64; N], Duration)> {
+        self.add_at(deltas, Instant::now())
+    }
+
+    fn add_at(&self, deltas: [u64; N], now: Instant) -> Option<([u64; N], Duration)> {
+        for (count, delta) in self.counts.iter().zip(deltas) {
+            count.fetch_add(delta, Relaxed);
+        }
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = now.saturating_duration_since(*since);
+        if elapsed < self.window {
+            return None;
+        }
+        *since = now;
+        drop(since);
+        Some((
+            std::array::from_fn(|i| self.counts[i].swap(0, Relaxed)),
+            elapsed,
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tally_reports_its_sums_once_per_window() {
+        let tally = Tally::<2>::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(tally.add_at([1, 5], t0), None);
+        assert_eq!(tally.add_at([2, 5], t0 + Duration::from_secs(9)), None);
+        let (sums, elapsed) = tally
+            .add_at([3, 5], t0 + Duration::from_secs(10))
+            .expect("a summary");
+        assert_eq!(sums, [6, 15]);
+        assert!(elapsed >= Duration::from_secs(10));
+        assert_eq!(tally.add_at([1, 1], t0 + Duration::from_secs(11)), None);
+        let (sums, _) = tally
+            .add_at([0, 0], t0 + Duration::from_secs(21))
+            .expect("the next summary");
+        assert_eq!(sums, [1, 1], "counting started again");
+    }
 
     #[test]
     fn repeats_are_counted_and_logged_once_per_window() {

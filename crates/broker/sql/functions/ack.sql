@@ -329,9 +329,22 @@ $$;
 -- released and total_consumed grows by p_acked_count. With NOT p_ok: the lease is released
 -- without advancing, so the whole batch redelivers. Result {"ok":true,"acked":n} or
 -- {"ok":false,"error":…}.
+--
+-- p_cover (ours; the broker's fast paths always set it): the caller says it holds a full
+-- cover, every frame of the batch it was served (p_acked_count of them, ending at p_upto)
+-- acked `completed` under its own lease. Committing it must be exactly what the hash path
+-- would do with the same acks, so a cover is refused ('batch changed since the pop') unless
+-- a lease is named, p_upto is the row's batch_end, the cursor has not entered the batch
+-- (committed <= batch_end - p_acked_count: a lease-less ack elsewhere may have acked part of
+-- it, which the hash path would answer as noops) and no hash row of the batch was purged
+-- (first offset >= txns_start: the hash path could not resolve those). A refused cover
+-- changes nothing; the broker then takes the hash path. A cover answers like the hash path's
+-- release: "leaseReleased":true and "wakeQueue" when data is pending behind the new cursor,
+-- and total_consumed grows by the cursor's actual advance.
+DROP FUNCTION IF EXISTS queen.log_ack_at_v1(bigint, text, text, bigint, bool, int);
 CREATE OR REPLACE FUNCTION queen.log_ack_at_v1(
     p_partition_id bigint, p_group text, p_worker text, p_upto bigint,
-    p_ok bool DEFAULT true, p_acked_count int DEFAULT 0)
+    p_ok bool DEFAULT true, p_acked_count int DEFAULT 0, p_cover bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -340,6 +353,10 @@ DECLARE
     v_row_worker text;
     v_expires timestamptz;
     v_new bigint;
+    v_consumed bigint;
+    v_last_offset bigint;
+    v_txns_start bigint;
+    v_queue text;
 BEGIN
     SELECT committed, batch_end, worker_id, lease_expires_at
     INTO v_committed, v_batch_end, v_row_worker, v_expires
@@ -349,7 +366,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'consumer not found');
     END IF;
-    IF COALESCE(p_worker, '') <> ''
+    IF (COALESCE(p_worker, '') <> '' OR p_cover)
        AND (v_row_worker IS DISTINCT FROM p_worker OR v_batch_end IS NULL
             OR v_expires IS NULL OR v_expires <= clock_timestamp()) THEN
         RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'invalid or expired lease');
@@ -367,18 +384,36 @@ BEGIN
     IF p_upto > v_batch_end THEN
         RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'position beyond leased batch');
     END IF;
+    IF p_cover THEN
+        SELECT lp.last_offset, lp.txns_start, q.name INTO v_last_offset, v_txns_start, v_queue
+        FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+        WHERE lp.id = p_partition_id;
+        IF p_upto <> v_batch_end
+           OR v_committed > v_batch_end - GREATEST(COALESCE(p_acked_count, 0), 1)
+           OR v_batch_end - GREATEST(COALESCE(p_acked_count, 0), 1) + 1 < COALESCE(v_txns_start, 0) THEN
+            RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'batch changed since the pop');
+        END IF;
+    END IF;
 
     v_new := GREATEST(v_committed, p_upto);
+    v_consumed := CASE WHEN p_cover THEN v_new - v_committed
+                       ELSE GREATEST(COALESCE(p_acked_count, 0), 0) END;
     UPDATE queen.log_consumers
     SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
         lease_acquired_at = NULL, batch_end = NULL,
         attempt_offset = CASE WHEN v_new >= v_batch_end THEN NULL ELSE attempt_offset END,
         attempt_count = CASE WHEN v_new >= v_batch_end THEN 0 ELSE attempt_count END,
         batch_retry_count = CASE WHEN v_new >= v_batch_end THEN 0 ELSE batch_retry_count END,
-        total_consumed = total_consumed + GREATEST(COALESCE(p_acked_count, 0), 0),
+        total_consumed = total_consumed + v_consumed,
         last_consumed_at = clock_timestamp()
     WHERE partition_id = p_partition_id AND consumer_group = p_group;
-    RETURN jsonb_build_object('ok', true, 'acked', v_new - v_committed);
+    IF NOT p_cover THEN
+        RETURN jsonb_build_object('ok', true, 'acked', v_new - v_committed);
+    END IF;
+    RETURN jsonb_build_object('ok', true, 'acked', v_new - v_committed, 'off', v_new,
+                              'leaseReleased', true)
+           || jsonb_strip_nulls(jsonb_build_object(
+                  'wakeQueue', CASE WHEN v_last_offset > v_new THEN v_queue END));
 END
 $$;
 
@@ -404,9 +439,13 @@ $$;
 -- Many positional completed acks in ONE transaction (ack fusion's commit). Rows run in
 -- ascending (partition_id, consumer_group) order so every flush takes its consumer-row locks
 -- in the global order; verdicts come back by input ordinal:
--- {"ok":true,"results":[{"ok","acked","error"}…]}.
+-- {"ok":true,"results":[{"ok","acked","error"}…]}. With p_cover (ours; ack fusion sets it)
+-- every row is a cover (see log_ack_at_v1) and its verdict also carries "leaseReleased" and,
+-- when data is pending behind the new cursor, "wakeQueue".
+DROP FUNCTION IF EXISTS queen.log_ack_multi_v1(bigint[], text[], bigint[], text[], int[]);
 CREATE OR REPLACE FUNCTION queen.log_ack_multi_v1(
-    p_pids bigint[], p_groups text[], p_ends bigint[], p_workers text[], p_counts int[])
+    p_pids bigint[], p_groups text[], p_ends bigint[], p_workers text[], p_counts int[],
+    p_cover bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -426,10 +465,13 @@ BEGIN
              WITH ORDINALITY AS w(pid, grp, upto, worker, cnt, ord)
         ORDER BY w.pid, w.grp, w.ord
     LOOP
-        v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker, v_row.upto, true, v_row.cnt);
+        v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker, v_row.upto, true, v_row.cnt,
+                                   COALESCE(p_cover, false));
         v_results[v_row.ord] := jsonb_build_object(
             'ok', v_r->'ok', 'acked', COALESCE(v_r->'acked', '0'::jsonb),
-            'error', v_r->'error');
+            'error', v_r->'error')
+            || jsonb_strip_nulls(jsonb_build_object(
+                   'leaseReleased', v_r->'leaseReleased', 'wakeQueue', v_r->'wakeQueue'));
     END LOOP;
     RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
 END

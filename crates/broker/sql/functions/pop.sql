@@ -15,8 +15,9 @@
 -- key-share lock itself with SKIP LOCKED and, when the row is being deleted, creates nothing.
 --
 -- Result shape shared by the broker-facing functions (docs/engine.md §5.4): `meta` is
--- {"partitions":[{partition, partitionId, queue, deliveryAttempt, segments:[{base, startIdx,
--- take, msgCount, createdAt (µs since epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
+-- {"partitions":[{partition, partitionId, queue, deliveryAttempt, leaseExpiresAt (µs since
+-- epoch; null for autoAck), segments:[{base, startIdx, take, msgCount, createdAt (µs since
+-- epoch)}]}], "minPopWaitMs"?} and `blobs` holds the
 -- segment blobs in the order the segments appear. The broker decompresses each blob and
 -- slices frames [startIdx, startIdx + take).
 
@@ -443,6 +444,8 @@ BEGIN
             meta := meta || jsonb_build_object(
                 'partition', r.r_partition, 'partitionId', v_pid, 'queue', r.r_queue,
                 'deliveryAttempt', r.r_attempt,
+                'leaseExpiresAt', CASE WHEN NOT p_auto_ack
+                                       THEN (extract(epoch FROM r.r_until) * 1000000)::bigint END,
                 'segments', queen.log_pop_segments_json_v1(r.r_bases, r.r_starts, r.r_takes,
                                                             r.r_counts, r.r_created));
             blobs := blobs || r.r_blobs;
@@ -626,6 +629,7 @@ DECLARE
     v_pid bigint;
     v_attempt int;
     v_min_wait int;
+    v_lease_until bigint;
 BEGIN
     SELECT queen.log_pop_segments_json_v1(array_agg(r.r_base ORDER BY r.r_base), array_agg(r.r_start_idx ORDER BY r.r_base),
                                           array_agg(r.r_take ORDER BY r.r_base), array_agg(r.r_msg_count ORDER BY r.r_base),
@@ -635,8 +639,10 @@ BEGIN
     FROM queen.log_pop_v1(p_queue, p_partition, p_group, p_budget, p_lease_seconds, p_worker,
                           p_auto_ack, p_sub_mode, p_sub_from) r;
 
-    SELECT p.id, CASE WHEN p_auto_ack THEN 1 ELSE c.attempt_count END, q.min_pop_wait_time
-    INTO v_pid, v_attempt, v_min_wait
+    SELECT p.id, CASE WHEN p_auto_ack THEN 1 ELSE c.attempt_count END, q.min_pop_wait_time,
+           CASE WHEN NOT p_auto_ack
+                THEN (extract(epoch FROM c.lease_expires_at) * 1000000)::bigint END
+    INTO v_pid, v_attempt, v_min_wait, v_lease_until
     FROM queen.queues q
     LEFT JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = p_partition
     LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
@@ -648,7 +654,8 @@ BEGIN
         meta := jsonb_build_object(
             'partitions', jsonb_build_array(jsonb_build_object(
                 'partition', p_partition, 'partitionId', v_pid, 'queue', p_queue,
-                'deliveryAttempt', v_attempt, 'segments', v_segs)),
+                'deliveryAttempt', v_attempt, 'leaseExpiresAt', v_lease_until,
+                'segments', v_segs)),
             'minPopWaitMs', v_min_wait);
     END IF;
     RETURN NEXT;

@@ -4,9 +4,11 @@
 
 -- Input (built by the broker):
 --   p = {"pushes":[{"queue","partition","count","verified"?,"encrypted"?}…],
---        "acks":[{"partitionId","group","worker","uptoOff","ok","count"}          -- positional
+--        "acks":[{"partitionId","group","worker","uptoOff","ok","count","cover"?} -- positional
 --               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…],
 --                 "fence"?:[hex32…]}]}                                           -- by hash
+--   ("cover": the ack registry proved a full-batch completed ack of this lease; see
+--   log_ack_at_v1's p_cover. A refused cover raises like any refused ack.)
 --   ("fence": the bundle's signals for that (partition, group) in its other ack groups, see
 --   log_ack_by_hash_v1's p_fence)
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
@@ -133,7 +135,8 @@ BEGIN
             v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker,
                                        (v_row.e->>'uptoOff')::bigint,
                                        COALESCE((v_row.e->>'ok')::bool, true),
-                                       COALESCE((v_row.e->>'count')::int, 0));
+                                       COALESCE((v_row.e->>'count')::int, 0),
+                                       COALESCE((v_row.e->>'cover')::bool, false));
         END IF;
         IF NOT (v_r->>'ok')::bool THEN
             RAISE EXCEPTION 'QTXN ack failed for partition % group "%": %; transaction rolled back',

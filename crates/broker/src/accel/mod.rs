@@ -4,10 +4,13 @@
 //! wake channel), it declares a trait the engine implements with the store. Admission is the
 //! exception that caches nothing: it is the limiter every transaction passes.
 
+pub mod ack_fusion;
+pub mod ack_registry;
 pub mod admission;
 pub mod dedup_cache;
 pub mod deliveries;
 pub mod encryption;
+pub mod fusion;
 pub mod hotlist;
 pub mod maintenance;
 pub mod min_pop_wait;

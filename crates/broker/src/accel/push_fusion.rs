@@ -4,8 +4,9 @@
 //! flush, and the batch size is emergent: whatever arrived while the previous flush of the
 //! partition was in flight.
 //!
-//! - Sharding: a partition always maps to the same shard task (FNV-1a of its key), which owns
-//!   that partition's state alone, so no locks are needed.
+//! - Sharding: a partition always maps to the same shard task (FNV-1a of its key, shared
+//!   with ack fusion in `accel/fusion.rs`), which owns that partition's state alone, so no
+//!   locks are needed.
 //! - Fire-on-idle: an arrival is dispatched at once when the shard has a free in-flight slot,
 //!   a push permit of the broker's admission (`accel/admission.rs`) is free right now, and the
 //!   partition is not already being flushed; otherwise it waits and joins everything that
@@ -33,6 +34,8 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
+pub use crate::accel::fusion::Failure;
+use crate::accel::fusion::{shard_of, DoneGuard};
 
 /// One message waiting to be written.
 #[derive(Debug, Clone)]
@@ -63,18 +66,6 @@ pub enum FrameOutcome {
     /// Written to the broker's disk spool, to be stored under `message_id` when the spool is
     /// replayed (the engine's spool answers this; the fusion never does).
     Buffered { message_id: Uuid },
-}
-
-/// Why a frame was not stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub error: String,
-    /// The database could not be reached: nothing is wrong with the frame, a retry after a
-    /// pause will store it. Otherwise the broker or the database failed the write.
-    pub unavailable: bool,
-    /// Refused by its queue's rules (no room under `maxSize`, an encrypted queue on a broker
-    /// without the key): a definite per-item answer, not a failure of the request.
-    pub refused: bool,
 }
 
 impl Failure {
@@ -173,7 +164,8 @@ impl PushFusion {
         if n == 0 {
             return Vec::new();
         }
-        let shard = &self.shards[shard_of(queue, partition, self.shards.len())];
+        let key = queue.bytes().chain([0x1f]).chain(partition.bytes());
+        let shard = &self.shards[shard_of(key, self.shards.len())];
         let (reply, settled) = oneshot::channel();
         let arrival = Arrival {
             queue: queue.into(),
@@ -188,16 +180,6 @@ impl PushFusion {
             .await
             .unwrap_or_else(|_| vec![Failure::internal("push flush aborted"); n])
     }
-}
-
-/// FNV-1a over `queue \x1f partition`.
-fn shard_of(queue: &str, partition: &str, shards: usize) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in queue.bytes().chain([0x1f]).chain(partition.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    (h % shards as u64) as usize
 }
 
 type LaneKey = (Arc<str>, Arc<str>);
@@ -332,10 +314,7 @@ impl Shard {
         }
         self.bundles_in_flight += 1;
         let writer = self.writer.clone();
-        let done = DoneGuard {
-            keys: Some(keys),
-            tx: self.done_tx.clone(),
-        };
+        let done = DoneGuard::new(keys, self.done_tx.clone());
         tokio::spawn(async move {
             let lanes = batches.iter_mut().map(LaneBatch::take_flush).collect();
             let outcomes = writer.write(lanes).await;
@@ -354,21 +333,6 @@ async fn wait_for(wait: &mut Option<PermitWait>) -> Permit {
     match wait {
         Some(w) => w.await,
         None => std::future::pending().await,
-    }
-}
-
-/// Reports a bundle's lanes as settled even if its task panicked, so the lanes never stay
-/// marked in flight.
-struct DoneGuard {
-    keys: Option<Vec<LaneKey>>,
-    tx: mpsc::UnboundedSender<Vec<LaneKey>>,
-}
-
-impl Drop for DoneGuard {
-    fn drop(&mut self) {
-        if let Some(keys) = self.keys.take() {
-            let _ = self.tx.send(keys);
-        }
     }
 }
 

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accel::ack_fusion::AckFusion;
+use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::Admission;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::hotlist::HotList;
@@ -19,6 +21,7 @@ use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::engine::encryption::Encryption;
 use crate::spool::Spool;
+use crate::store::ack::AckVerdict;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -48,6 +51,10 @@ pub struct Inner {
     pub dedup_cache: Arc<DedupCache>,
     /// The at-rest encryption key and which queues to seal (docs/engine.md §3.1).
     pub encryption: Arc<Encryption>,
+    /// What this broker's leasing pops delivered, for the ack fast path (§6.4).
+    pub ack_registry: Arc<AckRegistry>,
+    /// Folds the fast path's cursor advances into shared commits (§6.5); `None` when off.
+    pub ack_fusion: Option<AckFusion<AckVerdict>>,
     pub counters: Arc<Counters>,
     /// The live Prometheus series (requests per route, acknowledgements).
     pub telemetry: Telemetry,

@@ -15,7 +15,7 @@ use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::build_segment;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::ack::HashAckVerdict;
+use crate::store::ack::AckVerdict;
 use crate::store::dlq::{self as store, DeadLetter, ReplayVerdict, ReplayWrite};
 use crate::store::push::{segment_at, SegmentResult, SegmentWrite};
 
@@ -43,7 +43,7 @@ pub async fn file(
     db: &impl GenericClient,
     partition_id: i64,
     group: &str,
-    verdict: &HashAckVerdict,
+    verdict: &AckVerdict,
     nacks: &[Nack<'_>],
 ) -> Result<Option<Filed>> {
     let (Some(off), Some(lease_id)) = (verdict.off, verdict.lease_id.as_deref()) else {

@@ -1,6 +1,9 @@
 //! Lease renewal (`POST /api/v1/lease/:leaseId/extend`, docs/wire.md §9): every live lease of one
 //! lease id is extended, never shortened and never revived. Best effort: the caller reads
-//! `renewed`, the route always answers 200.
+//! `renewed`, the route always answers 200. A renewal also keeps the ack registry's entries
+//! of that lease alive as long as the lease (docs/engine.md §6.4).
+
+use std::time::Duration;
 
 use crate::accel::admission::Lane;
 use crate::engine::Engine;
@@ -20,5 +23,10 @@ pub async fn extend(state: &Engine, lease_id: &LeaseId, seconds: Option<i64>) ->
     let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
     let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
-    store::renew_lease(&db, lease_id.as_str(), seconds).await
+    let renewal = store::renew_lease(&db, lease_id.as_str(), seconds).await?;
+    if renewal.renewed > 0 {
+        let lease = Duration::from_secs(seconds.unsigned_abs().into());
+        state.ack_registry.extend(lease_id.as_str(), lease);
+    }
+    Ok(renewal)
 }

@@ -22,6 +22,8 @@ pub mod traces;
 pub mod transaction;
 mod wake;
 
+pub use crate::accel::ack_fusion::AckFusionSnapshot;
+pub use crate::accel::ack_registry::AckRegistrySnapshot;
 /// The accelerators' snapshots `/metrics` renders.
 pub use crate::accel::admission::AdmissionSnapshot;
 pub use crate::accel::dedup_cache::DedupSnapshot;
@@ -32,6 +34,7 @@ pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot}
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::hotlist::{HotList, HotListConfig};
@@ -92,6 +95,17 @@ impl Engine {
             Arc::new(segment_writer),
             admission.clone(),
         );
+        let ack_registry = Arc::new(AckRegistry::new(
+            cfg.ack_registry,
+            cfg.ack_registry_mb.saturating_mul(1 << 20),
+        ));
+        let ack_fusion = cfg.ack_fusion.then(|| {
+            ack::fusion::start(
+                store.clone(),
+                admission.clone(),
+                cfg.ack_fusion_shards as usize,
+            )
+        });
         Engine::from_inner(Inner {
             cfg,
             store,
@@ -104,6 +118,8 @@ impl Engine {
             push_fusion,
             dedup_cache,
             encryption,
+            ack_registry,
+            ack_fusion,
             counters,
             telemetry: Telemetry::start(),
             retention: RetentionCounters::default(),
@@ -117,6 +133,11 @@ impl Engine {
     /// (`push/replay.rs`). Await the handles after [`Engine::begin_shutdown`].
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         push::replay::spawn(self).into_iter().collect()
+    }
+
+    /// Ack fusion's counters; `None` when it is off.
+    pub fn ack_fusion_metrics(&self) -> Option<AckFusionSnapshot> {
+        self.ack_fusion.as_ref().map(|f| f.metrics())
     }
 
     /// What a push path touches after a commit (engine/push/commit.rs).

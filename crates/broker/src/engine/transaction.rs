@@ -5,7 +5,9 @@
 //! operations and calls [`run`]. Pushes go through the same validation and segment builder as
 //! plain pushes; acks are grouped by (partition, group, lease) like plain acks, so a nack is
 //! never skipped by a later completed ack of the same bundle, and their verdicts map back with
-//! the same rules. The DLQ hand-off and long-poll wake-ups happen after the commit.
+//! the same rules. A group the ack registry proves (its whole batch, all completed, under its
+//! lease) goes in the positional form instead of by hash (docs/engine.md §6.8). The DLQ
+//! hand-off and long-poll wake-ups happen after the commit.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{SegmentResult, SegmentWrite};
-use crate::store::transaction::{self as store, WireAck, WireRefusal};
+use crate::store::transaction::{self as store, WireAck, WireCover, WireRefusal};
 
 /// One flattened operation: each pushed item is one, each ack is one.
 #[derive(Debug, Clone)]
@@ -143,11 +145,13 @@ pub async fn run(
         .iter()
         .map(|g| g.members.iter().map(|&m| acks[m]).collect())
         .collect();
-    let wire_acks: Vec<WireAck<'_>> = ack_groups
+    let mut wire_acks: Vec<WireAck<'_>> = ack_groups
         .iter()
         .zip(planned)
         .map(|(members, planned)| {
             let first = members[0].1;
+            let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
+            let cover = ack::cover::proven_cover(state, &group, &planned.fence);
             WireAck {
                 partition_id: first.partition_id.get(),
                 group: &first.group,
@@ -158,6 +162,10 @@ pub async fn run(
                     .collect(),
                 statuses: members.iter().map(|(_, a)| a.status.as_sql()).collect(),
                 fence: planned.fence,
+                cover: cover.map(|c| WireCover {
+                    batch_end: c.batch_end,
+                    frames: c.frames,
+                }),
             }
         })
         .collect();
@@ -179,6 +187,11 @@ pub async fn run(
             Ok(committed) => break (plan, built, committed),
             Err(refusal) => refusal,
         };
+        if matches!(refusal, WireRefusal::RejectedAck(_)) && uncover(state, &mut wire_acks) {
+            // A cover PostgreSQL refused (the lease or the batch changed since the pop) rolled
+            // the bundle back; the hash form is the authority, so the bundle runs again with it.
+            continue;
+        }
         let (reason, error) = match refusal {
             WireRefusal::Encrypt(queue) if reruns == 0 => {
                 state.encryption.learn(&queue, true);
@@ -250,6 +263,19 @@ fn segment_writes<'a>(plan: &'a PushPlan, built: &'a [BuiltSegment]) -> Vec<Segm
             encrypted: seg.encrypted,
         })
         .collect()
+}
+
+/// Turns the bundle's positional acks back into the hash form; whether there were any. Each
+/// counts as a refused hit: the rollback does not say which ack was refused.
+fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
+    let mut any = false;
+    for ack in acks.iter_mut() {
+        if ack.cover.take().is_some() {
+            state.ack_registry.refused();
+            any = true;
+        }
+    }
+    any
 }
 
 /// One segment per planned (queue, partition). Compression is CPU-bound, so a large bundle

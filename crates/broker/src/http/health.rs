@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 use crate::engine::maintenance::{self, SpoolState};
 use crate::engine::{
-    AdmissionSnapshot, DedupSnapshot, Engine, HotListSnapshot, PopSnapshot, RetentionSnapshot,
+    AckFusionSnapshot, AckRegistrySnapshot, AdmissionSnapshot, DedupSnapshot, Engine,
+    HotListSnapshot, PopSnapshot, RetentionSnapshot,
 };
 
 pub fn routes() -> Router<Engine> {
@@ -59,6 +60,8 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
         "dedupCache": render_dedup(&st.dedup_cache.metrics()),
         "retention": render_retention(&st.retention.snapshot()),
         "spool": render_spool(&maintenance::spool_state(&st)),
+        "ackRegistry": render_ack_registry(&st.ack_registry.metrics()),
+        "ackFusion": render_ack_fusion(st.ack_fusion_metrics().as_ref()),
         "database": {
             "poolSize": pool.max_size,
             "connections": pool.size,
@@ -171,6 +174,39 @@ fn render_retention(r: &RetentionSnapshot) -> Value {
         "watermarksRepaired": r.watermarks_repaired,
         "lockSkips": r.lock_skips,
         "errors": r.errors,
+    })
+}
+
+fn render_ack_registry(r: &AckRegistrySnapshot) -> Value {
+    json!({
+        "enabled": r.enabled,
+        "budgetBytes": r.budget_bytes,
+        "bytes": r.bytes,
+        "entries": r.entries,
+        "born": r.born,
+        "hits": r.hits,
+        "misses": r.misses,
+        "mismatches": r.mismatches,
+        "refusals": r.refusals,
+        "expirations": r.expirations,
+        "evictions": r.evictions,
+        "forgotten": r.forgotten,
+        "extensions": r.extensions,
+    })
+}
+
+/// `None`: fusion is off.
+fn render_ack_fusion(f: Option<&AckFusionSnapshot>) -> Value {
+    let Some(f) = f else {
+        return json!({ "enabled": false });
+    };
+    json!({
+        "enabled": true,
+        "shards": f.shards,
+        "commits": f.commits,
+        "rows": f.rows,
+        "acks": f.acks,
+        "failures": f.failures,
     })
 }
 

@@ -1,16 +1,19 @@
-//! The typed call of `queen.log_ack_by_hash_v1` (sql/functions/ack.sql): one (partition,
-//! group, lease) group of acknowledgements resolved by transactionId hash in one transaction.
+//! The typed calls of the ack path (sql/functions/ack.sql): `queen.log_ack_by_hash_v1`, one
+//! (partition, group, lease) group of acknowledgements resolved by transactionId hash in one
+//! transaction, and the cover form of the positional procedures the ack registry's fast path
+//! uses, `log_ack_at_v1` for one batch and `log_ack_multi_v1` for a fused flush of many.
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::json_verdict;
 
-/// The verdict of `queen.log_ack_by_hash_v1` for one (partition, group, lease) group.
+/// The verdict of `queen.log_ack_by_hash_v1` for one (partition, group, lease) group. A
+/// positional cover's verdict has the same keys (its lists are always empty).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct HashAckVerdict {
+pub struct AckVerdict {
     pub ok: bool,
     /// Why the whole group was refused (`ok: false`).
     pub error: Option<String>,
@@ -45,11 +48,72 @@ pub async fn ack_by_hash(
     hashes: &[&[u8]],
     statuses: &[&str],
     fence: &[&[u8]],
-) -> Result<HashAckVerdict> {
+) -> Result<AckVerdict> {
     json_verdict(
         db,
         "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6)",
         &[&partition_id, &group, &lease_id, &hashes, &statuses, &fence],
     )
     .await
+}
+
+/// One positional cover: the batch ending at `batch_end`, `frames` frames, acked `completed`
+/// in full under `lease_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoverRow<'a> {
+    pub partition_id: i64,
+    pub group: &'a str,
+    pub lease_id: &'a str,
+    pub batch_end: i64,
+    pub frames: i32,
+}
+
+/// `queen.log_ack_at_v1` in its cover form: one transaction, one consumer-row lock, no hash
+/// resolution. `ok: false` when PostgreSQL refuses the cover (the lease or the batch changed).
+pub async fn ack_cover(db: &impl GenericClient, row: &CoverRow<'_>) -> Result<AckVerdict> {
+    json_verdict(
+        db,
+        "SELECT queen.log_ack_at_v1($1, $2, $3, $4, true, $5, true)",
+        &[
+            &row.partition_id,
+            &row.group,
+            &row.lease_id,
+            &row.batch_end,
+            &row.frames,
+        ],
+    )
+    .await
+}
+
+/// The answer of `queen.log_ack_multi_v1`: one verdict per row, in input order.
+#[derive(Debug, Deserialize)]
+struct MultiVerdict {
+    results: Vec<AckVerdict>,
+}
+
+/// `queen.log_ack_multi_v1` in its cover form: every row in one transaction, consumer rows
+/// locked in (partition, group) order; one verdict per row, in `rows` order.
+pub async fn ack_multi_cover(
+    db: &impl GenericClient,
+    rows: &[CoverRow<'_>],
+) -> Result<Vec<AckVerdict>> {
+    let pids: Vec<i64> = rows.iter().map(|r| r.partition_id).collect();
+    let groups: Vec<&str> = rows.iter().map(|r| r.group).collect();
+    let ends: Vec<i64> = rows.iter().map(|r| r.batch_end).collect();
+    let workers: Vec<&str> = rows.iter().map(|r| r.lease_id).collect();
+    let counts: Vec<i32> = rows.iter().map(|r| r.frames).collect();
+    let verdict: MultiVerdict = json_verdict(
+        db,
+        "SELECT queen.log_ack_multi_v1($1, $2, $3, $4, $5, true)",
+        &[&pids, &groups, &ends, &workers, &counts],
+    )
+    .await?;
+    if verdict.results.len() != rows.len() {
+        return Err(Error::internal(format!(
+            "log_ack_multi_v1 answered {} verdicts for {} rows",
+            verdict.results.len(),
+            rows.len()
+        )));
+    }
+    Ok(verdict.results)
 }

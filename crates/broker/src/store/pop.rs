@@ -43,6 +43,10 @@ pub struct ClaimedPartition {
     pub partition_id: i64,
     pub queue: String,
     pub delivery_attempt: i32,
+    /// When the claim's lease runs out (µs since the Unix epoch, database clock); `None` for
+    /// autoAck. The ack registry's entries live until then plus a margin.
+    #[serde(default)]
+    pub lease_expires_at: Option<i64>,
     pub segments: Vec<ClaimedSegment>,
 }
 

@@ -6,10 +6,11 @@ use serde::Deserialize;
 use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
-use crate::store::ack::HashAckVerdict;
+use crate::store::ack::AckVerdict;
 use crate::store::push::{SegmentResult, SegmentWrite};
 
-/// One ack group of a bundle, hash-resolved: `hashes[k]` acked with `statuses[k]`.
+/// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
+/// positional when `cover` is set.
 pub struct WireAck<'a> {
     pub partition_id: i64,
     pub group: &'a str,
@@ -19,13 +20,23 @@ pub struct WireAck<'a> {
     pub statuses: Vec<&'static str>,
     /// The bundle's signals for this (partition, group) in its other ack groups.
     pub fence: Vec<[u8; 16]>,
+    /// The ack registry proved the group acks its whole batch, all completed: the group is
+    /// sent in the positional form (`log_ack_at_v1`'s cover) instead of by hash.
+    pub cover: Option<WireCover>,
+}
+
+/// A positional ack: the batch ending at `batch_end`, of `frames` frames, acked in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireCover {
+    pub batch_end: i64,
+    pub frames: i32,
 }
 
 /// What a committed bundle did, in input order.
 #[derive(Debug, Deserialize)]
 pub struct WireCommitted {
     pub pushes: Vec<SegmentResult>,
-    pub acks: Vec<HashAckVerdict>,
+    pub acks: Vec<AckVerdict>,
 }
 
 /// Why a bundle was rolled back. The texts end in "transaction rolled back".
@@ -60,6 +71,12 @@ pub async fn transaction_wire(
     let ack_specs: Vec<serde_json::Value> = acks
         .iter()
         .map(|a| {
+            if let Some(c) = &a.cover {
+                return serde_json::json!({
+                    "partitionId": a.partition_id, "group": a.group, "worker": a.lease_id,
+                    "uptoOff": c.batch_end, "ok": true, "count": c.frames, "cover": true,
+                });
+            }
             let items: Vec<serde_json::Value> = a
                 .hashes
                 .iter()

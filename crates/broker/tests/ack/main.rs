@@ -6,12 +6,16 @@ use queen_test_harness as common;
 use queen_test_harness::wire;
 
 mod concurrency;
+mod cost;
+mod differential;
 mod dlq;
 mod dlq_ops;
+mod fusion;
 mod honesty;
 mod lease;
 mod options;
 mod positional;
+mod registry;
 mod routes;
 mod spec;
 mod support;

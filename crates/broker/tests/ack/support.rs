@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common::TestBroker;
-pub use crate::common::{ack_batch, ack_item, configure, pop, push_txns, txns};
+pub use crate::common::{ack_batch, ack_item, configure, pop, push_txns, txns, Popped};
 
 /// An ack item without a leaseId (a lease-less ack).
 pub fn lease_less(msg: &Value, status: &str) -> Value {
@@ -158,4 +158,45 @@ pub async fn call(
 ) -> Value {
     let row = db.query_one(sql, params).await.expect(sql);
     serde_json::from_str(row.get::<_, &str>(0)).expect("jsonb answer")
+}
+
+/// The `ackRegistry` section of `/metrics`.
+pub async fn registry_metrics(b: &TestBroker) -> Value {
+    let (status, body) = b.get("/metrics").await;
+    assert_eq!(status, StatusCode::OK, "metrics: {body}");
+    body["ackRegistry"].clone()
+}
+
+/// The `ackFusion` section of `/metrics`.
+pub async fn fusion_metrics(b: &TestBroker) -> Value {
+    let (status, body) = b.get("/metrics").await;
+    assert_eq!(status, StatusCode::OK, "metrics: {body}");
+    body["ackFusion"].clone()
+}
+
+/// Top-level calls, in this test's database, of `SELECT queen.<function>(…)`: what the broker
+/// asked PostgreSQL, read from `pg_stat_statements` (the test cluster preloads it).
+pub async fn calls(db: &tokio_postgres::Client, function: &str) -> i64 {
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .expect("pg_stat_statements");
+    db.query_one(
+        "SELECT COALESCE(sum(s.calls), 0)::bigint
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database() AND s.toplevel
+           AND s.query LIKE 'SELECT queen.' || $1 || '(%'",
+        &[&function],
+    )
+    .await
+    .expect("statement calls")
+    .get(0)
+}
+
+/// Every popped message of `popped` acked with `status`.
+pub fn ack_all(popped: &Popped, status: &str) -> Vec<Value> {
+    popped
+        .messages
+        .iter()
+        .map(|m| ack_item(m, status))
+        .collect()
 }

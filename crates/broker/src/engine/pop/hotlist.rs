@@ -212,6 +212,7 @@ mod tests {
                 partition_id: 1,
                 queue: "q".into(),
                 delivery_attempt: 1,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 10,
                     start_idx: 2,

@@ -19,6 +19,7 @@ mod min_wait;
 mod scan;
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -27,8 +28,10 @@ use queen_proto::LeaseId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{Lane, Permit};
 use crate::accel::deliveries::Delivered;
+use crate::engine::ack::cover::born;
 use crate::engine::encryption::Encryption;
 use crate::engine::maintenance;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
@@ -260,7 +263,9 @@ async fn attempt(
     if answer.partitions.is_empty() {
         return Ok(Tried::Nothing);
     }
-    let (rendered, delivered) = render_answer(st, answer, req, lease_id).await?;
+    // A leasing pop's deliveries go to the ack registry (docs/engine.md §6.4).
+    let registry = (!req.auto_ack && st.ack_registry.enabled()).then(|| st.ack_registry.clone());
+    let (rendered, delivered) = render_answer(st, answer, req, lease_id, registry).await?;
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
@@ -274,12 +279,14 @@ async fn attempt(
 }
 
 /// Renders a claimed answer (JSON or framed), off the async workers when it is big; returns
-/// it with what it delivered per queue.
+/// it with what it delivered per queue. With `registry`, the answer's leased batches are
+/// stored in it right after the render, before the answer leaves.
 async fn render_answer(
     st: &Engine,
     answer: PopAnswer,
     req: &PopRequest,
     lease_id: &LeaseId,
+    registry: Option<Arc<AckRegistry>>,
 ) -> Result<(Rendered, Delivered)> {
     let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
     let delivered = delivered(&answer);
@@ -302,7 +309,17 @@ async fn render_answer(
             max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
             encryption: &encryption,
         };
-        render(&answer, &ctx)
+        let rendered = render(&answer, &ctx);
+        if let Some(registry) = registry {
+            born(
+                &registry,
+                &answer,
+                ctx.group,
+                ctx.lease_id,
+                ctx.max_segment_bytes,
+            );
+        }
+        rendered
     };
     // Decompressing and rendering a big answer would stall an async worker for milliseconds.
     let rendered = if blob_bytes > INLINE_BUILD_BYTES {
@@ -414,6 +431,7 @@ mod tests {
             partition_id: 1,
             queue: queue.into(),
             delivery_attempt: 1,
+            lease_expires_at: None,
             segments: created
                 .iter()
                 .map(|&(take, created_at)| ClaimedSegment {

@@ -17,9 +17,8 @@
 //! broker without the key), are ever reported `failed`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
@@ -32,6 +31,7 @@ use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffe
 use crate::engine::push::dedup::verified_offsets;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
+use crate::log_limit::Tally;
 use crate::store::push::{push_multi, segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
 
@@ -50,29 +50,15 @@ pub struct SegmentWriter {
 
 /// Commits, and segments and messages sent, since the last summary: how well fusion coalesces
 /// (messages per segment, segments per commit) is the push path's main throughput lever.
-struct Summary {
-    commits: AtomicU64,
-    segments: AtomicU64,
-    messages: AtomicU64,
-    since: Mutex<Instant>,
-}
+struct Summary(Tally<3>);
 
 impl Summary {
     fn record(&self, segments: &[BuiltSegment]) {
-        self.commits.fetch_add(1, Relaxed);
-        self.segments.fetch_add(segments.len() as u64, Relaxed);
         let messages: i64 = segments.iter().map(|s| i64::from(s.msg_count)).sum();
-        self.messages.fetch_add(messages.unsigned_abs(), Relaxed);
-        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        let elapsed = since.elapsed();
-        if elapsed < SUMMARY_EVERY {
+        let deltas = [1, segments.len() as u64, messages.unsigned_abs()];
+        let Some(([commits, segments, messages], elapsed)) = self.0.add(deltas) else {
             return;
-        }
-        *since = Instant::now();
-        drop(since);
-        let commits = self.commits.swap(0, Relaxed);
-        let segments = self.segments.swap(0, Relaxed);
-        let messages = self.messages.swap(0, Relaxed);
+        };
         tracing::info!(
             commits,
             segments,
@@ -92,12 +78,7 @@ impl SegmentWriter {
         effects: CommitEffects,
         encryption: Arc<Encryption>,
     ) -> Self {
-        let summary = Summary {
-            commits: AtomicU64::new(0),
-            segments: AtomicU64::new(0),
-            messages: AtomicU64::new(0),
-            since: Mutex::new(Instant::now()),
-        };
+        let summary = Summary(Tally::new(SUMMARY_EVERY));
         SegmentWriter {
             store,
             zstd_level,

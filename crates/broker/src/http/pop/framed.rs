@@ -235,6 +235,7 @@ mod tests {
                 partition_id: 17,
                 queue: "q".into(),
                 delivery_attempt: 2,
+                lease_expires_at: None,
                 segments,
             }],
             min_pop_wait_ms: None,

@@ -230,6 +230,7 @@ pub(crate) mod tests {
                 partition_id: 17,
                 queue: "q".into(),
                 delivery_attempt: 2,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 40,
                     start_idx: 1,
@@ -274,6 +275,7 @@ pub(crate) mod tests {
                 partition_id: 1,
                 queue: "q".into(),
                 delivery_attempt: 1,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 0,
                     start_idx: 0,
@@ -307,6 +309,7 @@ pub(crate) mod tests {
                 partition_id: 1,
                 queue: "q".into(),
                 delivery_attempt: 1,
+                lease_expires_at: None,
                 segments: vec![ClaimedSegment {
                     base: 0,
                     start_idx: 0,

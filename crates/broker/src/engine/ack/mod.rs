@@ -3,19 +3,26 @@
 //! its hash lists back to per-item verdicts, and the DLQ hand-off a verdict may ask for.
 //!
 //! The broker hashes; SQL only compares bytes. Every decision about the cursor is SQL's.
+//!
+//! Beside it: [`cover`], the ack registry's fast path (a group that acks exactly the batch a
+//! pop of this broker delivered becomes one positional cursor advance), and [`fusion`], the
+//! commit of ack fusion, which folds many such advances into one transaction.
+
+pub mod cover;
+pub mod fusion;
 
 use std::collections::HashMap;
 
 use queen_proto::hash::{to_hex, txn_hash};
 use queen_proto::{LeaseId, PartitionId};
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Object};
 
-use crate::accel::admission::Lane;
+use crate::accel::admission::{Lane, Permit};
 use crate::engine::dlq::{self, Nack};
 use crate::engine::Engine;
-use crate::error::Result;
-use crate::store::ack::{self as store, HashAckVerdict};
+use crate::error::{Error, Result};
+use crate::store::ack::{self as store, AckVerdict};
 use crate::store::db_error::failure_text;
 use crate::telemetry::{MESSAGES_ACKED, MESSAGES_DEAD_LETTERED};
 
@@ -110,18 +117,20 @@ impl AckOutcome {
 /// The request fails as a whole when no group reached PostgreSQL, and when the connection is
 /// lost: a group in flight may have committed before its answer was lost, so its items can be
 /// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
+/// The same holds for a fused flush that loses its connection (docs/engine.md §6.5).
 pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
     }
-    let _permit = state.admission.acquire(Lane::Ack).await;
-    let db = state.store.conn().await?;
+    let mut db = Conn::open(state).await?;
     let mut first_failure = None;
     let mut answered = false;
     for planned in group_by_lease(acks) {
         let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
-        let settled = match apply_group(state, &db, &group, &planned.fence).await {
+        let applied = apply_group(state, &mut db, &group, &planned.fence).await;
+        db.end_group();
+        let settled = match applied {
             Ok(settled) => {
                 answered = true;
                 settled
@@ -151,13 +160,62 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     }
 }
 
-/// One group's SQL call and its [`conclude`]d outcomes.
+/// The pooled connection of one ack request. With ack fusion off it is taken once, up front,
+/// and held across the request's groups. With fusion on it is taken only when a group needs
+/// SQL of its own and given back after each group: a request parked on a flush must hold no
+/// connection, or once more requests park than the pool is deep, the flush (which needs a
+/// connection from the same pool) could never start.
+struct Conn<'a> {
+    state: &'a Engine,
+    held: Option<(Permit, Object)>,
+    keep: bool,
+}
+
+impl<'a> Conn<'a> {
+    async fn open(state: &'a Engine) -> Result<Self> {
+        let keep = state.ack_fusion.is_none();
+        let held = match keep {
+            true => Some(Self::take(state).await?),
+            false => None,
+        };
+        Ok(Conn { state, held, keep })
+    }
+
+    /// An ack permit (`accel/admission.rs`), then a pooled connection.
+    async fn take(state: &Engine) -> Result<(Permit, Object)> {
+        let permit = state.admission.acquire(Lane::Ack).await;
+        Ok((permit, state.store.conn().await?))
+    }
+
+    async fn get(&mut self) -> Result<&Object> {
+        if self.held.is_none() {
+            self.held = Some(Self::take(self.state).await?);
+        }
+        self.held
+            .as_ref()
+            .map(|(_, conn)| conn)
+            .ok_or_else(|| Error::internal("ack connection not taken"))
+    }
+
+    fn end_group(&mut self) {
+        if !self.keep {
+            self.held = None;
+        }
+    }
+}
+
+/// One group: the registry's fast path when it proves a cover, else the SQL call by hash and
+/// its [`conclude`]d outcomes.
 async fn apply_group(
     state: &Engine,
-    db: &impl GenericClient,
+    conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
 ) -> Result<Vec<AckOutcome>> {
+    if let Some(settled) = cover::try_cover(state, conn, group, fence).await? {
+        return Ok(settled);
+    }
+    let db = conn.get().await?;
     let first = group[0];
     let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
     let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
@@ -184,18 +242,9 @@ pub async fn conclude(
     state: &Engine,
     db: &impl GenericClient,
     group: &[&Ack],
-    verdict: &HashAckVerdict,
+    verdict: &AckVerdict,
 ) -> Result<Vec<AckOutcome>> {
-    let mut settled = settle(verdict, group);
-    if verdict.lease_released || verdict.wake_queue.is_some() {
-        released(state, group[0], verdict.wake_queue.as_deref());
-    }
-    // A retryDelay hold: the pop woken now meets the hold and the ring puts the partition on
-    // the wheel until it ends; the late wake serves the SQL path (ring off) on time too.
-    if let (Some(queue), ms @ 1..) = (&verdict.wake_queue, verdict.wake_after_ms) {
-        let hold = std::time::Duration::from_millis(ms);
-        state.wake.wake_queue_after(queue, hold);
-    }
+    let mut settled = settle_and_wake(state, verdict, group);
     if verdict.ok && verdict.dlq {
         hand_off(state, db, verdict, group, &mut settled).await?;
     }
@@ -226,6 +275,21 @@ fn count(state: &Engine, group: &[&Ack], outcomes: &[AckOutcome]) {
     }
 }
 
+/// [`settle`], and what the verdict means for the hot-list ring and parked pops: a released
+/// lease (with data pending, a wake-up), and a retryDelay hold's late wake.
+fn settle_and_wake(state: &Engine, verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+    if verdict.lease_released || verdict.wake_queue.is_some() {
+        released(state, group[0], verdict.wake_queue.as_deref());
+    }
+    // A retryDelay hold: the pop woken now meets the hold and the ring puts the partition on
+    // the wheel until it ends; the late wake serves the SQL path (ring off) on time too.
+    if let (Some(queue), ms @ 1..) = (&verdict.wake_queue, verdict.wake_after_ms) {
+        let hold = std::time::Duration::from_millis(ms);
+        state.wake.wake_queue_after(queue, hold);
+    }
+    settle(verdict, group)
+}
+
 /// Files the dead letter `verdict` asks for and, when it was filed, marks the group's
 /// outcomes: every item saw its lease released, and the items carrying the poison message's
 /// transactionId were dead-lettered.
@@ -242,7 +306,7 @@ fn count(state: &Engine, group: &[&Ack], outcomes: &[AckOutcome]) {
 async fn hand_off(
     state: &Engine,
     db: &impl GenericClient,
-    verdict: &HashAckVerdict,
+    verdict: &AckVerdict,
     acks: &[&Ack],
     outcomes: &mut [AckOutcome],
 ) -> Result<()> {
@@ -376,7 +440,7 @@ pub fn group_by_lease<'a>(acks: impl IntoIterator<Item = &'a Ack>) -> Vec<Planne
 /// Per-item outcomes of one group's verdict: a refused group refuses every item; otherwise
 /// completed items below the cursor are harmless `noop`s, while unresolvable items and
 /// signals below the cursor fail with [`UNSETTLED`]. `dlq` is set later by the hand-off.
-pub fn settle(verdict: &HashAckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+pub fn settle(verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
     if !verdict.ok {
         let error = verdict
             .error
@@ -513,7 +577,7 @@ mod tests {
         ];
         let refs: Vec<&Ack> = items.iter().collect();
         let hex = |t: &str| to_hex(&txn_hash(t));
-        let verdict = HashAckVerdict {
+        let verdict = AckVerdict {
             ok: true,
             lease_released: true,
             noop_hashes: vec![hex("done-before")],
@@ -527,7 +591,7 @@ mod tests {
         assert!(!out[2].success && out[2].error.as_deref() == Some(UNSETTLED));
         assert!(out[3].success && !out[3].noop && out[3].lease_released);
 
-        let refused = HashAckVerdict {
+        let refused = AckVerdict {
             ok: false,
             error: Some("invalid or expired lease".into()),
             ..Default::default()

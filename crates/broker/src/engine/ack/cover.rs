@@ -1,0 +1,176 @@
+//! The ack registry on the engine floor (docs/engine.md §6.4): what a leasing pop delivered
+//! goes in ([`born`]), and an ack group that covers it exactly comes out as one positional
+//! cursor advance ([`try_cover`] for plain acks, [`proven_cover`] for the transaction wire)
+//! instead of a hash resolution. The registry itself is `accel/ack_registry.rs`.
+//!
+//! The fast path fires for a (partition, group, lease) group only when every item is
+//! `completed`, the group names a lease, no other group of the request carries a signal for
+//! the same (partition, group) (a fence the positional call could not honour), and the set of
+//! acked hashes equals the delivered set. Then the cover goes to PostgreSQL — one
+//! `log_ack_at_v1` call, or a row of an ack-fusion flush — whose cover form re-checks the
+//! lease and the batch under the cursor row's lock. Every other case, and every refusal,
+//! takes the hash path unchanged; an unknown outcome (a lost connection) is a 503.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use queen_proto::frame::decode_exact;
+use queen_proto::hash::txn_hash;
+use queen_proto::segment;
+
+use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn};
+use crate::accel::ack_fusion::FusedAck;
+use crate::accel::ack_registry::{AckRegistry, Cover, Delivered, TxnHash};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+use crate::store::ack::{self as store, AckVerdict, CoverRow};
+use crate::store::db_error::failure_text;
+use crate::store::pop::{ClaimedPartition, PopAnswer};
+
+/// Stores in `registry` what a leasing pop's answer delivered under `lease_id`: per claimed
+/// partition whose claimed frames all decode (what the renderers could deliver), its batch
+/// end, frame count and distinct hashes. Runs beside the renderer, before the answer leaves.
+pub fn born(
+    registry: &AckRegistry,
+    answer: &PopAnswer,
+    group: &str,
+    lease_id: &str,
+    max_segment_bytes: usize,
+) {
+    let mut blobs = answer.blobs.as_slice();
+    let now_us = Utc::now().timestamp_micros();
+    for part in &answer.partitions {
+        let (own, rest) = blobs.split_at(part.segments.len().min(blobs.len()));
+        blobs = rest;
+        let Some(until_us) = part.lease_expires_at else {
+            continue;
+        };
+        let Some((hashes, batch_end, frames)) = delivered(part, own, max_segment_bytes) else {
+            continue;
+        };
+        let left = Duration::from_micros(until_us.saturating_sub(now_us).max(0).unsigned_abs());
+        registry.born(Delivered {
+            partition_id: part.partition_id,
+            group: group.to_string(),
+            worker: lease_id.to_string(),
+            batch_end,
+            frames,
+            hashes,
+            lease_until: Instant::now() + left,
+        });
+    }
+}
+
+/// One claimed partition's hash set, batch end and frame count; `None` when a claimed frame
+/// cannot be decoded (the renderers leave those out, so the client cannot ack them all).
+fn delivered(
+    part: &ClaimedPartition,
+    blobs: &[Vec<u8>],
+    max_segment_bytes: usize,
+) -> Option<(HashSet<TxnHash>, i64, i32)> {
+    let mut hashes = HashSet::new();
+    let (mut frames, mut batch_end) = (0, None);
+    for (seg, blob) in part.segments.iter().zip(blobs).filter(|(s, _)| s.take > 0) {
+        let raw = segment::decompress(blob, max_segment_bytes).ok()?;
+        let decoded = decode_exact(&raw, usize::try_from(seg.msg_count).ok()?).ok()?;
+        let claimed = decoded.get(seg.claimed_range()?)?;
+        hashes.extend(claimed.iter().map(|f| txn_hash(f.transaction_id)));
+        frames += seg.take;
+        batch_end = Some(seg.base + i64::from(seg.start_idx) + i64::from(seg.take) - 1);
+    }
+    Some((hashes, batch_end?, frames))
+}
+
+/// The registry's answer for one ack group (its fence: the request's signals for the same
+/// (partition, group) in other groups): the cover to commit when the fast path may fire.
+/// Otherwise the group takes the hash path, and the registry drops the entry that path makes
+/// doubtful.
+pub fn proven_cover(state: &Engine, group: &[&Ack], fence: &[[u8; 16]]) -> Option<Cover> {
+    let registry = &state.ack_registry;
+    let first = group.first()?;
+    if !registry.enabled() {
+        return None;
+    }
+    let (pid, name, lease) = (
+        first.partition_id.get(),
+        first.group.as_str(),
+        first.lease_id.as_str(),
+    );
+    let all_completed = group.iter().all(|a| a.status == AckStatus::Completed);
+    if first.lease_id.is_none() || !fence.is_empty() || !all_completed {
+        registry.forget(pid, name, lease);
+        return None;
+    }
+    let acked: HashSet<TxnHash> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
+    registry.take(pid, name, lease, &acked)
+}
+
+/// The fast path of one ack group: `Some(outcomes)` when its cover committed; `None` when the
+/// group must take the hash path (no cover, or PostgreSQL refused it, or a flush was refused
+/// and nothing committed). A lost connection is an error: the cover may have committed.
+pub(super) async fn try_cover(
+    state: &Engine,
+    conn: &mut Conn<'_>,
+    group: &[&Ack],
+    fence: &[[u8; 16]],
+) -> Result<Option<Vec<AckOutcome>>> {
+    let Some(cover) = proven_cover(state, group, fence) else {
+        return Ok(None);
+    };
+    let first = group[0];
+    let row = CoverRow {
+        partition_id: first.partition_id.get(),
+        group: &first.group,
+        lease_id: first.lease_id.as_str(),
+        batch_end: cover.batch_end,
+        frames: cover.frames,
+    };
+    let Some(verdict) = commit(state, conn, &row).await? else {
+        return Ok(None);
+    };
+    if !verdict.ok {
+        state.ack_registry.refused();
+        return Ok(None);
+    }
+    let settled = settle_and_wake(state, &verdict, group);
+    count(state, group, &settled);
+    Ok(Some(settled))
+}
+
+/// Commits one cover through ack fusion, or by itself when fusion is off. `None`: nothing
+/// committed and the cover was not judged (the statement or flush failed); the group then
+/// takes the hash path, which decides on its own.
+async fn commit(
+    state: &Engine,
+    conn: &mut Conn<'_>,
+    row: &CoverRow<'_>,
+) -> Result<Option<AckVerdict>> {
+    let failure = match &state.ack_fusion {
+        Some(fusion) => {
+            let fused = FusedAck {
+                partition_id: row.partition_id,
+                group: row.group.to_string(),
+                worker: row.lease_id.to_string(),
+                batch_end: row.batch_end,
+                frames: row.frames,
+            };
+            match fusion.submit(fused).await {
+                Ok(verdict) => return Ok(Some(verdict)),
+                Err(f) if f.unavailable => return Err(Error::Unavailable(f.error)),
+                Err(f) => f.error,
+            }
+        }
+        None => match store::ack_cover(conn.get().await?, row).await {
+            Ok(verdict) => return Ok(Some(verdict)),
+            Err(e) if e.is_unavailable() => return Err(e),
+            Err(e) => failure_text(&e),
+        },
+    };
+    static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+    if let Some(suppressed) = FAILURES.admit(&failure) {
+        tracing::warn!(error = %failure, suppressed, "positional ack failed; taking the hash path");
+    }
+    Ok(None)
+}

@@ -1,0 +1,278 @@
+//! The ack accelerators change nothing but cost: one seeded workload — full, partial,
+//! shuffled and repeated acks, nacks, dead letters, retries, lease-less and forged-lease acks,
+//! transactions, lease expiries and renewals, over several partitions and groups — runs on a
+//! broker with the ack registry and ack fusion on and on one with both off (each on its own
+//! database). Every pop, every per-item answer, the final cursors and the dead letters must be
+//! identical.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::common::{self, TestBroker};
+use crate::support::*;
+
+const QUEUES: [(&str, &[&str]); 2] = [("dq.a", &["p0", "p1", "p2"]), ("dq.b", &["p0", "p1"])];
+const GROUPS: [Option<&str>; 3] = [Some("g1"), Some("g2"), None];
+const PER_PARTITION: usize = 16;
+const STEPS: usize = 70;
+
+/// Everything a run observed, in order, with no lease ids or message ids in it.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    events: Vec<String>,
+    cursors: Vec<String>,
+    dead_letters: Vec<String>,
+}
+
+fn item_answer(r: &Value) -> String {
+    format!(
+        "{} {} released={} dlq={} noop={}",
+        r["success"], r["error"], r["leaseReleased"], r["dlq"], r["noop"]
+    )
+}
+
+async fn expire(db: &tokio_postgres::Client, pid: i64, group: Option<&str>) {
+    db.execute(
+        "UPDATE queen.log_consumers SET lease_expires_at = clock_timestamp() - interval '1 second'
+         WHERE partition_id = $1 AND consumer_group = $2 AND worker_id IS NOT NULL",
+        &[&pid, &group.unwrap_or("__QUEUE_MODE__")],
+    )
+    .await
+    .expect("expire the lease");
+}
+
+/// Acks and records the per-item answers.
+async fn ack(b: &TestBroker, group: Option<&str>, items: Vec<Value>, events: &mut Vec<String>) {
+    let answer = ack_batch(b, group, items).await;
+    events.push(
+        answer
+            .iter()
+            .map(item_answer)
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+}
+
+/// One step: a targeted pop and what is done with its batch.
+async fn step(
+    b: &TestBroker,
+    db: &tokio_postgres::Client,
+    rng: &mut StdRng,
+    events: &mut Vec<String>,
+) {
+    let (queue, partitions) = QUEUES[rng.gen_range(0..QUEUES.len())];
+    let partition = partitions[rng.gen_range(0..partitions.len())];
+    let group = GROUPS[rng.gen_range(0..GROUPS.len())];
+    let batch = rng.gen_range(1..=4);
+    let Some(popped) = pop(b, queue, Some(partition), group, batch, "").await else {
+        events.push(format!("{queue}/{partition} {group:?}: empty"));
+        return;
+    };
+    let offsets: Vec<&Value> = popped.messages.iter().map(|m| &m["offset"]).collect();
+    let attempts: Vec<&Value> = popped
+        .messages
+        .iter()
+        .map(|m| &m["deliveryAttempt"])
+        .collect();
+    events.push(format!(
+        "{queue}/{partition} {group:?}: {:?} at {offsets:?} attempts {attempts:?}",
+        popped.txns()
+    ));
+    let pid = popped.partition_id();
+    let n = popped.messages.len();
+    let mut items = ack_all(&popped, "completed");
+    match rng.gen_range(0..12) {
+        0 | 1 => {
+            items.shuffle(rng);
+            items.push(items[0].clone());
+            ack(b, group, items, events).await;
+        }
+        2 if n > 1 => {
+            let k = rng.gen_range(1..n);
+            ack(b, group, items[..k].to_vec(), events).await;
+            ack(b, group, items[k..].to_vec(), events).await;
+        }
+        3..=5 => {
+            let status = ["failed", "dlq", "retry"][rng.gen_range(0..3)];
+            items[rng.gen_range(0..n)]["status"] = json!(status);
+            ack(b, group, items, events).await;
+        }
+        6 => {
+            let lease_less: Vec<Value> = popped
+                .messages
+                .iter()
+                .map(|m| lease_less(m, "completed"))
+                .collect();
+            ack(
+                b,
+                group,
+                lease_less[..rng.gen_range(1..=n)].to_vec(),
+                events,
+            )
+            .await;
+            ack(b, group, items, events).await;
+        }
+        7 => {
+            let forged: Vec<Value> = items
+                .iter()
+                .map(|i| {
+                    let mut i = i.clone();
+                    i["leaseId"] = json!("forged");
+                    i
+                })
+                .collect();
+            ack(b, group, forged, events).await;
+            ack(b, group, items, events).await;
+        }
+        8 => {
+            let mut ops: Vec<Value> = popped
+                .messages
+                .iter()
+                .map(|m| ack_op(m, "completed", group))
+                .collect();
+            ops.push(
+                json!({ "type": "push", "items": [{ "queue": "dq.out", "payload": { "n": n } }] }),
+            );
+            let (status, answer) = b
+                .post("/api/v1/transaction", &json!({ "operations": ops }))
+                .await;
+            let acks: Vec<String> = answer["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["type"] == "ack")
+                .map(item_answer)
+                .collect();
+            events.push(format!(
+                "txn {status} {} {} {acks:?}",
+                answer["success"], answer["error"]
+            ));
+        }
+        9 => {
+            expire(db, pid, group).await;
+            ack(b, group, items, events).await;
+        }
+        10 => {
+            expire(db, pid, group).await;
+            events.push("left to expire".into());
+        }
+        _ => {
+            let path = format!("/api/v1/lease/{}/extend", popped.lease_id);
+            let (_, renewal) = b.post(&path, &json!({ "seconds": 120 })).await;
+            events.push(format!("renewed {}", renewal["renewed"]));
+            ack(b, group, items, events).await;
+        }
+    }
+}
+
+async fn run(b: &TestBroker, seed: u64) -> Observed {
+    let db = b.sql().await;
+    configure(b, "dq.b", json!({ "retryLimit": 1 })).await;
+    for (queue, partitions) in QUEUES {
+        for p in partitions {
+            push_txns(b, queue, p, &txns(&format!("{queue}-{p}"), PER_PARTITION)).await;
+        }
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut events = Vec::new();
+    for _ in 0..STEPS {
+        step(b, &db, &mut rng, &mut events).await;
+    }
+    let cursors = db
+        .query(
+            "SELECT q.name, lp.name, c.consumer_group, c.committed, c.batch_end,
+                    c.worker_id IS NOT NULL, c.batch_retry_count, c.attempt_count, c.total_consumed
+             FROM queen.log_consumers c JOIN queen.log_partitions lp ON lp.id = c.partition_id
+             JOIN queen.queues q ON q.id = lp.queue_id ORDER BY 1, 2, 3",
+            &[],
+        )
+        .await
+        .expect("cursors")
+        .iter()
+        .map(|r| {
+            let cols: (
+                String,
+                String,
+                String,
+                i64,
+                Option<i64>,
+                bool,
+                i32,
+                i32,
+                i64,
+            ) = (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+                r.get(7),
+                r.get(8),
+            );
+            format!("{cols:?}")
+        })
+        .collect();
+    let dead_letters = db
+        .query(
+            "SELECT lp.name, d.consumer_group, d.\"offset\", d.transaction_id, d.error, d.retry_count
+             FROM queen.log_dlq d JOIN queen.log_partitions lp ON lp.id = d.partition_id
+             ORDER BY 1, 2, 3",
+            &[],
+        )
+        .await
+        .expect("dead letters")
+        .iter()
+        .map(|r| {
+            let cols: (String, String, i64, Option<String>, Option<String>, Option<i32>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+            format!("{cols:?}")
+        })
+        .collect();
+    Observed {
+        events,
+        cursors,
+        dead_letters,
+    }
+}
+
+/// A broker with both ack accelerators on, and one with both off, each on a fresh database.
+async fn pair() -> (TestBroker, TestBroker) {
+    let switched = |on: bool| {
+        move |cfg: &mut queen_broker::config::Config| {
+            cfg.ack_registry = on;
+            cfg.ack_fusion = on;
+        }
+    };
+    tokio::join!(
+        common::broker_with(switched(true)),
+        common::broker_with(switched(false))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_workload_answers_the_same_with_the_accelerators_on_and_off() {
+    for seed in [11, 4242] {
+        let (on, off) = pair().await;
+        let (with, without) = tokio::join!(run(&on, seed), run(&off, seed));
+        assert_eq!(with.events, without.events, "seed {seed}: pops and answers");
+        assert_eq!(with.cursors, without.cursors, "seed {seed}: final cursors");
+        assert_eq!(
+            with.dead_letters, without.dead_letters,
+            "seed {seed}: dead letters"
+        );
+        let (m_on, m_off) = (registry_metrics(&on).await, registry_metrics(&off).await);
+        println!(
+            "seed {seed}: {} events, {} dead letters; registry on: {m_on}",
+            with.events.len(),
+            with.dead_letters.len()
+        );
+        assert!(m_on["hits"].as_u64() > Some(0), "the fast path ran: {m_on}");
+        assert!(!with.dead_letters.is_empty(), "the workload dead-lettered");
+        assert_eq!(m_off["born"], 0, "off means off: {m_off}");
+        assert_eq!(fusion_metrics(&off).await["enabled"], false);
+    }
+}
