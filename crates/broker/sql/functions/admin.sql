@@ -116,13 +116,25 @@ RETURNS TABLE(queue_id bigint, partition_id bigint, partition_name text, last_of
               log_start bigint, created_at timestamptz, last_write_at timestamptz,
               total bigint, pending bigint, processing bigint, dead_letter bigint)
 LANGUAGE sql STABLE AS $$
-    WITH groups AS (
+    WITH parts AS (
+        SELECT p.* FROM queen.log_partitions p
+         WHERE (p_queue_id IS NULL OR p.queue_id = p_queue_id)
+           -- A hashed set: `= ANY (array)` would compare every partition with every id.
+           AND (p_ids IS NULL OR p.id IN (SELECT unnest(p_ids)))
+    ), groups AS (
         SELECT m.queue_id, count(*) AS n FROM queen.admin_memberships_v1(NULL, p_queue_id) m GROUP BY m.queue_id
+    ), cs AS (
+        -- The cursor rows of those partitions in one join: a probe per partition costs more
+        -- once a queue has thousands of partitions.
+        SELECT c.partition_id, count(*) AS rows, min(c.committed) AS min_committed,
+               sum(c.batch_end - c.committed) FILTER (
+                   WHERE c.worker_id IS NOT NULL AND c.lease_expires_at > now()
+                     AND c.batch_end > c.committed) AS processing
+          FROM parts JOIN queen.log_consumers c ON c.partition_id = parts.id
+         GROUP BY c.partition_id
     ), dlq AS (
-        SELECT d.partition_id, count(*) AS n FROM queen.log_dlq d
-         WHERE (p_ids IS NULL OR d.partition_id IN (SELECT unnest(p_ids)))
-           AND (p_queue_id IS NULL
-                OR d.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = p_queue_id))
+        SELECT d.partition_id, count(*) AS n
+          FROM parts JOIN queen.log_dlq d ON d.partition_id = parts.id
          GROUP BY d.partition_id
     )
     SELECT p.queue_id, p.id, p.name, p.last_offset, p.log_start, p.created_at, p.last_write_at,
@@ -132,19 +144,10 @@ LANGUAGE sql STABLE AS $$
                p.log_start),
            COALESCE(cs.processing, 0),
            COALESCE(dlq.n, 0)
-      FROM queen.log_partitions p
+      FROM parts p
       LEFT JOIN groups g ON g.queue_id = p.queue_id
       LEFT JOIN dlq ON dlq.partition_id = p.id
-      LEFT JOIN LATERAL (
-          SELECT count(*) AS rows, min(c.committed) AS min_committed,
-                 sum(c.batch_end - c.committed) FILTER (
-                     WHERE c.worker_id IS NOT NULL AND c.lease_expires_at > now()
-                       AND c.batch_end > c.committed) AS processing
-            FROM queen.log_consumers c WHERE c.partition_id = p.id
-      ) cs ON true
-     WHERE (p_queue_id IS NULL OR p.queue_id = p_queue_id)
-       -- A hashed set: `= ANY (array)` would compare every partition with every id.
-       AND (p_ids IS NULL OR p.id IN (SELECT unnest(p_ids)))
+      LEFT JOIN cs ON cs.partition_id = p.id
 $$;
 
 -- ---------------------------------------------------------------------------------------
