@@ -1,9 +1,12 @@
 // The Queen-rs dashboard: a hash-routed page over the broker's own JSON API. Every value from
-// the broker is put into the page as text (never as HTML), since names are user input.
+// the broker is put into the page as text (never as HTML), since names are user input. With
+// auth on, the token entered on the page is kept in this tab (sessionStorage) and sent as
+// `Authorization: Bearer` on every call; a 401 asks for it again.
 "use strict";
 
 const REFRESH_MS = 2000;
 const PAGE = 50;
+const TOKEN_KEY = "queen.token";
 const rates = { pushed: [], popped: [], last: null };
 let timer = null;
 
@@ -37,11 +40,38 @@ function table(headers, rows, numeric = []) {
 function link(href, label) { return el("a", { href }, label); }
 function seg(s) { return encodeURIComponent(s); }
 
-async function api(path, options) {
-  const resp = await fetch(path, options);
+// ---------------------------------------------------------------- the broker's API
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+function withToken(headers) {
+  const t = token();
+  return t ? { ...headers, authorization: `Bearer ${t}` } : headers;
+}
+
+// One call; a refusal throws an Error carrying the HTTP status and the broker's `error` text.
+async function api(path, options = {}) {
+  const resp = await fetch(path, { ...options, headers: withToken(options.headers) });
   const body = resp.status === 204 ? null : await resp.json().catch(() => null);
-  if (!resp.ok) throw new Error((body && body.error) || `HTTP ${resp.status}`);
+  if (!resp.ok) {
+    const e = new Error((body && body.error) || `HTTP ${resp.status}`);
+    e.status = resp.status;
+    throw e;
+  }
   return body;
+}
+
+// An action's outcome in the footer: its refusal (a 403 names the role needed), or a fresh
+// token entry when the broker did not accept the token at all.
+async function act(label, call, describeOk) {
+  try {
+    const r = await call();
+    status(`${label}: ${describeOk(r)}`);
+  } catch (e) {
+    if (e.status === 401) return askToken(e.message);
+    status(`${label} failed: ${e.message}`, true);
+  }
+  refresh();
 }
 
 function post(path, body) {
@@ -68,12 +98,14 @@ function showStatus() {
   s.className = fresh && notice.bad ? "error" : "";
 }
 
-function pager(total, page, go) {
+// `more`: whether a next page exists (defaults to what the total implies).
+function pager(total, page, go, more) {
   const pages = Math.max(1, Math.ceil(total / PAGE));
+  const hasNext = more === undefined ? page + 1 < pages : more;
   return el("div", { class: "pager" },
-    el("button", { onclick: () => go(page - 1), ...(page <= 0 ? { disabled: "" } : {}) }, "‹ prev"),
+    el("button", { "data-action": "prev", onclick: () => go(page - 1), ...(page <= 0 ? { disabled: "" } : {}) }, "‹ prev"),
     el("span", {}, `page ${page + 1} of ${pages} (${total})`),
-    el("button", { onclick: () => go(page + 1), ...(page + 1 >= pages ? { disabled: "" } : {}) }, "next ›"));
+    el("button", { "data-action": "next", onclick: () => go(page + 1), ...(hasNext ? {} : { disabled: "" }) }, "next ›"));
 }
 
 function chart(series, label) {
@@ -126,10 +158,13 @@ async function overview() {
       [1, 2, 3, 4, 5]));
 }
 
+// The broker pages a queue's partitions by name (docs/wire.md §14): state.cursors[i] is the
+// name page i starts after, so prev and next never skip or repeat a partition.
 async function queuePage(name, page = 0) {
-  const q = await api(`/api/v1/resources/queues/${seg(name)}`);
-  const parts = [...q.partitions].sort((a, b) => b.messages.pending - a.messages.pending);
-  const shown = parts.slice(page * PAGE, page * PAGE + PAGE);
+  const params = new URLSearchParams({ partitionLimit: PAGE, partitionAfter: state.cursors[page] || "" });
+  const q = await api(`/api/v1/resources/queues/${seg(name)}?${params}`);
+  const { next, total } = q.partitionPage;
+  if (next) state.cursors[page + 1] = next;
   const groups = q.consumerGroups || [];
   const seekGroup = el("select", { name: "group" }, groups.map(g => el("option", { value: g.name }, g.name)));
   const seekTs = el("input", { name: "timestamp", placeholder: "ISO timestamp, or empty for end" });
@@ -137,7 +172,7 @@ async function queuePage(name, page = 0) {
   const optVal = el("input", { name: "value", placeholder: "value" });
   render(
     el("h1", {}, `Queue ${q.name}`),
-    el("div", { class: "cards" }, [["partitions", parts.length], ["total", q.messages.total],
+    el("div", { class: "cards" }, [["partitions", total], ["total", q.messages.total],
       ["pending", q.messages.pending], ["processing", q.messages.processing], ["dead letters", q.messages.deadLetter]]
       .map(([k, v]) => el("div", { class: "card", "data-stat": k }, el("span", { class: "muted" }, k), el("b", {}, text(v))))),
     el("h2", {}, "Consumer groups"),
@@ -145,9 +180,9 @@ async function queuePage(name, page = 0) {
     groups.length ? el("form", { class: "inline", onsubmit: e => { e.preventDefault(); seek(name, seekGroup.value, seekTs.value); } },
       "Seek", seekGroup, seekTs, el("button", { type: "submit" }, "seek")) : null,
     el("h2", {}, "Partitions"),
-    pager(parts.length, page, p => { state.page = p; refresh(); }),
+    pager(total, page, p => { state.page = p; refresh(); }, !!next),
     table(["partition", "id", "pending", "processing", "last offset", "last activity"],
-      shown.map(p => [p.name, p.id, p.messages.pending, p.messages.processing, p.lastOffset, p.lastActivity]), [2, 3, 4]),
+      q.partitions.map(p => [p.name, p.id, p.messages.pending, p.messages.processing, p.lastOffset, p.lastActivity]), [2, 3, 4]),
     el("h2", {}, "Options"),
     table(["option", "value"], Object.entries(q.config || {}).map(([k, v]) => [k, v])),
     el("form", { class: "inline", onsubmit: e => { e.preventDefault(); configure(name, optKey.value, optVal.value); } },
@@ -155,19 +190,16 @@ async function queuePage(name, page = 0) {
     el("p", {}, link(`#/dlq/${seg(name)}`, "Dead letters of this queue")));
 }
 
-async function seek(queue, group, ts) {
+function seek(queue, group, ts) {
   const body = ts.trim() ? { timestamp: ts.trim() } : { toEnd: true };
-  const r = await post(`/api/v1/consumer-groups/${seg(group)}/queues/${seg(queue)}/seek`, body).catch(e => ({ error: e.message }));
-  status(r.error ? `seek failed: ${r.error}` : `seek: ${r.partitionsUpdated} partitions moved`, !!r.error);
-  refresh();
+  return act("seek", () => post(`/api/v1/consumer-groups/${seg(group)}/queues/${seg(queue)}/seek`, body),
+    r => `${r.partitionsUpdated} partitions moved`);
 }
 
-async function configure(queue, key, raw) {
+function configure(queue, key, raw) {
   let value = raw;
   try { value = JSON.parse(raw); } catch (_) { /* text value */ }
-  const r = await post("/api/v1/configure", { queue, options: { [key]: value } }).catch(e => ({ error: e.message }));
-  status(r.error ? `configure failed: ${r.error}` : `configured ${queue}: ${key}`, !!r.error);
-  refresh();
+  return act(`configure ${queue}`, () => post("/api/v1/configure", { queue, options: { [key]: value } }), () => key);
 }
 
 async function dlqPage(queue, page = 0) {
@@ -198,10 +230,8 @@ async function dlqPage(queue, page = 0) {
 }
 
 // The dead-letter actions act on an address (every group that filed it) or on the queue.
-async function dlqAct(label, path, method) {
-  const r = await api(path, { method }).catch(e => ({ error: e.message }));
-  status(r.error ? `${label} failed: ${r.error}` : `${label}: ${describe(r)}`, !!r.error);
-  refresh();
+function dlqAct(label, path, method) {
+  return act(label, () => api(path, { method }), describe);
 }
 
 function describe(r) {
@@ -238,9 +268,18 @@ async function messagePage(pid, txn) {
 }
 
 async function systemPage() {
-  const [health, m] = await Promise.all([fetch("/health").then(r => r.json()), api("/metrics")]);
+  const [health, m, mode] = await Promise.all([fetch("/health").then(r => r.json()), api("/metrics"),
+    api("/api/v1/system/maintenance")]);
   const db = m.database || {};
   render(el("h1", {}, "System"),
+    el("h2", {}, "Maintenance"),
+    table(["mode", "state", ""], [
+      ["push maintenance (pushes go to the disk spool)", mode.maintenanceMode ? "on" : "off",
+        toggle("maintenance-push", "/api/v1/system/maintenance", mode.maintenanceMode)],
+      ["pop maintenance (pops answer empty at once)", mode.popMaintenanceMode ? "on" : "off",
+        toggle("maintenance-pop", "/api/v1/system/maintenance/pop", mode.popMaintenanceMode)],
+      ["messages in this broker's spool", mode.bufferedMessages, ""]]),
+    el("h2", {}, "Broker"),
     table(["", ""], [["database", health.database], ["version", health.version], ["uptime (s)", m.uptime],
       ["pool size", db.poolSize], ["connections", db.connections], ["idle connections", db.idleConnections],
       ["waiting for a connection", db.waitingRequests], ["resident memory (MiB)", ((m.memory || {}).rssBytes / 1048576).toFixed(1)],
@@ -250,14 +289,46 @@ async function systemPage() {
     el("pre", {}, JSON.stringify({ pop: m.pop, wake: m.wake, dedupCache: m.dedupCache }, null, 2)));
 }
 
+// A maintenance flag's button: flips it (the broker asks for the admin role).
+function toggle(name, path, on) {
+  return el("button", { "data-action": name, class: on ? "danger" : "",
+    onclick: () => act(`${name} ${on ? "off" : "on"}`, () => post(path, { enabled: !on }), r => r.message) },
+    on ? "turn off" : "turn on");
+}
+
+// ---------------------------------------------------------------- token entry
+
+// Shown when the broker refuses the call for want of a usable token; the refresh loop pauses
+// until a token is entered.
+function askToken(reason) {
+  clearTimeout(timer);
+  const input = el("input", { id: "token", type: "password", autocomplete: "off", placeholder: "JWT", size: "60" });
+  render(el("h1", {}, "Token needed"),
+    el("p", {}, "This broker has authentication on. Enter a JWT; its role decides what this page may do. ",
+      "It is kept in this browser tab only."),
+    el("p", { class: "error", id: "auth-error" }, reason),
+    el("form", { class: "inline", id: "token-form", onsubmit: e => {
+      e.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      input.blur();
+      refresh();
+    } }, "Token", input, el("button", { type: "submit" }, "use token")));
+  showSignOut();
+  input.focus();
+}
+
+function showSignOut() {
+  document.getElementById("signout").hidden = !token();
+}
+
 // ---------------------------------------------------------------- routing
 
-const state = { route: "", page: 0, group: "" };
+const state = { route: "", page: 0, group: "", cursors: [] };
 
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const key = location.hash;
-  if (key !== state.route) { state.route = key; state.page = 0; }
+  if (key !== state.route) { state.route = key; state.page = 0; state.cursors = []; }
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === (parts[0] || "overview"));
   switch (parts[0]) {
     case "queue": return queuePage(parts[1], state.page);
@@ -272,18 +343,28 @@ async function refresh() {
   clearTimeout(timer);
   // Forms being typed into are not redrawn under the user's cursor.
   const typing = document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName);
+  showSignOut();
   try {
-    if (!typing) await route();
     const h = await fetch("/health");
     const pill = document.getElementById("health");
     pill.textContent = h.ok ? "healthy" : "database unreachable";
     pill.className = `pill ${h.ok ? "ok" : "bad"}`;
-    if (!typing) showStatus();
+    if (!typing) {
+      await route();
+      showStatus();
+    }
   } catch (e) {
+    if (e.status === 401) return askToken(e.message);
+    if (e.status === 403) render(el("h1", {}, "Not allowed"), el("p", { class: "error" }, e.message));
     status(`error: ${e.message}`, true);
   }
   timer = setTimeout(refresh, REFRESH_MS);
 }
 
 window.addEventListener("hashchange", () => { state.group = ""; refresh(); });
+document.getElementById("signout").onclick = e => {
+  e.preventDefault();
+  sessionStorage.removeItem(TOKEN_KEY);
+  refresh();
+};
 refresh();

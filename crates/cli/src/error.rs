@@ -20,13 +20,26 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// Classifies an SDK error: transport failures mean unreachable, the rest refusals.
+    /// Classifies an SDK error: transport failures mean unreachable, the rest refusals; an
+    /// auth refusal says how to send a (better) token.
     pub fn from_client(url: &str, e: queen_client::Error) -> Self {
         match e {
             queen_client::Error::Transport(t) => Self::Unreachable {
                 url: url.to_string(),
                 cause: t.to_string(),
             },
+            queen_client::Error::Api { status, message } if status.as_u16() == 401 => {
+                Self::Refused(format!(
+                    "HTTP {status}: {message} (the broker has auth on: pass a JWT it accepts \
+                     with --token or QUEEN_TOKEN)"
+                ))
+            }
+            queen_client::Error::Api { status, message } if status.as_u16() == 403 => {
+                Self::Refused(format!(
+                    "HTTP {status}: {message} (pass a token of that role with --token or \
+                     QUEEN_TOKEN)"
+                ))
+            }
             other => Self::Refused(other.to_string()),
         }
     }

@@ -27,6 +27,10 @@ pub struct Connection {
         default_value = "http://127.0.0.1:6632"
     )]
     pub url: String,
+    /// A JWT sent as `Authorization: Bearer` on every call, for a broker with auth on (its
+    /// `role` claim decides what the commands may do).
+    #[arg(long, global = true, env = "QUEEN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Print the broker's JSON answer (or a JSON summary) instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -34,7 +38,11 @@ pub struct Connection {
 
 impl Connection {
     fn client(&self) -> queen_client::Queen {
-        queen_client::Queen::new(&self.url)
+        let queen = queen_client::Queen::new(&self.url);
+        match &self.token {
+            Some(token) => queen.with_token(token),
+            None => queen,
+        }
     }
 
     /// Maps an SDK failure to the error (and exit code) it means for this broker.

@@ -28,6 +28,10 @@ DROP FUNCTION IF EXISTS queen.admin_lagging_v1(bigint);
 DROP FUNCTION IF EXISTS queen.admin_seek_v1(text, text, text, bool, timestamptz);
 DROP FUNCTION IF EXISTS queen.admin_delete_group_v1(text, text, bool);
 DROP FUNCTION IF EXISTS queen.admin_queues_v1();
+-- These two gained parameters (a partition filter, a page); the old signatures would make
+-- calls ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_partition_stats_v1(bigint);
+DROP FUNCTION IF EXISTS queen.admin_queue_partitions_v1(bigint);
 DROP FUNCTION IF EXISTS queen.admin_queues_v1(text);
 DROP FUNCTION IF EXISTS queen.admin_queue_v1(text);
 DROP FUNCTION IF EXISTS queen.admin_queue_depth_v1(text, text);
@@ -106,17 +110,31 @@ $$;
 -- Per-partition counts over every member group of the partition's queue: total = retained
 -- messages; pending = what the slowest member group still has to consume; processing = the
 -- spans under live leases; deadLetter = DLQ rows.
-CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v1(p_queue_id bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v1(p_queue_id bigint DEFAULT NULL,
+                                                           p_ids bigint[] DEFAULT NULL)
 RETURNS TABLE(queue_id bigint, partition_id bigint, partition_name text, last_offset bigint,
               log_start bigint, created_at timestamptz, last_write_at timestamptz,
               total bigint, pending bigint, processing bigint, dead_letter bigint)
 LANGUAGE sql STABLE AS $$
-    WITH groups AS (
+    WITH parts AS (
+        SELECT p.* FROM queen.log_partitions p
+         WHERE (p_queue_id IS NULL OR p.queue_id = p_queue_id)
+           -- A hashed set: `= ANY (array)` would compare every partition with every id.
+           AND (p_ids IS NULL OR p.id IN (SELECT unnest(p_ids)))
+    ), groups AS (
         SELECT m.queue_id, count(*) AS n FROM queen.admin_memberships_v1(NULL, p_queue_id) m GROUP BY m.queue_id
+    ), cs AS (
+        -- The cursor rows of those partitions in one join: a probe per partition costs more
+        -- once a queue has thousands of partitions.
+        SELECT c.partition_id, count(*) AS rows, min(c.committed) AS min_committed,
+               sum(c.batch_end - c.committed) FILTER (
+                   WHERE c.worker_id IS NOT NULL AND c.lease_expires_at > now()
+                     AND c.batch_end > c.committed) AS processing
+          FROM parts JOIN queen.log_consumers c ON c.partition_id = parts.id
+         GROUP BY c.partition_id
     ), dlq AS (
-        SELECT d.partition_id, count(*) AS n FROM queen.log_dlq d
-         WHERE p_queue_id IS NULL
-            OR d.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = p_queue_id)
+        SELECT d.partition_id, count(*) AS n
+          FROM parts JOIN queen.log_dlq d ON d.partition_id = parts.id
          GROUP BY d.partition_id
     )
     SELECT p.queue_id, p.id, p.name, p.last_offset, p.log_start, p.created_at, p.last_write_at,
@@ -126,17 +144,10 @@ LANGUAGE sql STABLE AS $$
                p.log_start),
            COALESCE(cs.processing, 0),
            COALESCE(dlq.n, 0)
-      FROM queen.log_partitions p
+      FROM parts p
       LEFT JOIN groups g ON g.queue_id = p.queue_id
       LEFT JOIN dlq ON dlq.partition_id = p.id
-      LEFT JOIN LATERAL (
-          SELECT count(*) AS rows, min(c.committed) AS min_committed,
-                 sum(c.batch_end - c.committed) FILTER (
-                     WHERE c.worker_id IS NOT NULL AND c.lease_expires_at > now()
-                       AND c.batch_end > c.committed) AS processing
-            FROM queen.log_consumers c WHERE c.partition_id = p.id
-      ) cs ON true
-     WHERE p_queue_id IS NULL OR p.queue_id = p_queue_id
+      LEFT JOIN cs ON cs.partition_id = p.id
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -384,19 +395,35 @@ RETURNS SETOF queen.queues LANGUAGE sql STABLE AS $$
     SELECT * FROM queen.queues WHERE name = p_queue
 $$;
 
--- The partitions of GET /api/v1/resources/queues/:queue, by name.
-CREATE OR REPLACE FUNCTION queen.admin_queue_partitions_v1(p_queue_id bigint)
+-- The partitions of GET /api/v1/resources/queues/:queue, by name: those after p_after (all
+-- when NULL), at most p_limit of them (all when NULL). The page is chosen on the
+-- (queue_id, name) key first, so only its partitions are counted (docs/wire.md §14).
+CREATE OR REPLACE FUNCTION queen.admin_queue_partitions_v1(p_queue_id bigint,
+                                                           p_after text DEFAULT NULL,
+                                                           p_limit int DEFAULT NULL)
 RETURNS TABLE(id bigint, name text, created_at text, last_activity text, last_offset bigint,
               log_start bigint, total bigint, pending bigint, processing bigint,
               dead_letter bigint)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
+DECLARE
+    v_ids bigint[];
 BEGIN
+    IF p_after IS NOT NULL OR p_limit IS NOT NULL THEN
+        SELECT array_agg(pg.id) INTO v_ids FROM (
+            SELECT lp.id FROM queen.log_partitions lp
+             WHERE lp.queue_id = p_queue_id AND (p_after IS NULL OR lp.name > p_after)
+             ORDER BY lp.name
+             LIMIT p_limit) pg;
+        IF v_ids IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
     RETURN QUERY
     SELECT p.partition_id, p.partition_name, queen.admin_iso(p.created_at),
            queen.admin_iso(p.last_write_at), p.last_offset, p.log_start, p.total, p.pending,
            p.processing, p.dead_letter
-      FROM queen.admin_partition_stats_v1(p_queue_id) p
+      FROM queen.admin_partition_stats_v1(p_queue_id, v_ids) p
      ORDER BY p.partition_name;
 END
 $$;

@@ -9,15 +9,18 @@ use crate::store::queues::QueueRow;
 use crate::store::resources as store;
 
 pub use crate::store::resources::{
-    Counts, DepthRow, GroupLag, MetricsSample, Overview, PartitionStats, QueueGroup, QueueLoad,
-    QueueSummary,
+    Counts, DepthRow, GroupLag, MetricsSample, Overview, PartitionPage, PartitionStats, QueueGroup,
+    QueueLoad, QueueSummary,
 };
 
-/// One queue in full: its summary, its options, its partitions and its member groups.
+/// One queue in full: its summary, its options, a page of its partitions and its member
+/// groups.
 pub struct QueueDetail {
     pub summary: QueueSummary,
     pub options: QueueRow,
     pub partitions: Vec<PartitionStats>,
+    /// The cursor of the next page (the last name of this one) when more partitions follow.
+    pub next_partition: Option<String>,
     pub groups: Vec<QueueGroup>,
 }
 
@@ -25,7 +28,8 @@ pub async fn queues(st: &Engine) -> Result<Vec<QueueSummary>> {
     store::queues(&st.store, None).await
 }
 
-pub async fn queue(st: &Engine, name: &str) -> Result<QueueDetail> {
+/// The queue `name` with the partitions of `page`.
+pub async fn queue(st: &Engine, name: &str, page: PartitionPage<'_>) -> Result<QueueDetail> {
     let summary = store::queues(&st.store, Some(name))
         .await?
         .into_iter()
@@ -34,12 +38,25 @@ pub async fn queue(st: &Engine, name: &str) -> Result<QueueDetail> {
     let options = store::queue_row(&st.store, name)
         .await?
         .ok_or_else(queue_not_found)?;
-    let partitions = store::partitions(&st.store, summary.id).await?;
+    // One row past the page tells whether another page follows.
+    let probe = PartitionPage {
+        limit: page.limit.map(|n| n.saturating_add(1)),
+        ..page
+    };
+    let mut partitions = store::partitions(&st.store, summary.id, probe).await?;
+    let next_partition = match page.limit.and_then(|n| usize::try_from(n).ok()) {
+        Some(n) if partitions.len() > n => {
+            partitions.truncate(n);
+            partitions.last().map(|p| p.name.clone())
+        }
+        _ => None,
+    };
     let groups = store::queue_groups(&st.store, summary.id).await?;
     Ok(QueueDetail {
         summary,
         options,
         partitions,
+        next_partition,
         groups,
     })
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::engine::dlq::{self, DlqFilter, DlqRow};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::http::extract::Query;
+use crate::http::extract::{count_param, Query};
 
 pub fn routes() -> Router<Engine> {
     Router::new().route("/api/v1/dlq", get(list_dlq).delete(purge_dlq))
@@ -49,8 +49,8 @@ struct DlqQuery {
 
 /// `GET /api/v1/dlq?queue=&consumerGroup=&partition=&from=&to=&limit=&offset=`.
 async fn list_dlq(State(st): State<Engine>, Query(q): Query<DlqQuery>) -> Result<Json<Value>> {
-    let limit = count_param("limit", q.limit.as_deref(), 100, 1)?;
-    let offset = count_param("offset", q.offset.as_deref(), 0, 0)?;
+    let limit = count_param("limit", q.limit.as_deref(), 1)?.unwrap_or(100);
+    let offset = count_param("offset", q.offset.as_deref(), 0)?.unwrap_or(0);
     let filter = DlqFilter {
         queue: filter_name("queue", &q.queue)?,
         group: filter_name("consumerGroup", &q.consumer_group)?,
@@ -113,17 +113,6 @@ fn render_dead_letter(row: &DlqRow) -> Value {
 fn filter_name<'a>(field: &'static str, v: &'a Option<String>) -> Result<Option<&'a str>> {
     Name::optional(field, v.as_deref())?;
     Ok(v.as_deref().filter(|s| !s.is_empty()))
-}
-
-fn count_param(name: &str, text: Option<&str>, default: i32, min: i32) -> Result<i32> {
-    match text.filter(|t| !t.is_empty()) {
-        None => Ok(default),
-        Some(t) => t
-            .parse::<i32>()
-            .ok()
-            .filter(|&n| n >= min)
-            .ok_or_else(|| Error::bad(format!("{name} must be an integer >= {min}"))),
-    }
 }
 
 fn time_param(name: &str, text: Option<&str>) -> Result<Option<chrono::DateTime<chrono::Utc>>> {

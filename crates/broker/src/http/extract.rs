@@ -71,6 +71,19 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// An optional integer query parameter of at least `min`: absent or empty is `None`, anything
+/// else that is not such an integer a 400 naming the parameter.
+pub fn count_param(name: &str, text: Option<&str>, min: i32) -> Result<Option<i32>, Error> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<i32>()
+                .ok()
+                .filter(|&n| n >= min)
+                .ok_or_else(|| Error::bad(format!("{name} must be an integer >= {min}")))
+        })
+        .transpose()
+}
+
 /// Path parameters parsed into `T`, with a JSON 400 that names the problem (axum's own
 /// rejection, e.g. for a segment that is not UTF-8 once percent-decoded, is plain text).
 pub struct Path<T>(pub T);

@@ -10,11 +10,13 @@ use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::engine::resources::{self, Counts, Overview, PartitionStats, QueueSummary};
+use crate::engine::resources::{
+    self, Counts, Overview, PartitionPage, PartitionStats, QueueSummary,
+};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::extract::Path;
-use crate::http::extract::{Query, RawBody};
+use crate::http::extract::{count_param, Query, RawBody};
 use crate::http::queues::options_json;
 
 pub fn routes() -> Router<Engine> {
@@ -31,12 +33,36 @@ async fn queues(State(st): State<Engine>) -> Result<Json<Value>> {
     Ok(Json(json!({ "queues": queues })))
 }
 
-async fn queue(State(st): State<Engine>, Path(name): Path<String>) -> Result<Json<Value>> {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueParams {
+    partition_limit: Option<String>,
+    partition_after: Option<String>,
+}
+
+/// `GET /api/v1/resources/queues/:queue[?partitionLimit=&partitionAfter=]`: the queue with
+/// all its partitions, or one page of them by name (docs/wire.md §14).
+async fn queue(
+    State(st): State<Engine>,
+    Path(name): Path<String>,
+    Query(q): Query<QueueParams>,
+) -> Result<Json<Value>> {
     let name = Name::parse("queue", &name)?;
-    let q = resources::queue(&st, &name).await?;
+    let after = Name::optional("partitionAfter", q.partition_after.as_deref())?;
+    let page = PartitionPage {
+        after: after.as_ref().map(Name::as_str),
+        limit: count_param("partitionLimit", q.partition_limit.as_deref(), 1)?,
+    };
+    let q = resources::queue(&st, &name, page).await?;
     let mut body = summary(&q.summary);
     body["config"] = options_json(&q.options);
     body["partitions"] = q.partitions.iter().map(partition).collect();
+    body["partitionPage"] = json!({
+        "limit": page.limit,
+        "after": page.after,
+        "next": q.next_partition,
+        "total": q.summary.partitions,
+    });
     body["consumerGroups"] = q
         .groups
         .iter()

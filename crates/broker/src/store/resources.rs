@@ -84,12 +84,24 @@ pub struct PartitionStats {
     pub messages: Counts,
 }
 
-/// The partitions of a queue, by name.
-pub async fn partitions(store: &Store, queue_id: i64) -> Result<Vec<PartitionStats>> {
+/// Which partitions of a queue to list, by name: those after `after` (all when `None`), at
+/// most `limit` of them (all when `None`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PartitionPage<'a> {
+    pub after: Option<&'a str>,
+    pub limit: Option<i32>,
+}
+
+/// The partitions of a queue in `page`, by name.
+pub async fn partitions(
+    store: &Store,
+    queue_id: i64,
+    page: PartitionPage<'_>,
+) -> Result<Vec<PartitionStats>> {
     let found = rows(
         store,
-        "SELECT * FROM queen.admin_queue_partitions_v1($1)",
-        &[&queue_id],
+        "SELECT * FROM queen.admin_queue_partitions_v1($1, $2, $3)",
+        &[&queue_id, &page.after, &page.limit],
     )
     .await?;
     found

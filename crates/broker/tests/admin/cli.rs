@@ -1,6 +1,7 @@
 //! The `queen` binary's client commands against a real broker (in-process, on the test
-//! cluster): NDJSON push and its in-order consume, exit codes, `--json` shapes, and the
-//! human tables. Each command runs as a child process of the built binary.
+//! cluster): NDJSON push and its in-order consume, exit codes, `--json` shapes, the human
+//! tables, and `--token`/`QUEEN_TOKEN` against a broker with JWT auth on. Each command runs
+//! as a child process of the built binary.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -32,9 +33,16 @@ impl Run {
 
 /// Runs `queen <args>` against `url` with `stdin` fed to it.
 async fn queen(url: &str, args: &[&str], stdin: &str) -> Run {
+    queen_with(url, &[], args, stdin).await
+}
+
+/// [`queen`] with extra environment variables.
+async fn queen_with(url: &str, env: &[(&str, &str)], args: &[&str], stdin: &str) -> Run {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_queen"))
         .args(args)
         .env("QUEEN_URL", url)
+        .env_remove("QUEEN_TOKEN")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -383,4 +391,81 @@ async fn ctrl_c_stops_a_waiting_consume_cleanly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_sends_the_token_and_auth_refusals_name_the_fix() {
+    let b = crate::auth::hs_broker(|_| {}).await;
+    let admin = crate::auth::token("cli-admin", "admin");
+    let reader = crate::auth::token("cli-reader", "read-only");
+
+    let bare = queen(&b.url, &["queues"], "").await;
+    assert_eq!(bare.code, 1, "{}", bare.stderr);
+    for want in ["missing bearer token", "--token", "QUEEN_TOKEN"] {
+        assert!(bare.stderr.contains(want), "{want}: {}", bare.stderr);
+    }
+
+    // Every client command, once with --token and once with QUEEN_TOKEN.
+    let env = [("QUEEN_TOKEN", admin.as_str())];
+    let as_admin = |args: &[&str]| {
+        let mut v: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        v.extend(["--token".to_string(), admin.clone()]);
+        v
+    };
+    let commands: [&[&str]; 9] = [
+        &["configure", "cli-auth", "leaseTime=30"],
+        &[
+            "push",
+            "cli-auth",
+            "--data",
+            "{\"n\":1}",
+            "--data",
+            "{\"n\":2}",
+        ],
+        &["consume", "cli-auth", "--limit", "1"],
+        &["consume", "cli-auth", "--group", "g", "--idle-ms", "300"],
+        &["seek", "g", "cli-auth", "--to-end"],
+        &["queues"],
+        &["queue", "cli-auth"],
+        &["dlq", "cli-auth"],
+        &["stats"],
+    ];
+    for args in commands {
+        let flag = as_admin(args);
+        let flag: Vec<&str> = flag.iter().map(String::as_str).collect();
+        let run = queen(&b.url, &flag, "").await;
+        assert_eq!(run.code, 0, "{args:?} with --token: {}", run.stderr);
+        let run = queen_with(&b.url, &env, args, "").await;
+        assert_eq!(run.code, 0, "{args:?} with QUEEN_TOKEN: {}", run.stderr);
+    }
+
+    // The DLQ actions: a dead letter made over HTTP, replayed, then deleted, then purged.
+    let popped = crate::auth::get(&b, "/api/v1/pop/queue/cli-auth?batch=1", &admin).await;
+    let msg = &popped.body["messages"][0];
+    let ack = json!({"acknowledgments": [ack_item(msg, "dlq")]});
+    let acked = crate::auth::post(&b, "/api/v1/ack/batch", &admin, &ack).await;
+    assert_eq!(acked.body[0]["dlq"], json!(true), "{}", acked.body);
+    let (pid, txn) = (
+        msg["partitionId"].as_str().expect("partitionId"),
+        msg["transactionId"].as_str().expect("transactionId"),
+    );
+    let replay = ["dlq", "cli-auth", "replay", pid, txn];
+    let run = queen_with(&b.url, &env, &replay, "").await;
+    assert_eq!(run.code, 0, "replay: {}", run.stderr);
+    let purge = ["dlq", "cli-auth", "purge", "--token", &admin];
+    assert_eq!(queen(&b.url, &purge, "").await.code, 0);
+
+    // A weaker role reads but is refused writes: 403, the role it needs, the flag to fix it.
+    let reads = queen(&b.url, &["queue", "cli-auth", "--token", &reader], "").await;
+    assert_eq!(reads.code, 0, "{}", reads.stderr);
+    let push = ["push", "cli-auth", "--data", "{}", "--token", &reader];
+    let refused = queen(&b.url, &push, "").await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    for want in ["HTTP 403", "needs the read-write role", "--token"] {
+        assert!(refused.stderr.contains(want), "{want}: {}", refused.stderr);
+    }
+    let forged = format!("{admin}x");
+    let bad = queen(&b.url, &["stats", "--token", &forged], "").await;
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("HTTP 401"), "{}", bad.stderr);
 }

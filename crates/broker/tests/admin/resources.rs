@@ -339,3 +339,125 @@ async fn a_deleted_queue_leaves_no_delivery_metrics_behind() {
         assert!(metrics["pop"]["queues"][&queue].is_null(), "{metrics}");
     }
 }
+
+/// One page of `queue`'s partitions after `after` (the first page when `None`).
+async fn partition_page(
+    b: &common::TestBroker,
+    queue: &str,
+    limit: usize,
+    after: Option<&str>,
+) -> Value {
+    let mut url =
+        reqwest::Url::parse(&b.at(&format!("/api/v1/resources/queues/{queue}"))).expect("url");
+    url.query_pairs_mut()
+        .append_pair("partitionLimit", &limit.to_string());
+    if let Some(after) = after {
+        url.query_pairs_mut().append_pair("partitionAfter", after);
+    }
+    let r = b.http.get(url).send().await.expect("GET");
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_partitions_page_by_name_each_exactly_once() {
+    const PARTITIONS: usize = 10_000;
+    const LIMIT: usize = 500;
+    let b = common::broker().await;
+    let names: Vec<String> = (0..PARTITIONS).map(|i| format!("p{i:05}")).collect();
+    // The partitions in one statement (a push of 10 000 partitions takes a minute in a debug
+    // build); a message in three of them, pushed for real, checks the per-page counts.
+    common::configure(&b, "res-wide", json!({})).await;
+    let made = b
+        .sql()
+        .await
+        .execute(
+            "INSERT INTO queen.log_partitions (queue_id, name) \
+             SELECT q.id, 'p' || lpad(i::text, 5, '0') \
+               FROM queen.queues q, generate_series(0, $1 - 1) i WHERE q.name = 'res-wide'",
+            &[&(PARTITIONS as i32)],
+        )
+        .await
+        .expect("partitions");
+    assert_eq!(made as usize, PARTITIONS);
+    let loaded = ["p00000", "p05000", "p09999"];
+    for p in loaded {
+        b.push("res-wide", p, &[json!(p)]).await;
+    }
+
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut slowest = std::time::Duration::ZERO;
+    loop {
+        let started = std::time::Instant::now();
+        let page = partition_page(&b, "res-wide", LIMIT, after.as_deref()).await;
+        slowest = slowest.max(started.elapsed());
+        let parts = page["partitions"].as_array().expect("partitions");
+        assert_eq!(
+            page["partitionPage"]["total"],
+            json!(PARTITIONS),
+            "{}",
+            page["partitionPage"]
+        );
+        assert_eq!(page["partitionPage"]["limit"], json!(LIMIT));
+        assert_eq!(page["partitionPage"]["after"], json!(after));
+        assert_eq!(page["messages"]["pending"], json!(loaded.len()));
+        for p in parts {
+            let name = p["name"].as_str().expect("name");
+            let want = usize::from(loaded.contains(&name));
+            assert_eq!(p["messages"]["pending"], json!(want), "{p}");
+            seen.push(name.to_string());
+        }
+        match page["partitionPage"]["next"].as_str() {
+            Some(next) => {
+                assert_eq!(parts.len(), LIMIT, "only the last page is short");
+                assert_eq!(Some(next), seen.last().map(String::as_str));
+                after = Some(next.to_string());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, names, "every partition once, in name order");
+    eprintln!("10 000 partitions, pages of {LIMIT}: slowest page {slowest:?} (debug broker)");
+
+    // Without a page: every partition, as the official clients expect.
+    let (_, whole) = b.get("/api/v1/resources/queues/res-wide").await;
+    assert_eq!(
+        whole["partitions"].as_array().map(Vec::len),
+        Some(PARTITIONS)
+    );
+    assert_eq!(whole["partitionPage"]["next"], Value::Null);
+}
+
+#[tokio::test]
+async fn partition_page_parameters_are_validated() {
+    let b = common::broker().await;
+    b.push("res-paged", "a", &[json!(1)]).await;
+    b.push("res-paged", "b", &[json!(2), json!(3)]).await;
+    let page = partition_page(&b, "res-paged", 1, None).await;
+    assert_eq!(page["partitions"][0]["name"], "a");
+    assert_eq!(page["partitionPage"]["next"], "a");
+    let last = partition_page(&b, "res-paged", 1, Some("a")).await;
+    assert_eq!(last["partitions"][0]["name"], "b");
+    assert_eq!(last["partitions"][0]["messages"]["pending"], 2);
+    assert_eq!(last["partitionPage"]["next"], Value::Null);
+    let past = partition_page(&b, "res-paged", 5, Some("zzz")).await;
+    assert_eq!(past["partitions"], json!([]));
+    assert_eq!(past["partitionPage"]["total"], 2);
+
+    for (query, names) in [
+        ("partitionLimit=0", "partitionLimit"),
+        ("partitionLimit=-3", "partitionLimit"),
+        ("partitionLimit=ten", "partitionLimit"),
+        ("partitionLimit=99999999999", "partitionLimit"),
+        ("partitionAfter=%20a", "partitionAfter"),
+        ("partitionAfter=a%01b", "partitionAfter"),
+    ] {
+        let (status, body) = b
+            .get(&format!("/api/v1/resources/queues/res-paged?{query}"))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(names), "{query}: {body}");
+    }
+}
