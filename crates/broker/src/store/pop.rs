@@ -27,6 +27,29 @@ pub struct ClaimArgs<'a> {
     pub sub_from: &'a str,
 }
 
+impl ClaimArgs<'_> {
+    /// The ten parameters of a claim over named partitions (`log_pop_hinted_v1`,
+    /// `log_pop_list_v1`), in their SQL order.
+    fn list_params<'p>(
+        &'p self,
+        queue: &'p &str,
+        partitions: &'p &[String],
+    ) -> [&'p (dyn ToSql + Sync); 10] {
+        [
+            queue,
+            &self.group,
+            partitions,
+            &self.budget,
+            &self.lease_seconds,
+            &self.lease_id,
+            &self.auto_ack,
+            &self.max_partitions,
+            &self.sub_mode,
+            &self.sub_from,
+        ]
+    }
+}
+
 /// The claims of one call, with the blobs in segment order.
 #[derive(Debug, Default)]
 pub struct PopAnswer {
@@ -174,18 +197,7 @@ pub async fn pop_hinted(
         db,
         "log_pop_hinted_v1",
         "SELECT meta, blobs FROM queen.log_pop_hinted_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &[
-            &queue,
-            &a.group,
-            &partitions,
-            &a.budget,
-            &a.lease_seconds,
-            &a.lease_id,
-            &a.auto_ack,
-            &a.max_partitions,
-            &a.sub_mode,
-            &a.sub_from,
-        ],
+        &a.list_params(&queue, &partitions),
     )
     .await
 }
@@ -214,22 +226,12 @@ pub async fn pop_list(
     a: &ClaimArgs<'_>,
 ) -> Result<(PopAnswer, Vec<ListVerdict>)> {
     const FUNCTION: &str = "log_pop_list_v1";
-    let stmt = crate::store::prepare(db, "SELECT meta, blobs, states FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
+    const SQL: &str = "SELECT meta, blobs, states \
+                       FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    let stmt = crate::store::prepare(db, SQL).await?;
+    let row = db
+        .query_one(&stmt, &a.list_params(&queue, &partitions))
         .await?;
-    let params: [&(dyn ToSql + Sync); 10] = [
-        &queue,
-        &a.group,
-        &partitions,
-        &a.budget,
-        &a.lease_seconds,
-        &a.lease_id,
-        &a.auto_ack,
-        &a.max_partitions,
-        &a.sub_mode,
-        &a.sub_from,
-    ];
-    let row = db.query_one(&stmt, &params).await?;
     let answer = answer(FUNCTION, &row)?;
     let states: serde_json::Value = row.try_get(2)?;
     let states = serde_json::from_value(states)
