@@ -7,6 +7,9 @@
 --        "acks":[{"partitionId","group","worker","uptoOff","ok","count"}          -- positional
 --               |{"partitionId","group","worker","acks":[{"h":hex32,"status"}…],
 --                 "fence"?:[hex32…]}]}                                           -- by hash
+--   "tenant": the caller's tenant (default ''): an ack of another tenant's partition fails
+--   like one without a consumer row (log_ack_by_hash_v1). The positional form is never built
+--   by the broker (hash-form acks only) and carries no tenant check.
 --   ("fence": the bundle's signals for that (partition, group) in its other ack groups, see
 --   log_ack_by_hash_v1's p_fence)
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
@@ -123,7 +126,7 @@ BEGIN
             FROM jsonb_array_elements_text(COALESCE(v_row.e->'fence', '[]'::jsonb)) AS y(f);
             v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
                                             COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'),
-                                            COALESCE(v_fence, '{}'));
+                                            COALESCE(v_fence, '{}'), COALESCE(p->>'tenant', ''));
             -- Something rides along on this route, so an ack that resolves nowhere aborts it.
             IF (v_r->>'ok')::bool AND jsonb_array_length(v_r->'unresolvedHashes') > 0 THEN
                 RAISE EXCEPTION 'QTXN ack references unknown transactionId; transaction rolled back'

@@ -12,6 +12,7 @@ use queen_proto::{LeaseId, PartitionId};
 use deadpool_postgres::GenericClient;
 
 use crate::engine::dlq::{self, Nack};
+use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::ack::{self as store, HashAckVerdict};
@@ -109,7 +110,7 @@ impl AckOutcome {
 /// The request fails as a whole when no group reached PostgreSQL, and when the connection is
 /// lost: a group in flight may have committed before its answer was lost, so its items can be
 /// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
-pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
+pub async fn acknowledge(state: &Engine, acks: &[Ack], tenant: &Tenant) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
@@ -119,7 +120,7 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     let mut answered = false;
     for planned in group_by_lease(acks) {
         let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
-        let settled = match apply_group(state, &db, &group, &planned.fence).await {
+        let settled = match apply_group(state, &db, &group, &planned.fence, tenant).await {
             Ok(settled) => {
                 answered = true;
                 settled
@@ -155,6 +156,7 @@ async fn apply_group(
     db: &impl GenericClient,
     group: &[&Ack],
     fence: &[[u8; 16]],
+    tenant: &Tenant,
 ) -> Result<Vec<AckOutcome>> {
     let first = group[0];
     let hashes: Vec<[u8; 16]> = group.iter().map(|a| txn_hash(&a.transaction_id)).collect();
@@ -169,6 +171,7 @@ async fn apply_group(
         &hash_refs,
         &statuses,
         &fence_refs,
+        tenant.id(),
     )
     .await?;
     conclude(state, db, group, &verdict).await

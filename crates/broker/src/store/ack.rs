@@ -36,7 +36,8 @@ pub struct HashAckVerdict {
 }
 
 /// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock. `fence`: hashes of
-/// the request's signals for this (partition, group) in other groups.
+/// the request's signals for this (partition, group) in other groups; `tenant`: the caller's
+/// (a partition of another tenant answers "consumer not found").
 pub async fn ack_by_hash(
     db: &impl GenericClient,
     partition_id: i64,
@@ -45,11 +46,20 @@ pub async fn ack_by_hash(
     hashes: &[&[u8]],
     statuses: &[&str],
     fence: &[&[u8]],
+    tenant: &str,
 ) -> Result<HashAckVerdict> {
     json_verdict(
         db,
-        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6)",
-        &[&partition_id, &group, &lease_id, &hashes, &statuses, &fence],
+        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &partition_id,
+            &group,
+            &lease_id,
+            &hashes,
+            &statuses,
+            &fence,
+            &tenant,
+        ],
     )
     .await
 }
