@@ -637,11 +637,20 @@ BEGIN
 END
 $$;
 
--- POST /api/v1/traces: one row per trace event; the id is minted by the broker.
+-- POST /api/v1/traces: one row per trace event; the id is minted by the broker. Stored when
+-- the partition is p_tenant's; a partition id that names no partition is kept as before for
+-- the default tenant only. Otherwise nothing is stored and the answer is NULL (the broker's
+-- 404), the same for another tenant's partition as for none.
+DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, text[], jsonb);
 CREATE OR REPLACE FUNCTION queen.admin_trace_v1(p_id uuid, p_pid bigint, p_txn text, p_group text,
-                                                p_event text, p_names text[], p_data jsonb)
+                                                p_event text, p_names text[], p_data jsonb,
+                                                p_tenant text DEFAULT '')
 RETURNS uuid LANGUAGE sql AS $$
     INSERT INTO queen.message_traces (id, partition_id, transaction_id, consumer_group, event_type, trace_names, data)
-    VALUES (p_id, p_pid, p_txn, p_group, p_event, p_names, p_data)
+    SELECT p_id, p_pid, p_txn, p_group, p_event, p_names, p_data
+     WHERE COALESCE((SELECT q.tenant_id FROM queen.log_partitions lp
+                      JOIN queen.queues q ON q.id = lp.queue_id WHERE lp.id = p_pid),
+                    CASE WHEN COALESCE(p_tenant, '') = '' THEN '' END)
+           = COALESCE(p_tenant, '')
     RETURNING id
 $$;
