@@ -23,23 +23,23 @@ pub const SEPARATOR: char = '\u{1}';
 /// The longest tenant a token may name, in UTF-8 bytes.
 pub const MAX_TENANT_BYTES: usize = 256;
 
-/// A tenant: the default one (empty) or a `tenant` claim checked by the name rule.
+/// A tenant: the default one (`Tenant::default()`: callers without a `tenant` claim, and every
+/// caller with auth off) or a `tenant` claim checked by the name rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Tenant(Option<Arc<str>>);
 
 impl Tenant {
-    /// The tenant of callers without a `tenant` claim, and of every caller with auth off.
-    pub fn default_tenant() -> Self {
-        Tenant(None)
-    }
-
     /// A token's `tenant` claim: absent or empty is the default tenant; anything else must be
-    /// a name (no control character, no edge whitespace) of at most [`MAX_TENANT_BYTES`].
+    /// a name without any whitespace (so a qualification is one word of a text, [`local_text`])
+    /// of at most [`MAX_TENANT_BYTES`].
     pub fn parse(claim: Option<&str>) -> Result<Self, NameError> {
         let Some(text) = claim.filter(|t| !t.is_empty()) else {
             return Ok(Tenant(None));
         };
         let name = Name::parse("tenant", text)?;
+        if name.contains(char::is_whitespace) {
+            return Err(NameError::Whitespace { field: "tenant" });
+        }
         if name.len() > MAX_TENANT_BYTES {
             return Err(NameError::TooLong {
                 field: "tenant",
@@ -97,6 +97,19 @@ pub fn local(stored: &str) -> &str {
         .map_or(stored, |(_, name)| name)
 }
 
+/// A text (an error message) naming stored names, as a client reads it: every qualification
+/// (a tenant, which holds no whitespace, and the separator) removed.
+pub fn local_text(text: &str) -> Cow<'_, str> {
+    if !text.contains(SEPARATOR) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for piece in text.split_inclusive(char::is_whitespace) {
+        out.push_str(piece.rsplit_once(SEPARATOR).map_or(piece, |(_, rest)| rest));
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,12 +136,19 @@ mod tests {
         assert_eq!(local("orders"), "orders");
         assert_eq!(a.qualify("namespace", "").unwrap(), "", "unset stays unset");
         assert_eq!(a.id(), "acme");
+        let text = format!("queue {qa} is full; partition p of {qb}");
+        assert_eq!(
+            local_text(&text),
+            "queue orders is full; partition p of orders"
+        );
+        assert_eq!(local_text("plain text"), "plain text");
     }
 
     #[test]
     fn bad_claims_are_refused() {
         assert!(Tenant::parse(Some("a\u{1}b")).is_err());
         assert!(Tenant::parse(Some(" a")).is_err());
+        assert!(Tenant::parse(Some("a b")).is_err());
         assert!(Tenant::parse(Some(&"x".repeat(MAX_TENANT_BYTES + 1))).is_err());
         let t = Tenant::parse(Some("t")).unwrap();
         assert!(t.qualify("queue", &"q".repeat(MAX_NAME_BYTES)).is_err());

@@ -15,7 +15,7 @@ use crate::engine::dlq::{self, Nack};
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::store::ack::{self as store, HashAckVerdict};
+use crate::store::ack::{self as store, HashAck, HashAckVerdict};
 use crate::store::db_error::failure_text;
 use crate::telemetry::{MESSAGES_ACKED, MESSAGES_DEAD_LETTERED};
 
@@ -163,17 +163,16 @@ async fn apply_group(
     let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
     let fence_refs: Vec<&[u8]> = fence.iter().map(|h| h.as_slice()).collect();
     let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
-    let verdict = store::ack_by_hash(
-        db,
-        first.partition_id.get(),
-        &first.group,
-        first.lease_id.as_str(),
-        &hash_refs,
-        &statuses,
-        &fence_refs,
-        tenant.id(),
-    )
-    .await?;
+    let call = HashAck {
+        partition_id: first.partition_id.get(),
+        group: &first.group,
+        lease_id: first.lease_id.as_str(),
+        hashes: &hash_refs,
+        statuses: &statuses,
+        fence: &fence_refs,
+        tenant: tenant.id(),
+    };
+    let verdict = store::ack_by_hash(db, &call).await?;
     conclude(state, db, group, &verdict).await
 }
 

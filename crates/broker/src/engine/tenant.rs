@@ -4,7 +4,7 @@
 //! of listings that span tenants ([`owns`]), and passes [`Tenant::id`] to the SQL functions
 //! addressed by partition id or lease id, which check ownership themselves.
 
-pub use queen_proto::tenant::{local, Tenant, SEPARATOR};
+pub use queen_proto::tenant::{local, local_text, Tenant, SEPARATOR};
 
 use crate::error::{Error, Result};
 
@@ -29,15 +29,6 @@ pub fn owns(tenant: &Tenant, stored: &str) -> bool {
     of == tenant.id()
 }
 
-/// `text` (an error naming stored queues) as the tenant's client reads it: its own
-/// qualification removed.
-pub fn localize(tenant: &Tenant, text: String) -> String {
-    if tenant.is_default() {
-        return text;
-    }
-    text.replace(&format!("{}{SEPARATOR}", tenant.id()), "")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,15 +36,11 @@ mod tests {
     #[test]
     fn ownership_by_stored_name() {
         let acme = Tenant::parse(Some("acme")).unwrap();
-        let default = Tenant::default_tenant();
+        let default = Tenant::default();
         let stored = qualify(&acme, "queue", "orders").unwrap();
         assert!(owns(&acme, &stored));
         assert!(!owns(&default, &stored));
         assert!(owns(&default, "orders"));
         assert!(!owns(&acme, "orders"));
-        assert_eq!(
-            localize(&acme, format!("queue {stored} is full")),
-            "queue orders is full"
-        );
     }
 }

@@ -195,7 +195,7 @@ pub async fn run(
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
         };
-        let error = tenant::localize(tenant, error);
+        let error = tenant::local_text(&error).into_owned();
         return Ok(TxnOutcome::RolledBack { reason, error });
     };
     let pushes = segment_writes(&plan, &built);
