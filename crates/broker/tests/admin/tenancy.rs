@@ -83,6 +83,21 @@ async fn two_tenants_share_a_queue_name_without_meeting() {
         "the same transactionId in the other tenant's queue is no duplicate"
     );
     assert_eq!(r.body[0]["queueName"], "orders");
+    let bundle = json!({"operations": [{"type": "push", "queue": "orders", "transactionId": "t-0",
+                                        "payload": {"who": "bolt", "i": 9}}]});
+    let r = post(&b, "/api/v1/transaction", &bolt, &bundle).await;
+    assert_eq!(
+        r.body["success"], false,
+        "a duplicate in bolt's own queue: {}",
+        r.body
+    );
+    assert!(
+        r.body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("queue orders")),
+        "the rollback names the queue as sent: {}",
+        r.body
+    );
 
     for (tok, who, n) in [(&acme, "acme", 3), (&bolt, "bolt", 1)] {
         let depth = get(&b, "/api/v1/resources/queues/orders/depth", tok).await;
