@@ -2,8 +2,9 @@
 //! use the same queue name without meeting; every route of the route table, swept with a
 //! second tenant's admin token against the first tenant's objects (queue name, partition id,
 //! transaction ids, lease id, dead letter, group), neither reads nor changes them (checked in
-//! the database before and after every call); and with auth off everything is the default
-//! tenant, stored as before.
+//! the database before and after every call); pushes spooled under maintenance drain into
+//! their own tenant's queue; and with auth off everything is the default tenant, stored as
+//! before.
 
 use queen_broker::http::auth::access::{Access, ROUTES};
 use reqwest::{Method, StatusCode};
@@ -442,4 +443,42 @@ async fn a_token_with_an_unusable_tenant_is_refused() {
     c["tenant"] = json!(7);
     let r = get(&b, "/api/v1/resources/queues", &hs256(&c)).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn spooled_pushes_drain_into_their_own_tenants_queue() {
+    let b = hs_broker(|_| {}).await;
+    let (acme, bolt) = (
+        tenant_token("a", Some("acme")),
+        tenant_token("b", Some("bolt")),
+    );
+    let ops = tenant_token("ops", None);
+    let on = json!({"enabled": true});
+    let r = post(&b, "/api/v1/system/maintenance", &ops, &on).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    for (tok, who) in [(&acme, "acme"), (&bolt, "bolt")] {
+        let push = json!({"items": [{"queue": "orders", "transactionId": "same",
+                                     "payload": {"who": who}}]});
+        let r = post(&b, "/api/v1/push", tok, &push).await;
+        assert_eq!(common::statuses(&r.body), ["buffered"], "{}", r.body);
+        assert_eq!(r.body[0]["queueName"], "orders");
+    }
+    let off = json!({"enabled": false});
+    let r = post(&b, "/api/v1/system/maintenance", &ops, &off).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    for (tok, who) in [(&acme, "acme"), (&bolt, "bolt")] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let got = loop {
+            let r = pop(&b, tok, "batch=10").await;
+            if r.status == StatusCode::OK || std::time::Instant::now() > deadline {
+                break payloads(&r);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        assert_eq!(
+            got,
+            [json!({ "who": who })],
+            "{who} gets its own message back"
+        );
+    }
 }
