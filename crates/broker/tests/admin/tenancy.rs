@@ -3,7 +3,8 @@
 //! second tenant's admin token against the first tenant's objects (queue name, partition id,
 //! transaction ids, lease id, dead letter, group), neither reads nor changes them (checked in
 //! the database before and after every call); pushes spooled under maintenance drain into
-//! their own tenant's queue; and with auth off everything is the default tenant, stored as
+//! their own tenant's queue; binary pushes and framed pops keep to their tenant; and with
+//! auth off everything is the default tenant, stored as
 //! before.
 
 use queen_broker::http::auth::access::{Access, ROUTES};
@@ -479,6 +480,74 @@ async fn spooled_pushes_drain_into_their_own_tenants_queue() {
             got,
             [json!({ "who": who })],
             "{who} gets its own message back"
+        );
+    }
+}
+
+#[tokio::test]
+async fn binary_pushes_and_framed_pops_stay_in_their_tenant() {
+    use queen_proto::pop_framed::decode;
+    use queen_proto::push_bin::{encode_push_plain, encode_push_precompressed};
+
+    use crate::common::wire::{batch, item, PUSH_CONTENT_TYPE};
+
+    let b = hs_broker(|_| {}).await;
+    let (acme, bolt) = (
+        tenant_token("a", Some("acme")),
+        tenant_token("b", Some("bolt")),
+    );
+    for (tok, who) in [(&acme, "acme"), (&bolt, "bolt")] {
+        let payload = format!("{{\"who\":\"{who}\"}}");
+        let plain = encode_push_plain(
+            &[batch(
+                "orders",
+                "p",
+                vec![item(Some("plain"), payload.as_bytes())],
+            )],
+            false,
+            false,
+        )
+        .expect("encode");
+        let pre = encode_push_precompressed(
+            &[batch(
+                "orders",
+                "p",
+                vec![item(Some("pre"), payload.as_bytes())],
+            )],
+            false,
+        )
+        .expect("encode");
+        for body in [plain, pre] {
+            let req = b
+                .http
+                .post(b.at("/api/v1/push"))
+                .bearer_auth(tok)
+                .header("content-type", PUSH_CONTENT_TYPE)
+                .body(body);
+            let r = crate::auth::send(req).await;
+            assert_eq!(r.status, StatusCode::CREATED, "{who}: {}", r.body);
+            assert_eq!(common::statuses(&r.body), ["queued"], "{who}: {}", r.body);
+            assert_eq!(r.body[0]["queueName"], "orders");
+        }
+    }
+    for (tok, who) in [(&acme, "acme"), (&bolt, "bolt")] {
+        let r = pop(&b, tok, "batch=10&frames=true").await;
+        assert_eq!(r.status, StatusCode::OK, "{who}");
+        let framed = decode(&r.raw).expect("QPF1");
+        assert_eq!(framed.queue, "orders");
+        let got: Vec<(String, Value)> = framed
+            .messages
+            .iter()
+            .map(|m| (m.transaction_id.clone(), m.data.clone()))
+            .collect();
+        let mine = json!({ "who": who });
+        assert_eq!(
+            got,
+            [
+                ("plain".to_string(), mine.clone()),
+                ("pre".to_string(), mine)
+            ],
+            "{who} pops its own two messages"
         );
     }
 }
