@@ -4,8 +4,7 @@
 //! transaction ids, lease id, dead letter, group), neither reads nor changes them (checked in
 //! the database before and after every call); pushes spooled under maintenance drain into
 //! their own tenant's queue; binary pushes and framed pops keep to their tenant; and with
-//! auth off everything is the default tenant, stored as
-//! before.
+//! auth off everything is the default tenant, stored as before.
 
 use queen_broker::http::auth::access::{Access, ROUTES};
 use reqwest::{Method, StatusCode};
