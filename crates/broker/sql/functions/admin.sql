@@ -36,6 +36,10 @@ DROP FUNCTION IF EXISTS queen.admin_message_v1(bigint, bytea, bigint);
 DROP FUNCTION IF EXISTS queen.admin_queue_summary(queen.queues, bigint, jsonb);
 DROP FUNCTION IF EXISTS queen.admin_queue_config(queen.queues);
 DROP FUNCTION IF EXISTS queen.admin_counts_json(numeric, numeric, numeric, numeric);
+-- The forms without p_tenant (migrations/0005_tenants.sql): a DEFAULT beside them would make
+-- calls ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_set_subscription_v1(text, timestamptz);
+DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, text[], jsonb);
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
@@ -291,7 +295,6 @@ $$;
 -- first (the global consumer-row order). r_found is false for an unknown queue; else the
 -- count and the names of the queues touched. Only queues of p_tenant are touched (every
 -- one of them when p_queue is NULL), and only its namespace/task registrations.
-DROP FUNCTION IF EXISTS queen.admin_delete_group_v1(text, text, bool);
 CREATE OR REPLACE FUNCTION queen.admin_delete_group_v1(p_group text, p_queue text, p_delete_metadata bool,
                                                        p_tenant text DEFAULT '',
                                                        OUT r_found bool, OUT r_deleted_partitions int,
@@ -346,7 +349,6 @@ $$;
 -- POST /api/v1/consumer-groups/:group/subscription: the stored subscription timestamp of
 -- every registration of the group on p_tenant's queues, namespaces and tasks (it seeds
 -- partitions created later). Returns rows updated.
-DROP FUNCTION IF EXISTS queen.admin_set_subscription_v1(text, timestamptz);
 CREATE OR REPLACE FUNCTION queen.admin_set_subscription_v1(p_group text, p_ts timestamptz,
                                                            p_tenant text DEFAULT '')
 RETURNS int LANGUAGE plpgsql AS $$
@@ -466,7 +468,6 @@ $$;
 
 -- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh, over the
 -- queues of p_tenant.
-DROP FUNCTION IF EXISTS queen.admin_overview_v1();
 CREATE OR REPLACE FUNCTION queen.admin_overview_v1(p_tenant text DEFAULT '')
 RETURNS TABLE(queues bigint, partitions bigint, namespaces bigint, tasks bigint,
               consumer_groups bigint, total bigint, pending bigint, processing bigint,
@@ -641,7 +642,6 @@ $$;
 -- the partition is p_tenant's; a partition id that names no partition is kept as before for
 -- the default tenant only. Otherwise nothing is stored and the answer is NULL (the broker's
 -- 404), the same for another tenant's partition as for none.
-DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, text[], jsonb);
 CREATE OR REPLACE FUNCTION queen.admin_trace_v1(p_id uuid, p_pid bigint, p_txn text, p_group text,
                                                 p_event text, p_names text[], p_data jsonb,
                                                 p_tenant text DEFAULT '')

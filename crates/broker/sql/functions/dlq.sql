@@ -81,7 +81,6 @@ $$;
 -- made since tenants exist: queue deletion takes its dead letters, partition cleanup keeps
 -- partitions that have some) counts as the default tenant's.
 DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
-DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
     p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
     p_limit int, p_offset int, p_tenant text DEFAULT '')
@@ -158,7 +157,6 @@ $$;
 -- Read before the replay so the broker can build the segment; the replay itself decides.
 -- p_tenant: an address on another tenant's partition has none.
 DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text);
-DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text, text);
 CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text, p_tenant text DEFAULT '')
 RETURNS TABLE(r_payload text, r_encrypted bool, r_queue_encrypts bool, r_producer_sub text)
 LANGUAGE sql STABLE AS $$
