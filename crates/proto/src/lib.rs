@@ -16,6 +16,7 @@ pub mod push_bin;
 mod reader;
 pub mod segment;
 pub mod sidecar;
+pub mod tenant;
 pub mod time;
 pub mod wire;
 mod writer;

@@ -31,6 +31,8 @@ pub enum NameError {
     Nul { field: &'static str },
     #[error("{field} must not start or end with whitespace")]
     EdgeSpace { field: &'static str },
+    #[error("{field} must not contain whitespace")]
+    Whitespace { field: &'static str },
     #[error("{field} must be a string")]
     NotAString { field: &'static str },
 }

@@ -46,10 +46,16 @@
 -- order: acknowledgements at or below the cursor, signals at or below the cursor, and hashes
 -- found nowhere in the ackable span.
 -- The form without p_fence, replaced by the DEFAULT below (two would make calls ambiguous).
+-- p_tenant: the caller's tenant (queen.queues.tenant_id); a partition of another tenant is
+-- answered exactly like one without a consumer row, before its lease is looked at, so the
+-- answer never tells a foreign partition from a missing one. The form without it is dropped
+-- (a DEFAULT beside it would make calls ambiguous); a call that omits it acts for the
+-- default tenant.
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[]);
+DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[]);
 CREATE OR REPLACE FUNCTION queen.log_ack_by_hash_v1(
     p_partition_id bigint, p_group text, p_worker text, p_hashes bytea[], p_statuses text[],
-    p_fence bytea[] DEFAULT '{}')
+    p_fence bytea[] DEFAULT '{}', p_tenant text DEFAULT '')
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -99,6 +105,14 @@ BEGIN
     FROM queen.log_consumers
     WHERE partition_id = p_partition_id AND consumer_group = p_group
     FOR UPDATE;
+    IF FOUND THEN
+        SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit, q.retry_delay,
+               q.dead_letter_queue OR q.dlq_after_max_retries
+        INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_retry_delay, v_dlq_enabled
+        FROM queen.log_partitions lp
+        JOIN queen.queues q ON q.id = lp.queue_id
+        WHERE lp.id = p_partition_id AND q.tenant_id = COALESCE(p_tenant, '');
+    END IF;
     IF NOT FOUND THEN
         RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
     END IF;
@@ -107,13 +121,6 @@ BEGIN
     IF v_by_lease AND (v_row_worker IS DISTINCT FROM p_worker OR NOT v_live) THEN
         RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
     END IF;
-
-    SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit, q.retry_delay,
-           q.dead_letter_queue OR q.dlq_after_max_retries
-    INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_retry_delay, v_dlq_enabled
-    FROM queen.log_partitions lp
-    JOIN queen.queues q ON q.id = lp.queue_id
-    WHERE lp.id = p_partition_id;
 
     -- The ackable span: above the cursor and the sidecar purge watermark, and under a lease
     -- no further than the leased batch.

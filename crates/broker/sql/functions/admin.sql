@@ -40,10 +40,22 @@ DROP FUNCTION IF EXISTS queen.admin_message_v1(bigint, bytea, bigint);
 DROP FUNCTION IF EXISTS queen.admin_queue_summary(queen.queues, bigint, jsonb);
 DROP FUNCTION IF EXISTS queen.admin_queue_config(queen.queues);
 DROP FUNCTION IF EXISTS queen.admin_counts_json(numeric, numeric, numeric, numeric);
+-- The forms without p_tenant (migrations/0005_tenants.sql): a DEFAULT beside them would make
+-- calls ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_set_subscription_v1(text, timestamptz);
+DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, text[], jsonb);
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
 -- queue's labels. NULL filters mean "all".
+-- The tenant a stored name (of a queue, namespace or task) belongs to: what precedes U+0001,
+-- '' (the default tenant) when there is none. The same rule as queen.queues.tenant_id
+-- (migrations/0005_tenants.sql) and crates/proto/src/tenant.rs.
+CREATE OR REPLACE FUNCTION queen.tenant_of(p_name text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN strpos(p_name, E'\x01') > 0 THEN split_part(p_name, E'\x01', 1) ELSE '' END
+$$;
+
 CREATE OR REPLACE FUNCTION queen.admin_memberships_v1(p_group text DEFAULT NULL, p_queue_id bigint DEFAULT NULL)
 RETURNS TABLE(consumer_group text, queue_id bigint)
 LANGUAGE sql STABLE AS $$
@@ -292,13 +304,16 @@ $$;
 -- empty-scan floors; with p_delete_metadata also its registrations, so a group of the same
 -- name starts fresh on its next first contact. Cursor rows are locked in ascending order
 -- first (the global consumer-row order). r_found is false for an unknown queue; else the
--- count and the names of the queues touched.
+-- count and the names of the queues touched. Only queues of p_tenant are touched (every
+-- one of them when p_queue is NULL), and only its namespace/task registrations.
 CREATE OR REPLACE FUNCTION queen.admin_delete_group_v1(p_group text, p_queue text, p_delete_metadata bool,
+                                                       p_tenant text DEFAULT '',
                                                        OUT r_found bool, OUT r_deleted_partitions int,
                                                        OUT r_queues text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_qid bigint;
+    v_qids bigint[];
     v_queues text[];
     v_n int;
 BEGIN
@@ -306,27 +321,35 @@ BEGIN
     r_deleted_partitions := 0;
     r_queues := '{}';
     IF p_queue IS NOT NULL THEN
-        SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue;
+        SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue AND tenant_id = p_tenant;
         IF v_qid IS NULL THEN
             RETURN;
         END IF;
+        v_qids := ARRAY[v_qid];
+    ELSE
+        SELECT COALESCE(array_agg(id), '{}') INTO v_qids FROM queen.queues WHERE tenant_id = p_tenant;
     END IF;
     SELECT COALESCE(array_agg(DISTINCT q.name), '{}') INTO v_queues
-      FROM queen.admin_memberships_v1(p_group, v_qid) m JOIN queen.queues q ON q.id = m.queue_id;
+      FROM queen.admin_memberships_v1(p_group, v_qid) m JOIN queen.queues q ON q.id = m.queue_id
+     WHERE q.id = ANY (v_qids);
     PERFORM 1 FROM queen.log_consumers c
       WHERE c.consumer_group = p_group
-        AND (v_qid IS NULL OR c.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = v_qid))
+        AND c.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = ANY (v_qids))
       ORDER BY c.partition_id FOR UPDATE;
     DELETE FROM queen.log_consumers c
      WHERE c.consumer_group = p_group
-       AND (v_qid IS NULL OR c.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = v_qid));
+       AND c.partition_id IN (SELECT id FROM queen.log_partitions WHERE queue_id = ANY (v_qids));
     GET DIAGNOSTICS v_n = ROW_COUNT;
     -- Cursors vanished, so a recreated cursor may start below the old one: drop the floor.
     DELETE FROM queen.consumer_watermarks
-     WHERE consumer_group = p_group AND (v_qid IS NULL OR queue_id = v_qid);
+     WHERE consumer_group = p_group AND queue_id = ANY (v_qids);
     IF p_delete_metadata THEN
-        DELETE FROM queen.consumer_groups_metadata
-         WHERE consumer_group = p_group AND (v_qid IS NULL OR queue_id = v_qid);
+        DELETE FROM queen.consumer_groups_metadata m
+         WHERE m.consumer_group = p_group
+           AND (m.queue_id = ANY (v_qids)
+                OR (v_qid IS NULL AND m.queue_id IS NULL
+                    AND queen.tenant_of(CASE WHEN m.namespace <> '' THEN m.namespace ELSE m.task END)
+                        = p_tenant));
     END IF;
     r_found := true;
     r_deleted_partitions := v_n;
@@ -335,12 +358,19 @@ END
 $$;
 
 -- POST /api/v1/consumer-groups/:group/subscription: the stored subscription timestamp of
--- every registration of the group (it seeds partitions created later). Returns rows updated.
-CREATE OR REPLACE FUNCTION queen.admin_set_subscription_v1(p_group text, p_ts timestamptz)
+-- every registration of the group on p_tenant's queues, namespaces and tasks (it seeds
+-- partitions created later). Returns rows updated.
+CREATE OR REPLACE FUNCTION queen.admin_set_subscription_v1(p_group text, p_ts timestamptz,
+                                                           p_tenant text DEFAULT '')
 RETURNS int LANGUAGE plpgsql AS $$
 DECLARE v_n int;
 BEGIN
-    UPDATE queen.consumer_groups_metadata SET subscription_timestamp = p_ts WHERE consumer_group = p_group;
+    UPDATE queen.consumer_groups_metadata m SET subscription_timestamp = p_ts
+     WHERE m.consumer_group = p_group
+       AND CASE WHEN m.queue_id IS NOT NULL
+                THEN m.queue_id IN (SELECT id FROM queen.queues WHERE tenant_id = p_tenant)
+                ELSE queen.tenant_of(CASE WHEN m.namespace <> '' THEN m.namespace ELSE m.task END)
+                     = p_tenant END;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
@@ -463,8 +493,9 @@ BEGIN
 END
 $$;
 
--- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh.
-CREATE OR REPLACE FUNCTION queen.admin_overview_v1()
+-- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh, over the
+-- queues of p_tenant.
+CREATE OR REPLACE FUNCTION queen.admin_overview_v1(p_tenant text DEFAULT '')
 RETURNS TABLE(queues bigint, partitions bigint, namespaces bigint, tasks bigint,
               consumer_groups bigint, total bigint, pending bigint, processing bigint,
               dead_letter bigint, completed bigint, at text)
@@ -472,12 +503,16 @@ LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH parts AS MATERIALIZED (SELECT * FROM queen.admin_partition_stats_v1(NULL))
-    SELECT (SELECT count(*) FROM queen.queues),
+    WITH mine AS MATERIALIZED (SELECT * FROM queen.queues q WHERE q.tenant_id = p_tenant),
+    parts AS MATERIALIZED (
+        SELECT s.* FROM queen.admin_partition_stats_v1(NULL) s
+         WHERE s.queue_id IN (SELECT id FROM mine))
+    SELECT (SELECT count(*) FROM mine),
            (SELECT count(*) FROM parts),
-           (SELECT count(DISTINCT q.namespace) FROM queen.queues q WHERE q.namespace <> ''),
-           (SELECT count(DISTINCT q.task) FROM queen.queues q WHERE q.task <> ''),
-           (SELECT count(DISTINCT m.consumer_group) FROM queen.admin_memberships_v1(NULL, NULL) m),
+           (SELECT count(DISTINCT q.namespace) FROM mine q WHERE q.namespace <> ''),
+           (SELECT count(DISTINCT q.task) FROM mine q WHERE q.task <> ''),
+           (SELECT count(DISTINCT m.consumer_group) FROM queen.admin_memberships_v1(NULL, NULL) m
+             WHERE m.queue_id IN (SELECT id FROM mine)),
            (SELECT COALESCE(sum(x.total), 0)::bigint FROM parts x),
            (SELECT COALESCE(sum(x.pending), 0)::bigint FROM parts x),
            (SELECT COALESCE(sum(x.processing), 0)::bigint FROM parts x),
@@ -630,11 +665,19 @@ BEGIN
 END
 $$;
 
--- POST /api/v1/traces: one row per trace event; the id is minted by the broker.
+-- POST /api/v1/traces: one row per trace event; the id is minted by the broker. Stored when
+-- the partition is p_tenant's; a partition id that names no partition is kept as before for
+-- the default tenant only. Otherwise nothing is stored and the answer is NULL (the broker's
+-- 404), the same for another tenant's partition as for none.
 CREATE OR REPLACE FUNCTION queen.admin_trace_v1(p_id uuid, p_pid bigint, p_txn text, p_group text,
-                                                p_event text, p_names text[], p_data jsonb)
+                                                p_event text, p_names text[], p_data jsonb,
+                                                p_tenant text DEFAULT '')
 RETURNS uuid LANGUAGE sql AS $$
     INSERT INTO queen.message_traces (id, partition_id, transaction_id, consumer_group, event_type, trace_names, data)
-    VALUES (p_id, p_pid, p_txn, p_group, p_event, p_names, p_data)
+    SELECT p_id, p_pid, p_txn, p_group, p_event, p_names, p_data
+     WHERE COALESCE((SELECT q.tenant_id FROM queen.log_partitions lp
+                      JOIN queen.queues q ON q.id = lp.queue_id WHERE lp.id = p_pid),
+                    CASE WHEN COALESCE(p_tenant, '') = '' THEN '' END)
+           = COALESCE(p_tenant, '')
     RETURNING id
 $$;

@@ -77,10 +77,13 @@ $$;
 -- messageId, transactionId, data, encrypted, producerSub, errorMessage, retryCount, failedAt}]}
 -- (encrypted: data is an encryption envelope the broker opens before answering).
 -- Built as `json`, not `jsonb`: `data` is the json payload copy, which jsonb may not hold.
+-- Only dead letters of p_tenant's queues are listed; a row whose partition is gone (none are
+-- made since tenants exist: queue deletion takes its dead letters, partition cleanup keeps
+-- partitions that have some) counts as the default tenant's.
 DROP FUNCTION IF EXISTS queen.log_dlq_list_v1(text, text, text, timestamptz, timestamptz, int, int);
 CREATE OR REPLACE FUNCTION queen.log_dlq_list_v1(
     p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
-    p_limit int, p_offset int)
+    p_limit int, p_offset int, p_tenant text DEFAULT '')
 RETURNS json
 LANGUAGE sql STABLE AS $$
     WITH matching AS (
@@ -89,6 +92,7 @@ LANGUAGE sql STABLE AS $$
         LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
         LEFT JOIN queen.queues q ON q.id = lp.queue_id
         WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND COALESCE(q.tenant_id, '') = COALESCE(p_tenant, '')
           AND (p_group IS NULL OR d.consumer_group = p_group)
           AND (p_partition IS NULL OR lp.name = p_partition)
           AND (p_from IS NULL OR d.failed_at >= p_from)
@@ -132,12 +136,16 @@ LANGUAGE sql AS $$
 $$;
 
 -- Deletes the dead letters of one address (partition, transactionId), of every group.
--- Returns how many rows went (0: the address has none).
-CREATE OR REPLACE FUNCTION queen.log_dlq_delete_v1(p_pid bigint, p_txn text)
+-- Returns how many rows went (0: the address has none, or its partition is not p_tenant's).
+DROP FUNCTION IF EXISTS queen.log_dlq_delete_v1(bigint, text);
+CREATE OR REPLACE FUNCTION queen.log_dlq_delete_v1(p_pid bigint, p_txn text, p_tenant text DEFAULT '')
 RETURNS bigint
 LANGUAGE sql AS $$
     WITH gone AS (
-        DELETE FROM queen.log_dlq WHERE partition_id = p_pid AND transaction_id = p_txn
+        DELETE FROM queen.log_dlq d WHERE d.partition_id = p_pid AND d.transaction_id = p_txn
+          AND COALESCE((SELECT q.tenant_id FROM queen.log_partitions lp
+                        JOIN queen.queues q ON q.id = lp.queue_id WHERE lp.id = p_pid), '')
+              = COALESCE(p_tenant, '')
         RETURNING 1)
     SELECT count(*) FROM gone
 $$;
@@ -147,8 +155,9 @@ $$;
 -- producerSub it was pushed with), none otherwise, with whether the copy is an encryption
 -- envelope and whether the partition's queue encrypts now.
 -- Read before the replay so the broker can build the segment; the replay itself decides.
+-- p_tenant: an address on another tenant's partition has none.
 DROP FUNCTION IF EXISTS queen.log_dlq_payload_v1(bigint, text);
-CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text)
+CREATE OR REPLACE FUNCTION queen.log_dlq_payload_v1(p_pid bigint, p_txn text, p_tenant text DEFAULT '')
 RETURNS TABLE(r_payload text, r_encrypted bool, r_queue_encrypts bool, r_producer_sub text)
 LANGUAGE sql STABLE AS $$
     SELECT d.payload::text, d.payload_encrypted, COALESCE(q.encryption_enabled, false),
@@ -157,6 +166,7 @@ LANGUAGE sql STABLE AS $$
     LEFT JOIN queen.log_partitions lp ON lp.id = d.partition_id
     LEFT JOIN queen.queues q ON q.id = lp.queue_id
     WHERE d.partition_id = p_pid AND d.transaction_id = p_txn
+      AND COALESCE(q.tenant_id, '') = COALESCE(p_tenant, '')
     ORDER BY d.failed_at DESC, d.id
     LIMIT 1
 $$;
@@ -178,10 +188,13 @@ $$;
 -- "push":<log_push_one_v1 result>}. When the append is refused (the queue now encrypts and
 -- the segment is plaintext, or its maxSize has no room) the call raises 'QREFUSED' with that
 -- result as DETAIL, so the deletion rolls back with it and the dead letter stays.
--- p_encrypted: the segment's payload is an encryption envelope.
+-- p_encrypted: the segment's payload is an encryption envelope. p_tenant: a partition of
+-- another tenant answers {"status":"none"}, like an address without dead letters.
 DROP FUNCTION IF EXISTS queen.log_dlq_replay_v1(bigint, text, bytea, bytea);
+DROP FUNCTION IF EXISTS queen.log_dlq_replay_v1(bigint, text, bytea, bytea, bool);
 CREATE OR REPLACE FUNCTION queen.log_dlq_replay_v1(
-    p_pid bigint, p_txn text, p_hashes bytea, p_blob bytea, p_encrypted bool DEFAULT false)
+    p_pid bigint, p_txn text, p_hashes bytea, p_blob bytea, p_encrypted bool DEFAULT false,
+    p_tenant text DEFAULT '')
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -192,17 +205,19 @@ DECLARE
 BEGIN
     SELECT q.name, lp.name INTO v_queue, v_partition
     FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
-    WHERE lp.id = p_pid
+    WHERE lp.id = p_pid AND q.tenant_id = COALESCE(p_tenant, '')
     FOR NO KEY UPDATE OF lp;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM queen.log_dlq
+        IF COALESCE(p_tenant, '') = ''
+           AND NOT EXISTS (SELECT 1 FROM queen.log_partitions WHERE id = p_pid)
+           AND EXISTS (SELECT 1 FROM queen.log_dlq
                    WHERE partition_id = p_pid AND transaction_id = p_txn) THEN
             RETURN jsonb_build_object('status', 'gone');
         END IF;
         RETURN jsonb_build_object('status', 'none');
     END IF;
 
-    v_deleted := queen.log_dlq_delete_v1(p_pid, p_txn);
+    v_deleted := queen.log_dlq_delete_v1(p_pid, p_txn, p_tenant);
     IF v_deleted = 0 THEN
         RETURN jsonb_build_object('status', 'none');
     END IF;

@@ -7,7 +7,12 @@
 -- filter: it never revives an expired or released one. Rows are locked in the global
 -- consumer order first, so a renewal cannot deadlock against a multi-row ack flush.
 -- Result {"renewed":n,"expiresAt":<earliest renewed expiry, ISO µs Z>|null}.
-CREATE OR REPLACE FUNCTION queen.log_renew_lease_v1(p_worker text, p_seconds int)
+-- p_tenant: the caller's tenant; leases on partitions of other tenants are neither renewed
+-- nor counted, so a foreign lease id reads like an expired or unknown one (renewed 0). The
+-- check is two primary-key probes per leased row (a lease id names a handful of rows).
+DROP FUNCTION IF EXISTS queen.log_renew_lease_v1(text, int);
+CREATE OR REPLACE FUNCTION queen.log_renew_lease_v1(p_worker text, p_seconds int,
+                                                    p_tenant text DEFAULT '')
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -21,6 +26,8 @@ BEGIN
     END IF;
     PERFORM 1 FROM queen.log_consumers
     WHERE worker_id = p_worker AND lease_expires_at > v_now
+      AND EXISTS (SELECT 1 FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+                  WHERE lp.id = partition_id AND q.tenant_id = COALESCE(p_tenant, ''))
     ORDER BY partition_id, consumer_group
     FOR UPDATE;
 
@@ -28,6 +35,8 @@ BEGIN
         UPDATE queen.log_consumers
         SET lease_expires_at = GREATEST(lease_expires_at, v_until)
         WHERE worker_id = p_worker AND lease_expires_at > v_now
+          AND EXISTS (SELECT 1 FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+                      WHERE lp.id = partition_id AND q.tenant_id = COALESCE(p_tenant, ''))
         RETURNING lease_expires_at
     )
     SELECT count(*), min(lease_expires_at) INTO v_renewed, v_min FROM renewed;

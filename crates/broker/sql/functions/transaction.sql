@@ -9,6 +9,10 @@
 --                 "fence"?:[hex32…]}]}                                           -- by hash
 --   ("cover": the ack registry proved a full-batch completed ack of this lease; see
 --   log_ack_at_v1's p_cover. A refused cover raises like any refused ack.)
+--   "tenant": the caller's tenant (default ''): an ack of another tenant's partition fails
+--   like one without a consumer row (log_ack_by_hash_v1). A cover is built only for a batch
+--   the ack registry saw this tenant's pop deliver (engine/ack/cover.rs), so the positional
+--   form carries no tenant check of its own.
 --   ("fence": the bundle's signals for that (partition, group) in its other ack groups, see
 --   log_ack_by_hash_v1's p_fence)
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
@@ -125,7 +129,7 @@ BEGIN
             FROM jsonb_array_elements_text(COALESCE(v_row.e->'fence', '[]'::jsonb)) AS y(f);
             v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
                                             COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'),
-                                            COALESCE(v_fence, '{}'));
+                                            COALESCE(v_fence, '{}'), COALESCE(p->>'tenant', ''));
             -- Something rides along on this route, so an ack that resolves nowhere aborts it.
             IF (v_r->>'ok')::bool AND jsonb_array_length(v_r->'unresolvedHashes') > 0 THEN
                 RAISE EXCEPTION 'QTXN ack references unknown transactionId; transaction rolled back'

@@ -6,6 +6,7 @@
 //! which is why SQL keeps the lease and leaves the filing and the building to this module; what
 //! the filing means for the acks' answers is `engine::ack`'s.
 
+use crate::engine::tenant::{self, Tenant};
 use deadpool_postgres::GenericClient;
 use queen_proto::frame::{Frame, Frames, ENCRYPTED};
 use queen_proto::{segment, PartitionId};
@@ -125,9 +126,21 @@ pub fn reason<'a>(poison_txn: &str, nacks: &[Nack<'a>]) -> &'a str {
 /// One page of dead letters (newest first) and the number of matching rows. Payload copies
 /// that are encryption envelopes are opened; one that cannot be opened (another key, a
 /// corrupt envelope) is answered as JSON null with its `payload_error`, the rest untouched.
-pub async fn list(state: &Engine, filter: &DlqFilter<'_>) -> Result<DlqPage> {
+/// Only `tenant`'s dead letters are listed, with the queue names its client knows.
+pub async fn list(state: &Engine, filter: &DlqFilter<'_>, tenant: &Tenant) -> Result<DlqPage> {
+    let queue = filter
+        .queue
+        .map(|q| tenant::qualify(tenant, "queue", q))
+        .transpose()?;
+    let filter = DlqFilter {
+        queue: queue.as_deref(),
+        ..*filter
+    };
     let db = state.store.conn().await?;
-    let mut page = store::dlq_list(&db, filter).await?;
+    let mut page = store::dlq_list(&db, &filter, tenant.id()).await?;
+    for queue in page.rows.iter_mut().filter_map(|r| r.queue.as_mut()) {
+        *queue = tenant::local(queue).to_string();
+    }
     for row in page.rows.iter_mut().filter(|r| r.encrypted) {
         let Some(envelope) = row.data.take() else {
             continue;
@@ -141,17 +154,29 @@ pub async fn list(state: &Engine, filter: &DlqFilter<'_>) -> Result<DlqPage> {
 }
 
 /// Deletes the dead letters of `queue` (of `group` only, if given); answers how many went.
-pub async fn purge(state: &Engine, queue: &str, group: Option<&str>) -> Result<i64> {
+pub async fn purge(
+    state: &Engine,
+    queue: &str,
+    group: Option<&str>,
+    tenant: &Tenant,
+) -> Result<i64> {
+    let queue = tenant::qualify(tenant, "queue", queue)?;
     let db = state.store.conn().await?;
-    store::dlq_purge(&db, queue, group).await
+    store::dlq_purge(&db, &queue, group).await
 }
 
 /// Deletes the dead letters of one address, every group; 404 when it has none (a live
 /// message that was never dead-lettered has none).
-pub async fn delete(state: &Engine, partition_id: &str, transaction_id: &str) -> Result<i64> {
+/// An address on another tenant's partition has none.
+pub async fn delete(
+    state: &Engine,
+    partition_id: &str,
+    transaction_id: &str,
+    tenant: &Tenant,
+) -> Result<i64> {
     let pid = address(partition_id, transaction_id)?;
     let db = state.store.conn().await?;
-    match store::dlq_delete(&db, pid, transaction_id).await? {
+    match store::dlq_delete(&db, pid, transaction_id, tenant.id()).await? {
         0 => Err(no_dead_letter(partition_id, transaction_id)),
         n => Ok(n),
     }
@@ -169,10 +194,16 @@ pub struct Replayed {
 /// and producerSub (a new message id, past the dedup window) and deletes its dead letters, in one
 /// transaction, so every group sees the message again at a new offset. 404 when the address
 /// has no dead letter, including when a concurrent replay took it first.
-pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) -> Result<Replayed> {
+/// An address on another tenant's partition has none.
+pub async fn replay(
+    state: &Engine,
+    partition_id: &str,
+    transaction_id: &str,
+    tenant: &Tenant,
+) -> Result<Replayed> {
     let pid = address(partition_id, transaction_id)?;
     let db = state.store.conn().await?;
-    let Some(copy) = store::dlq_payload(&db, pid, transaction_id).await? else {
+    let Some(copy) = store::dlq_payload(&db, pid, transaction_id, tenant.id()).await? else {
         return Err(no_dead_letter(partition_id, transaction_id));
     };
     let payload = copy.payload.unwrap_or_default().into_bytes();
@@ -199,6 +230,7 @@ pub async fn replay(state: &Engine, partition_id: &str, transaction_id: &str) ->
         hashes: &seg.hashes,
         blob: &seg.blob,
         encrypted,
+        tenant: tenant.id(),
     };
     let (replayed, queue, partition, push) = match store::dlq_replay(&db, &write).await? {
         ReplayVerdict::Refused {

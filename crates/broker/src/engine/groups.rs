@@ -5,6 +5,7 @@
 //! data became pending again, so a rewind is served promptly instead of at the next backoff.
 //! The answers are rows; `http/groups.rs` renders them.
 
+use crate::engine::tenant::{self, Tenant};
 use chrono::{DateTime, Utc};
 
 use crate::engine::Engine;
@@ -41,32 +42,52 @@ pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::bad(format!("{field} is not an ISO-8601 timestamp: {text:?}")))
 }
 
-/// Every (group, queue) pair, by group then queue.
-pub async fn list(st: &Engine) -> Result<Vec<GroupQueueRow>> {
-    store::groups(&st.store).await
+/// Every (group, queue) pair of `tenant`'s queues, by group then queue.
+pub async fn list(st: &Engine, tenant: &Tenant) -> Result<Vec<GroupQueueRow>> {
+    let mut rows = store::groups(&st.store).await?;
+    own_rows(tenant, &mut rows, |r| &mut r.queue);
+    Ok(rows)
 }
 
-/// Every partition of every queue `group` is on; 404 when it is on none.
-pub async fn detail(st: &Engine, group: &str) -> Result<Vec<GroupPartitionRow>> {
-    let partitions = store::group(&st.store, group).await?;
+/// Every partition of every queue of `tenant` that `group` is on; 404 when it is on none.
+pub async fn detail(st: &Engine, group: &str, tenant: &Tenant) -> Result<Vec<GroupPartitionRow>> {
+    let mut partitions = store::group(&st.store, group).await?;
+    own_rows(tenant, &mut partitions, |r| &mut r.queue);
     if partitions.is_empty() {
         return Err(Error::NotFound("Consumer group not found".into()));
     }
     Ok(partitions)
 }
 
-pub async fn lagging(st: &Engine, min_lag_seconds: i64) -> Result<Vec<LaggingRow>> {
-    store::lagging(&st.store, min_lag_seconds).await
+pub async fn lagging(
+    st: &Engine,
+    min_lag_seconds: i64,
+    tenant: &Tenant,
+) -> Result<Vec<LaggingRow>> {
+    let mut rows = store::lagging(&st.store, min_lag_seconds).await?;
+    own_rows(tenant, &mut rows, |r| &mut r.queue);
+    Ok(rows)
 }
 
-/// Seeks `group` on `queue` (one partition, or all of them); answers how many cursors moved.
+/// Keeps the rows whose queue is `tenant`'s, their queue names as its client knows them.
+fn own_rows<R>(tenant: &Tenant, rows: &mut Vec<R>, queue: impl Fn(&mut R) -> &mut String) {
+    rows.retain_mut(|r| tenant::owns(tenant, queue(r)));
+    for r in rows.iter_mut() {
+        let name = queue(r);
+        *name = tenant::local(name).to_string();
+    }
+}
+
+/// Seeks `group` on `tenant`'s `queue` (one partition, or all of them); answers how many cursors moved.
 pub async fn seek(
     st: &Engine,
     group: &str,
     queue: &str,
     partition: Option<&str>,
     target: SeekTarget,
+    tenant: &Tenant,
 ) -> Result<i32> {
+    let queue: &str = &tenant::qualify(tenant, "queue", queue)?;
     let (to_end, ts) = match target {
         SeekTarget::End => (true, None),
         SeekTarget::Timestamp(t) => (false, Some(t)),
@@ -88,15 +109,26 @@ pub async fn seek(
     Ok(verdict.partitions_updated)
 }
 
-/// Deletes `group`'s cursors (on `queue`, or on every queue) and, with `delete_metadata`, its
+/// Deletes `group`'s cursors (on `queue`, or on every queue of `tenant`) and, with `delete_metadata`, its
 /// registrations, so the same name starts fresh on its next pop. Answers the cursors deleted.
 pub async fn delete(
     st: &Engine,
     group: &str,
     queue: Option<&str>,
     delete_metadata: bool,
+    tenant: &Tenant,
 ) -> Result<i32> {
-    let verdict = store::delete_group(&st.store, group, queue, delete_metadata).await?;
+    let queue = queue
+        .map(|q| tenant::qualify(tenant, "queue", q))
+        .transpose()?;
+    let verdict = store::delete_group(
+        &st.store,
+        group,
+        queue.as_deref(),
+        delete_metadata,
+        tenant.id(),
+    )
+    .await?;
     if !verdict.found {
         return Err(Error::NotFound("Queue not found".into()));
     }
@@ -109,10 +141,15 @@ pub async fn delete(
     Ok(verdict.deleted_partitions)
 }
 
-/// Moves the stored subscription timestamp of every registration of `group`; answers how
+/// Moves the stored subscription timestamp of every registration of `group` with `tenant`; answers how
 /// many were updated (404 when none).
-pub async fn set_subscription(st: &Engine, group: &str, timestamp: DateTime<Utc>) -> Result<i32> {
-    let updated = store::set_subscription(&st.store, group, timestamp).await?;
+pub async fn set_subscription(
+    st: &Engine,
+    group: &str,
+    timestamp: DateTime<Utc>,
+    tenant: &Tenant,
+) -> Result<i32> {
+    let updated = store::set_subscription(&st.store, group, timestamp, tenant.id()).await?;
     if updated == 0 {
         return Err(Error::NotFound("Consumer group not found".into()));
     }

@@ -5,10 +5,11 @@
 //! broker reaches every broker of the database within a second and an idle broker reads
 //! nothing. The maintenance routes set them here.
 
+use crate::engine::tenant::Tenant;
 use tokio::time::Instant;
 
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::maintenance::{self as sql, FlagRow};
 
 pub use crate::accel::maintenance::Flags;
@@ -95,7 +96,14 @@ pub async fn status(st: &Engine) -> Result<Status> {
 }
 
 /// Sets one flag. This broker acts on the new value at once; the others within a second.
-pub async fn set(st: &Engine, key: FlagKey, on: bool) -> Result<Status> {
+/// The flags hold up every tenant's pushes or pops, so only the default tenant (the
+/// operator's tokens, README "Tenants") may set them.
+pub async fn set(st: &Engine, key: FlagKey, on: bool, tenant: &Tenant) -> Result<Status> {
+    if !tenant.is_default() {
+        return Err(Error::Forbidden(
+            "maintenance is broker-wide: only a token without a tenant claim may set it".into(),
+        ));
+    }
     let row = sql::set(&st.store.conn().await?, key, on).await?;
     Ok(with_spool(st, flags_of(row)))
 }

@@ -7,6 +7,7 @@
 //! consumerGroups[], DLQ) comes from SQL; this module adds the frame's own fields, and
 //! `http/messages.rs` renders the whole.
 
+use crate::engine::tenant::{self, Tenant};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -23,11 +24,26 @@ pub use crate::store::messages::{GroupState, MessageState};
 const UNINDEXED_SCAN_SEGMENTS: i32 = 32;
 
 /// `GET /api/v1/messages/:partitionId/:transactionId`.
+/// 404 unless the partition is `tenant`'s, exactly as for a message that does not exist.
 pub async fn detail(
     st: &Engine,
     partition_id: &str,
     transaction_id: &str,
+    tenant: &Tenant,
 ) -> Result<MessageDetail> {
+    let mut found = locate(st, partition_id, transaction_id).await?;
+    let state = &mut found.state;
+    if !tenant::owns(tenant, &state.queue) {
+        return Err(message_not_found());
+    }
+    for name in [&mut state.queue, &mut state.namespace, &mut state.task] {
+        *name = tenant::local(name).to_string();
+    }
+    Ok(found)
+}
+
+/// The message at an address, whoever's it is.
+async fn locate(st: &Engine, partition_id: &str, transaction_id: &str) -> Result<MessageDetail> {
     let pid = PartitionId::parse(partition_id)
         .map_err(|_| message_not_found())?
         .get();

@@ -18,6 +18,7 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod tenant;
 pub mod traces;
 pub mod transaction;
 mod wake;

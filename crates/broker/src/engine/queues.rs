@@ -3,6 +3,7 @@
 //! here into a patch keyed by column (a value sets, `null` resets to the default, absence
 //! keeps) that `queen.configure_queue_v1` applies under the queue row's lock.
 
+use crate::engine::tenant::{self, Tenant};
 use serde_json::{Map, Value};
 
 use queen_proto::Name;
@@ -207,9 +208,14 @@ fn integer(value: &Value) -> Option<i64> {
 
 /// Creates or reconfigures the queue; returns its effective row. Turning encryption on needs
 /// this broker's key (docs/engine.md §3.1): without one the queue's pushes could not be sealed.
-/// The queue's hot-list rings reseed on their next pop: a shorter `delayedProcessing` or
+/// The queue and its labels are `tenant`'s (stored qualified, `engine/tenant.rs`). The
+/// queue's hot-list rings reseed on their next pop: a shorter `delayedProcessing` or
 /// `windowBuffer` makes partitions the ring parked until the old horizon visible sooner.
-pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRow> {
+pub async fn configure(
+    state: &Engine,
+    req: &ConfigureRequest,
+    tenant: &Tenant,
+) -> Result<QueueRow> {
     if req.patch.get("encryption_enabled") == Some(&Value::Bool(true))
         && !state.encryption.has_key()
     {
@@ -221,22 +227,24 @@ pub async fn configure(state: &Engine, req: &ConfigureRequest) -> Result<QueueRo
             option: "encryptionEnabled".into(),
         });
     }
+    let queue = tenant::qualify(tenant, "queue", &req.queue)?;
+    let mut patch = req.patch.clone();
+    for label in ["namespace", "task"] {
+        if let Some(Value::String(name)) = patch.get_mut(label) {
+            tenant::qualify_in_place(tenant, label, name)?;
+        }
+    }
     let conn = state.store.conn().await?;
-    let row = queues::configure(
-        &conn,
-        &req.queue,
-        &Value::Object(req.patch.clone()),
-        req.replace,
-    )
-    .await?;
+    let row = queues::configure(&conn, &queue, &Value::Object(patch), req.replace).await?;
     state.encryption.learn(&row.name, row.encryption_enabled);
     state.hotlist.dirty(&req.queue);
     Ok(row)
 }
 
-/// Deletes the queue and everything it owns; `None` when it does not exist, else the number
+/// Deletes `tenant`'s queue and everything it owns; `None` when it does not exist, else the number
 /// of partitions deleted.
-pub async fn delete(state: &Engine, queue: &str) -> Result<Option<i32>> {
+pub async fn delete(state: &Engine, queue: &str, tenant: &Tenant) -> Result<Option<i32>> {
+    let queue: &str = &tenant::qualify(tenant, "queue", queue)?;
     let conn = state.store.conn().await?;
     let deleted = queues::delete(&conn, queue).await?;
     if deleted.is_some() {

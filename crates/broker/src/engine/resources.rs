@@ -3,6 +3,7 @@
 //! so there is no stale cache to refresh, and a refresh reads the live overview. The answers are
 //! rows; `http/resources.rs` renders them.
 
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::queues::QueueRow;
@@ -24,20 +25,34 @@ pub struct QueueDetail {
     pub groups: Vec<QueueGroup>,
 }
 
-pub async fn queues(st: &Engine) -> Result<Vec<QueueSummary>> {
-    store::queues(&st.store, None).await
+/// Every queue of `tenant`, by name, with the names its client knows.
+pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<Vec<QueueSummary>> {
+    let mut queues = store::queues(&st.store, None).await?;
+    queues.retain(|q| tenant::owns(tenant, &q.name));
+    queues.iter_mut().for_each(local_summary);
+    Ok(queues)
 }
 
-/// The queue `name` with the partitions of `page`.
-pub async fn queue(st: &Engine, name: &str, page: PartitionPage<'_>) -> Result<QueueDetail> {
-    let summary = store::queues(&st.store, Some(name))
+/// `tenant`'s queue `name` with the partitions of `page`; 404 when it has none of that name.
+pub async fn queue(
+    st: &Engine,
+    name: &str,
+    page: PartitionPage<'_>,
+    tenant: &Tenant,
+) -> Result<QueueDetail> {
+    let name: &str = &tenant::qualify(tenant, "queue", name)?;
+    let mut summary = store::queues(&st.store, Some(name))
         .await?
         .into_iter()
         .next()
         .ok_or_else(queue_not_found)?;
-    let options = store::queue_row(&st.store, name)
+    local_summary(&mut summary);
+    let mut options = store::queue_row(&st.store, name)
         .await?
         .ok_or_else(queue_not_found)?;
+    for label in [&mut options.name, &mut options.namespace, &mut options.task] {
+        *label = tenant::local(label).to_string();
+    }
     // One row past the page tells whether another page follows.
     let probe = PartitionPage {
         limit: page.limit.map(|n| n.saturating_add(1)),
@@ -61,17 +76,26 @@ pub async fn queue(st: &Engine, name: &str, page: PartitionPage<'_>) -> Result<Q
     })
 }
 
-/// Pending messages of one group on one queue, per partition (default group: queue mode).
-pub async fn depth(st: &Engine, name: &str, group: &str) -> Result<Vec<DepthRow>> {
-    let rows = store::queue_depth(&st.store, name, group).await?;
+/// Pending messages of one group on one of `tenant`'s queues, per partition (default group: queue mode).
+pub async fn depth(st: &Engine, name: &str, group: &str, tenant: &Tenant) -> Result<Vec<DepthRow>> {
+    let name = tenant::qualify(tenant, "queue", name)?;
+    let rows = store::queue_depth(&st.store, &name, group).await?;
     if rows.is_empty() {
         return Err(queue_not_found());
     }
     Ok(rows)
 }
 
-pub async fn overview(st: &Engine) -> Result<Overview> {
-    store::overview(&st.store).await
+/// The counts over `tenant`'s queues.
+pub async fn overview(st: &Engine, tenant: &Tenant) -> Result<Overview> {
+    store::overview(&st.store, tenant.id()).await
+}
+
+/// A summary's names as the tenant's client knows them.
+fn local_summary(q: &mut QueueSummary) {
+    for label in [&mut q.name, &mut q.namespace, &mut q.task] {
+        *label = tenant::local(label).to_string();
+    }
 }
 
 /// The queue sample of a Prometheus scrape, capped at `QUEEN_METRICS_MAX_QUEUES` queues and

@@ -5,8 +5,9 @@ use queen_proto::PartitionId;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::traces::{self as store, TraceRow};
 
 /// One consume-loop trace event, as `POST /api/v1/traces` carries it.
@@ -19,8 +20,9 @@ pub struct TraceEvent {
     pub data: Value,
 }
 
-/// Stores a trace event in `queen.message_traces`; answers the trace's id.
-pub async fn record_trace(st: &Engine, ev: TraceEvent) -> Result<Uuid> {
+/// Stores a trace event in `queen.message_traces`; answers the trace's id. 404 when the
+/// partition is another tenant's (`admin_trace_v1`).
+pub async fn record_trace(st: &Engine, ev: TraceEvent, tenant: &Tenant) -> Result<Uuid> {
     let group = ev
         .consumer_group
         .as_deref()
@@ -42,5 +44,7 @@ pub async fn record_trace(st: &Engine, ev: TraceEvent) -> Result<Uuid> {
         trace_names: names.filter(|n| !n.is_empty()),
         data: ev.data,
     };
-    store::insert_trace(&st.store, &row).await
+    store::insert_trace(&st.store, &row, tenant.id())
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("partition {} not found", ev.partition_id)))
 }

@@ -24,6 +24,7 @@ use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::spool;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{SegmentResult, SegmentWrite};
@@ -109,20 +110,23 @@ struct PlannedSegment {
     frames: Vec<(Uuid, String, PushItem)>,
 }
 
-/// Applies `req` atomically; its pushed messages carry `producer_sub` (the caller's validated
+/// Applies `req` atomically for `tenant` (its queue names qualified, its acks refused on other
+/// tenants' partitions); its pushed messages carry `producer_sub` (the caller's validated
 /// identity, `None` with auth off).
 pub async fn run(
     state: &Engine,
     mut req: TxnRequest,
     producer_sub: Option<Arc<str>>,
+    tenant: &Tenant,
 ) -> Result<TxnOutcome> {
     if req.ops.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
     let mut pushes_any = false;
-    for (index, op) in req.ops.iter().enumerate() {
+    for (index, op) in req.ops.iter_mut().enumerate() {
         if let TxnOp::Push(item) = op {
             check_item(index, item)?;
+            tenant::qualify_in_place(tenant, "queue", &mut item.queue)?;
             pushes_any = true;
         }
     }
@@ -151,7 +155,7 @@ pub async fn run(
         .map(|(members, planned)| {
             let first = members[0].1;
             let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-            let cover = ack::cover::proven_cover(state, &group, &planned.fence);
+            let cover = ack::cover::proven_cover(state, &group, &planned.fence, tenant);
             WireAck {
                 partition_id: first.partition_id.get(),
                 group: &first.group,
@@ -183,7 +187,7 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let refusal = match store::transaction_wire(&db, &pushes, &wire_acks).await? {
+        let refusal = match store::transaction_wire(&db, &pushes, &wire_acks, tenant.id()).await? {
             Ok(committed) => break (plan, built, committed),
             Err(refusal) => refusal,
         };
@@ -207,6 +211,7 @@ pub async fn run(
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
         };
+        let error = tenant::local_text(&error).into_owned();
         return Ok(TxnOutcome::RolledBack { reason, error });
     };
     let pushes = segment_writes(&plan, &built);

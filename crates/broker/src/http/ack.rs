@@ -10,8 +10,10 @@ use queen_proto::{LeaseId, Name, PartitionId};
 use serde_json::{json, Value};
 
 use crate::engine::ack::{self, Ack, AckOutcome, AckStatus};
+use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::http::auth::CallerTenant;
 use crate::http::extract::{json_body, RawBody};
 
 pub fn routes() -> Router<Engine> {
@@ -22,35 +24,43 @@ pub fn routes() -> Router<Engine> {
 
 /// `{"transactionId","partitionId","status","error","consumerGroup","leaseId"}` → a
 /// one-element answer array.
-async fn ack_one(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn ack_one(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let item: Value = json_body(&body)?;
     let Some(obj) = item.as_object() else {
         return Err(Error::bad("bad body: expected a JSON object"));
     };
     let group = group_name(obj.get("consumerGroup"))?;
-    answer(&st, std::slice::from_ref(&item), &group).await
+    answer(&st, std::slice::from_ref(&item), &group, &tenant).await
 }
 
 /// `{"acknowledgments":[…],"consumerGroup"}` → one answer element per acknowledgment.
-async fn ack_batch(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn ack_batch(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let request: Value = json_body(&body)?;
     let Some(items) = request.get("acknowledgments").and_then(Value::as_array) else {
         return Err(Error::bad("bad body: acknowledgments must be an array"));
     };
     let group = group_name(request.get("consumerGroup"))?;
-    answer(&st, items, &group).await
+    answer(&st, items, &group, &tenant).await
 }
 
 /// Applies the well-formed items and renders every item, malformed ones included, in
 /// request order. HTTP 200 even when items are refused.
-async fn answer(st: &Engine, items: &[Value], group: &str) -> Result<Json<Value>> {
+async fn answer(st: &Engine, items: &[Value], group: &str, tenant: &Tenant) -> Result<Json<Value>> {
     let parsed: Vec<std::result::Result<Ack, String>> =
         items.iter().map(|item| parse_ack(item, group)).collect();
     let valid: Vec<Ack> = parsed
         .iter()
         .filter_map(|p| p.as_ref().ok().cloned())
         .collect();
-    let mut applied = ack::acknowledge(st, &valid).await?.into_iter();
+    let mut applied = ack::acknowledge(st, &valid, tenant).await?.into_iter();
     let rendered = items
         .iter()
         .zip(&parsed)

@@ -2,6 +2,7 @@
 //! rendering, and the purge of a queue's dead letters; the rows come from `engine::dlq`. The
 //! operations on one address live with the message routes (`http::messages`).
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -27,11 +28,15 @@ struct PurgeQuery {
 }
 
 /// `DELETE /api/v1/dlq?queue=&consumerGroup=`: the queue's dead letters, of one group if given.
-async fn purge_dlq(State(st): State<Engine>, Query(q): Query<PurgeQuery>) -> Result<Json<Value>> {
+async fn purge_dlq(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Query(q): Query<PurgeQuery>,
+) -> Result<Json<Value>> {
     let queue = filter_name("queue", &q.queue)?
         .ok_or_else(|| Error::bad("queue is required to purge dead letters"))?;
     let group = filter_name("consumerGroup", &q.consumer_group)?;
-    let deleted = dlq::purge(&st, queue, group).await?;
+    let deleted = dlq::purge(&st, queue, group, &tenant).await?;
     Ok(Json(json!({ "success": true, "deleted": deleted })))
 }
 
@@ -48,7 +53,11 @@ struct DlqQuery {
 }
 
 /// `GET /api/v1/dlq?queue=&consumerGroup=&partition=&from=&to=&limit=&offset=`.
-async fn list_dlq(State(st): State<Engine>, Query(q): Query<DlqQuery>) -> Result<Json<Value>> {
+async fn list_dlq(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Query(q): Query<DlqQuery>,
+) -> Result<Json<Value>> {
     let limit = count_param("limit", q.limit.as_deref(), 1)?.unwrap_or(100);
     let offset = count_param("offset", q.offset.as_deref(), 0)?.unwrap_or(0);
     let filter = DlqFilter {
@@ -60,7 +69,7 @@ async fn list_dlq(State(st): State<Engine>, Query(q): Query<DlqQuery>) -> Result
         limit,
         offset,
     };
-    let page = dlq::list(&st, &filter).await?;
+    let page = dlq::list(&st, &filter, &tenant).await?;
     let messages: Vec<Value> = page.rows.iter().map(render_dead_letter).collect();
     Ok(Json(json!({
         "messages": messages,

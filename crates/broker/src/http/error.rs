@@ -5,6 +5,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use queen_proto::tenant::local_text;
 use serde_json::json;
 
 use crate::error::Error;
@@ -54,9 +55,10 @@ impl IntoResponse for Error {
                 if let Some(suppressed) = INTERNAL_FAILURES.admit(&chain) {
                     tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
                 }
-                json!({ "error": e.to_string() })
+                json!({ "error": local_text(&e.to_string()) })
             }
-            e => json!({ "error": e.to_string() }),
+            // A message naming a stored queue shows it as the tenant's client knows it.
+            e => json!({ "error": local_text(&e.to_string()) }),
         };
         let mut response = (status, axum::Json(body)).into_response();
         match status {

@@ -2,6 +2,7 @@
 //! seek. Parses paths, queries and bodies, and renders the engine's rows; the rules live in
 //! `engine::groups`.
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -44,8 +45,8 @@ pub fn routes() -> Router<Engine> {
         )
 }
 
-async fn list(State(st): State<Engine>) -> Result<Json<Value>> {
-    Ok(Json(render_list(&groups::list(&st).await?)))
+async fn list(State(st): State<Engine>, CallerTenant(tenant): CallerTenant) -> Result<Json<Value>> {
+    Ok(Json(render_list(&groups::list(&st, &tenant).await?)))
 }
 
 #[derive(Deserialize)]
@@ -57,15 +58,25 @@ struct LaggingParams {
 /// Lag threshold when the request names none (the official client's default).
 const DEFAULT_MIN_LAG_SECONDS: u32 = 60;
 
-async fn lagging(State(st): State<Engine>, Query(q): Query<LaggingParams>) -> Result<Json<Value>> {
+async fn lagging(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Query(q): Query<LaggingParams>,
+) -> Result<Json<Value>> {
     let min = q.min_lag_seconds.unwrap_or(DEFAULT_MIN_LAG_SECONDS);
-    let rows = groups::lagging(&st, i64::from(min)).await?;
+    let rows = groups::lagging(&st, i64::from(min), &tenant).await?;
     Ok(Json(rows.iter().map(render_lagging).collect()))
 }
 
-async fn detail(State(st): State<Engine>, Path(group): Path<String>) -> Result<Json<Value>> {
+async fn detail(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Path(group): Path<String>,
+) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
-    Ok(Json(render_detail(&groups::detail(&st, &group).await?)))
+    Ok(Json(render_detail(
+        &groups::detail(&st, &group, &tenant).await?,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -94,23 +105,25 @@ impl DeleteParams {
 
 async fn delete_group(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path(group): Path<String>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
     let delete_metadata = q.delete_metadata()?;
-    let deleted = groups::delete(&st, &group, None, delete_metadata).await?;
+    let deleted = groups::delete(&st, &group, None, delete_metadata, &tenant).await?;
     Ok(Json(deleted_body(&group, None, deleted, delete_metadata)))
 }
 
 async fn delete_group_on_queue(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((group, queue)): Path<(String, String)>,
     Query(q): Query<DeleteParams>,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let delete_metadata = q.delete_metadata()?;
-    let deleted = groups::delete(&st, &group, Some(&queue), delete_metadata).await?;
+    let deleted = groups::delete(&st, &group, Some(&queue), delete_metadata, &tenant).await?;
     Ok(Json(deleted_body(
         &group,
         Some(&queue),
@@ -127,6 +140,7 @@ struct SubscriptionBody {
 
 async fn subscription(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path(group): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
@@ -138,7 +152,7 @@ async fn subscription(
         .subscription_timestamp
         .ok_or_else(|| Error::bad("subscriptionTimestamp is required"))?;
     let ts = groups::parse_timestamp("subscriptionTimestamp", &text)?;
-    let updated = groups::set_subscription(&st, &group, ts).await?;
+    let updated = groups::set_subscription(&st, &group, ts, &tenant).await?;
     Ok(Json(json!({
         "success": true,
         "consumerGroup": group.as_str(),
@@ -163,24 +177,26 @@ impl SeekBody {
 
 async fn seek_queue(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((group, queue)): Path<(String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let target = SeekBody::target(&body)?;
-    let updated = groups::seek(&st, &group, &queue, None, target).await?;
+    let updated = groups::seek(&st, &group, &queue, None, target, &tenant).await?;
     Ok(Json(seeked_body(&group, &queue, None, target, updated)))
 }
 
 async fn seek_partition(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((group, queue, partition)): Path<(String, String, String)>,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let partition = Name::parse("partition", &partition)?;
     let target = SeekBody::target(&body)?;
-    let updated = groups::seek(&st, &group, &queue, Some(&partition), target).await?;
+    let updated = groups::seek(&st, &group, &queue, Some(&partition), target, &tenant).await?;
     Ok(Json(seeked_body(
         &group,
         &queue,

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::engine::lease;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::http::auth::CallerTenant;
 use crate::http::extract::{json_body, Path, RawBody};
 
 pub fn routes() -> Router<Engine> {
@@ -20,11 +21,12 @@ pub fn routes() -> Router<Engine> {
 async fn extend_lease(
     State(st): State<Engine>,
     Path(lease_id): Path<String>,
+    CallerTenant(tenant): CallerTenant,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
     let lease_id = LeaseId::parse("leaseId", &lease_id)?;
     let seconds = requested_seconds(&body)?;
-    let renewal = lease::extend(&st, &lease_id, seconds).await?;
+    let renewal = lease::extend(&st, &lease_id, seconds, &tenant).await?;
     let expiry = renewal.expires_at.clone();
     Ok(Json(json!({
         "leaseId": lease_id.as_str(),

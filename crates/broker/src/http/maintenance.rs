@@ -3,6 +3,7 @@
 //! 204 at once), with `{"enabled": bool}`. The flags are cluster-wide (`engine::maintenance`);
 //! the spool figures are this broker's.
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -23,10 +24,14 @@ async fn get_push(State(st): State<Engine>) -> Result<Json<Value>> {
     Ok(Json(push_body(&maintenance::status(&st).await?)))
 }
 
-async fn set_push(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn set_push(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let on = enabled(&body)?;
     Ok(Json(push_body(
-        &maintenance::set(&st, FlagKey::Push, on).await?,
+        &maintenance::set(&st, FlagKey::Push, on, &tenant).await?,
     )))
 }
 
@@ -34,10 +39,14 @@ async fn get_pop(State(st): State<Engine>) -> Result<Json<Value>> {
     Ok(Json(pop_body(&maintenance::status(&st).await?)))
 }
 
-async fn set_pop(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn set_pop(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let on = enabled(&body)?;
     Ok(Json(pop_body(
-        &maintenance::set(&st, FlagKey::Pop, on).await?,
+        &maintenance::set(&st, FlagKey::Pop, on, &tenant).await?,
     )))
 }
 

@@ -3,6 +3,7 @@
 //! address's dead-letter operations (docs/wire.md §11): `DELETE` removes its dead letters and
 //! `POST …/retry` replays it, both through `engine::dlq`.
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,20 +31,22 @@ pub fn routes() -> Router<Engine> {
 /// `DELETE /api/v1/messages/:partitionId/:transactionId`: the address's dead letters.
 async fn delete_dead_letters(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;
-    let deleted = dlq::delete(&st, &partition_id, &transaction_id).await?;
+    let deleted = dlq::delete(&st, &partition_id, &transaction_id, &tenant).await?;
     Ok(Json(json!({ "success": true, "deleted": deleted })))
 }
 
 /// `POST /api/v1/messages/:partitionId/:transactionId/retry`: replays a dead letter.
 async fn replay(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;
-    let done = dlq::replay(&st, &partition_id, &transaction_id).await?;
+    let done = dlq::replay(&st, &partition_id, &transaction_id, &tenant).await?;
     Ok(Json(json!({
         "success": true,
         "partitionId": done.partition_id.to_string(),
@@ -54,10 +57,11 @@ async fn replay(
 
 async fn detail(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;
-    let found = messages::detail(&st, &partition_id, &transaction_id).await?;
+    let found = messages::detail(&st, &partition_id, &transaction_id, &tenant).await?;
     Ok(Json(render(&found)))
 }
 

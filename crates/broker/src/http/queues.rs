@@ -1,6 +1,8 @@
 //! `POST /api/v1/configure` (create or reconfigure a queue, every option echoed) and
 //! `DELETE /api/v1/resources/queues/:queue` (remove the queue and everything it owns).
 
+use crate::engine::tenant::local;
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
@@ -20,26 +22,34 @@ pub fn routes() -> Router<Engine> {
 }
 
 /// 200 with the effective row (docs/wire.md §3.3).
-async fn configure(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn configure(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let body: Value = json_body(&body)?;
     let req = queues::parse_configure(&body)?;
-    let q = queues::configure(&st, &req).await?;
+    let q = queues::configure(&st, &req, &tenant).await?;
     Ok(Json(json!({
         "configured": true,
         "queueId": q.id.to_string(),
         "partitionId": null,
-        "queue": q.name,
-        "namespace": q.namespace,
-        "task": q.task,
+        "queue": local(&q.name),
+        "namespace": local(&q.namespace),
+        "task": local(&q.task),
         "storage": "segments",
         "options": options_json(&q),
     })))
 }
 
 /// 200 `{"deleted":true,…}` (never 204: the JS client reads the body); 404 when unknown.
-async fn delete_queue(State(st): State<Engine>, Path(queue): Path<String>) -> Result<Json<Value>> {
+async fn delete_queue(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>> {
     let queue = Name::parse("queue", &queue)?;
-    match queues::delete(&st, &queue).await? {
+    match queues::delete(&st, &queue, &tenant).await? {
         Some(partitions) => Ok(Json(json!({
             "deleted": true,
             "queue": queue.as_str(),

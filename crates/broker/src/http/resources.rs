@@ -2,6 +2,7 @@
 //! (§15): parsing, and the rendering of the engine's rows. `DELETE /api/v1/resources/queues/:queue`
 //! belongs to `http::queues`.
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -28,8 +29,15 @@ pub fn routes() -> Router<Engine> {
         .route("/api/v1/stats/refresh", post(refresh))
 }
 
-async fn queues(State(st): State<Engine>) -> Result<Json<Value>> {
-    let queues: Vec<Value> = resources::queues(&st).await?.iter().map(summary).collect();
+async fn queues(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+) -> Result<Json<Value>> {
+    let queues: Vec<Value> = resources::queues(&st, &tenant)
+        .await?
+        .iter()
+        .map(summary)
+        .collect();
     Ok(Json(json!({ "queues": queues })))
 }
 
@@ -44,6 +52,7 @@ struct QueueParams {
 /// all its partitions, or one page of them by name (docs/wire.md §14).
 async fn queue(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path(name): Path<String>,
     Query(q): Query<QueueParams>,
 ) -> Result<Json<Value>> {
@@ -53,7 +62,7 @@ async fn queue(
         after: after.as_ref().map(Name::as_str),
         limit: count_param("partitionLimit", q.partition_limit.as_deref(), 1)?,
     };
-    let q = resources::queue(&st, &name, page).await?;
+    let q = resources::queue(&st, &name, page, &tenant).await?;
     let mut body = summary(&q.summary);
     body["config"] = options_json(&q.options);
     body["partitions"] = q.partitions.iter().map(partition).collect();
@@ -78,6 +87,7 @@ struct DepthParams {
 
 async fn depth(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     Path(name): Path<String>,
     Query(q): Query<DepthParams>,
 ) -> Result<Json<Value>> {
@@ -88,7 +98,7 @@ async fn depth(
         .as_deref()
         .filter(|g| !g.is_empty())
         .unwrap_or(QUEUE_MODE);
-    let rows = resources::depth(&st, &name, group).await?;
+    let rows = resources::depth(&st, &name, group, &tenant).await?;
     let pending: i64 = rows.iter().map(|r| r.pending).sum();
     let partitions: Vec<Value> = rows
         .iter()
@@ -107,14 +117,23 @@ async fn depth(
     })))
 }
 
-async fn overview(State(st): State<Engine>) -> Result<Json<Value>> {
-    Ok(Json(render_overview(&resources::overview(&st).await?)))
+async fn overview(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+) -> Result<Json<Value>> {
+    Ok(Json(render_overview(
+        &resources::overview(&st, &tenant).await?,
+    )))
 }
 
 /// Any body (usually none) is accepted and ignored; the numbers are computed at read time
 /// anyway, so the answer is the live overview stamped as refreshed.
-async fn refresh(State(st): State<Engine>, RawBody(_ignored): RawBody) -> Result<Json<Value>> {
-    let stats = render_overview(&resources::overview(&st).await?);
+async fn refresh(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(_ignored): RawBody,
+) -> Result<Json<Value>> {
+    let stats = render_overview(&resources::overview(&st, &tenant).await?);
     Ok(Json(
         json!({ "success": true, "message": "Statistics are computed live", "stats": stats }),
     ))

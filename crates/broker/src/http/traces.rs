@@ -2,6 +2,7 @@
 //! `queen.message_traces`. The official client swallows failures here, so a bad body gets a
 //! plain 400 and never affects consumption.
 
+use crate::http::auth::CallerTenant;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -31,7 +32,11 @@ struct TraceBody {
     data: Option<Value>,
 }
 
-async fn record(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json<Value>> {
+async fn record(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>> {
     let b: TraceBody = json_body(&body)?;
     let transaction_id = b
         .transaction_id
@@ -61,7 +66,7 @@ async fn record(State(st): State<Engine>, RawBody(body): RawBody) -> Result<Json
         event_type: b.event_type,
         data: b.data.unwrap_or(Value::Null),
     };
-    let id = traces::record_trace(&st, event).await?;
+    let id = traces::record_trace(&st, event, &tenant).await?;
     Ok(Json(json!({ "success": true, "traceId": id.to_string() })))
 }
 

@@ -38,21 +38,33 @@ pub struct AckVerdict {
     pub wake_after_ms: u64,
 }
 
-/// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock. `fence`: hashes of
-/// the request's signals for this (partition, group) in other groups.
-pub async fn ack_by_hash(
-    db: &impl GenericClient,
-    partition_id: i64,
-    group: &str,
-    lease_id: &str,
-    hashes: &[&[u8]],
-    statuses: &[&str],
-    fence: &[&[u8]],
-) -> Result<AckVerdict> {
+/// One (partition, group, lease) group of acknowledgements, as `log_ack_by_hash_v1` takes it.
+pub struct HashAck<'a> {
+    pub partition_id: i64,
+    pub group: &'a str,
+    pub lease_id: &'a str,
+    pub hashes: &'a [&'a [u8]],
+    pub statuses: &'a [&'a str],
+    /// Hashes of the request's signals for this (partition, group) in other groups.
+    pub fence: &'a [&'a [u8]],
+    /// The caller's tenant: a partition of another tenant answers "consumer not found".
+    pub tenant: &'a str,
+}
+
+/// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock.
+pub async fn ack_by_hash(db: &impl GenericClient, a: &HashAck<'_>) -> Result<AckVerdict> {
     json_verdict(
         db,
-        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6)",
-        &[&partition_id, &group, &lease_id, &hashes, &statuses, &fence],
+        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &a.partition_id,
+            &a.group,
+            &a.lease_id,
+            &a.hashes,
+            &a.statuses,
+            &a.fence,
+            &a.tenant,
+        ],
     )
     .await
 }

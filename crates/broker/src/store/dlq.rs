@@ -103,10 +103,10 @@ pub struct DlqPage {
 }
 
 /// One page of dead letters, newest first, plus the number of matching rows.
-pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>) -> Result<DlqPage> {
+pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>, tenant: &str) -> Result<DlqPage> {
     let stmt = crate::store::prepare(
         db,
-        "SELECT queen.log_dlq_list_v1($1, $2, $3, $4, $5, $6, $7)::text",
+        "SELECT queen.log_dlq_list_v1($1, $2, $3, $4, $5, $6, $7, $8)::text",
     )
     .await?;
     let row = db
@@ -120,6 +120,7 @@ pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>) -> Result<DlqP
                 &f.to,
                 &f.limit,
                 &f.offset,
+                &tenant,
             ],
         )
         .await?;
@@ -135,10 +136,15 @@ pub async fn dlq_purge(db: &impl GenericClient, queue: &str, group: Option<&str>
 }
 
 /// `queen.log_dlq_delete_v1`: deletes the dead letters of one address, every group.
-pub async fn dlq_delete(db: &impl GenericClient, partition_id: i64, txn: &str) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_delete_v1($1, $2)").await?;
+pub async fn dlq_delete(
+    db: &impl GenericClient,
+    partition_id: i64,
+    txn: &str,
+    tenant: &str,
+) -> Result<i64> {
+    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_delete_v1($1, $2, $3)").await?;
     Ok(db
-        .query_one(&stmt, &[&partition_id, &txn])
+        .query_one(&stmt, &[&partition_id, &txn, &tenant])
         .await?
         .try_get(0)?)
 }
@@ -161,13 +167,14 @@ pub async fn dlq_payload(
     db: &impl GenericClient,
     partition_id: i64,
     txn: &str,
+    tenant: &str,
 ) -> Result<Option<PayloadCopy>> {
     let stmt = crate::store::prepare(
         db,
-        "SELECT r_payload, r_encrypted, r_queue_encrypts, r_producer_sub FROM queen.log_dlq_payload_v1($1, $2)",
+        "SELECT r_payload, r_encrypted, r_queue_encrypts, r_producer_sub FROM queen.log_dlq_payload_v1($1, $2, $3)",
     )
     .await?;
-    let row = db.query_opt(&stmt, &[&partition_id, &txn]).await?;
+    let row = db.query_opt(&stmt, &[&partition_id, &txn, &tenant]).await?;
     row.map(|r| {
         Ok(PayloadCopy {
             payload: r.try_get(0)?,
@@ -187,6 +194,8 @@ pub struct ReplayWrite<'a> {
     pub blob: &'a [u8],
     /// The frame's payload is an encryption envelope.
     pub encrypted: bool,
+    /// The caller's tenant: another tenant's partition answers `None`.
+    pub tenant: &'a str,
 }
 
 /// What `queen.log_dlq_replay_v1` did.
@@ -214,13 +223,14 @@ pub enum ReplayVerdict {
 pub async fn dlq_replay(db: &impl GenericClient, w: &ReplayWrite<'_>) -> Result<ReplayVerdict> {
     let verdict = json_verdict(
         db,
-        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4, $5)",
+        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4, $5, $6)",
         &[
             &w.partition_id,
             &w.transaction_id,
             &w.hashes,
             &w.blob,
             &w.encrypted,
+            &w.tenant,
         ],
     )
     .await;

@@ -169,11 +169,12 @@ pub async fn delete_group(
     group: &str,
     queue: Option<&str>,
     delete_metadata: bool,
+    tenant: &str,
 ) -> Result<DeleteVerdict> {
     let r = one(
         store,
-        "SELECT * FROM queen.admin_delete_group_v1($1, $2, $3)",
-        &[&group, &queue, &delete_metadata],
+        "SELECT * FROM queen.admin_delete_group_v1($1, $2, $3, $4)",
+        &[&group, &queue, &delete_metadata, &tenant],
     )
     .await?;
     Ok(DeleteVerdict {
@@ -195,9 +196,17 @@ async fn one(
 }
 
 /// Registrations updated.
-pub async fn set_subscription(store: &Store, group: &str, timestamp: DateTime<Utc>) -> Result<i32> {
+pub async fn set_subscription(
+    store: &Store,
+    group: &str,
+    timestamp: DateTime<Utc>,
+    tenant: &str,
+) -> Result<i32> {
     let conn = store.conn().await?;
     let stmt =
-        crate::store::prepare(&conn, "SELECT queen.admin_set_subscription_v1($1, $2)").await?;
-    Ok(conn.query_one(&stmt, &[&group, &timestamp]).await?.get(0))
+        crate::store::prepare(&conn, "SELECT queen.admin_set_subscription_v1($1, $2, $3)").await?;
+    Ok(conn
+        .query_one(&stmt, &[&group, &timestamp, &tenant])
+        .await?
+        .get(0))
 }

@@ -16,12 +16,17 @@ pub struct Renewal {
 }
 
 /// `queen.log_renew_lease_v1`: extends every live lease `lease_id` names to at least
-/// now + seconds.
-pub async fn renew_lease(db: &impl GenericClient, lease_id: &str, seconds: i32) -> Result<Renewal> {
+/// now + seconds, on partitions of `tenant` only.
+pub async fn renew_lease(
+    db: &impl GenericClient,
+    lease_id: &str,
+    seconds: i32,
+    tenant: &str,
+) -> Result<Renewal> {
     json_verdict(
         db,
-        "SELECT queen.log_renew_lease_v1($1, $2)",
-        &[&lease_id, &seconds],
+        "SELECT queen.log_renew_lease_v1($1, $2, $3)",
+        &[&lease_id, &seconds, &tenant],
     )
     .await
 }

@@ -57,6 +57,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(2, "0002_retention.sql"),
     migration!(3, "0003_options.sql"),
     migration!(4, "0004_auth.sql"),
+    migration!(5, "0005_tenants.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the

@@ -191,8 +191,14 @@ pub struct Overview {
     pub at: Option<String>,
 }
 
-pub async fn overview(store: &Store) -> Result<Overview> {
-    let found = rows(store, "SELECT * FROM queen.admin_overview_v1()", &[]).await?;
+/// The overview over the queues of `tenant`.
+pub async fn overview(store: &Store, tenant: &str) -> Result<Overview> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_overview_v1($1)",
+        &[&tenant],
+    )
+    .await?;
     let r = found
         .first()
         .ok_or_else(|| crate::error::Error::internal("admin_overview_v1 answered no row"))?;

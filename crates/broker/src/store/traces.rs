@@ -17,11 +17,13 @@ pub struct TraceRow<'a> {
     pub data: Value,
 }
 
-pub async fn insert_trace(store: &Store, t: &TraceRow<'_>) -> Result<Uuid> {
+/// Stores the trace when its partition is `tenant`'s (or, for the default tenant, names no
+/// partition at all); `None` when nothing was stored.
+pub async fn insert_trace(store: &Store, t: &TraceRow<'_>, tenant: &str) -> Result<Option<Uuid>> {
     let conn = store.conn().await?;
     let stmt = crate::store::prepare(
         &conn,
-        "SELECT queen.admin_trace_v1($1, $2, $3, $4, $5, $6, $7)",
+        "SELECT queen.admin_trace_v1($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .await?;
     let row = conn
@@ -35,8 +37,9 @@ pub async fn insert_trace(store: &Store, t: &TraceRow<'_>) -> Result<Uuid> {
                 &t.event_type,
                 &t.trace_names,
                 &t.data,
+                &tenant,
             ],
         )
         .await?;
-    Ok(row.get(0))
+    Ok(row.try_get(0)?)
 }

@@ -58,6 +58,7 @@ pub async fn transaction_wire(
     db: &impl GenericClient,
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
+    tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
         .iter()
@@ -90,7 +91,7 @@ pub async fn transaction_wire(
             })
         })
         .collect();
-    let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs });
+    let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 

@@ -21,3 +21,4 @@ mod prometheus;
 mod resources;
 mod retention;
 mod slow_clients;
+mod tenancy;

@@ -18,6 +18,7 @@ use chrono::Utc;
 use queen_proto::frame::decode_exact;
 use queen_proto::hash::txn_hash;
 use queen_proto::segment;
+use queen_proto::tenant::{tenant_of, Tenant, SEPARATOR};
 
 use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn};
 use crate::accel::ack_fusion::FusedAck;
@@ -53,13 +54,23 @@ pub fn born(
         let left = Duration::from_micros(until_us.saturating_sub(now_us).max(0).unsigned_abs());
         registry.born(Delivered {
             partition_id: part.partition_id,
-            group: group.to_string(),
+            group: registry_group(tenant_of(&part.queue), group),
             worker: lease_id.to_string(),
             batch_end,
             frames,
             hashes,
             lease_until: Instant::now() + left,
         });
+    }
+}
+
+/// The registry's name for `group` of a partition of `tenant`: an ack by another tenant's
+/// caller names another entry, so it can neither use nor drop this tenant's (the hash path
+/// then refuses it, as for any partition it does not own).
+fn registry_group(tenant: &str, group: &str) -> String {
+    match tenant {
+        "" => group.to_string(),
+        _ => format!("{tenant}{SEPARATOR}{group}"),
     }
 }
 
@@ -87,15 +98,21 @@ fn delivered(
 /// (partition, group) in other groups): the cover to commit when the fast path may fire.
 /// Otherwise the group takes the hash path, and the registry drops the entry that path makes
 /// doubtful.
-pub fn proven_cover(state: &Engine, group: &[&Ack], fence: &[[u8; 16]]) -> Option<Cover> {
+pub fn proven_cover(
+    state: &Engine,
+    group: &[&Ack],
+    fence: &[[u8; 16]],
+    tenant: &Tenant,
+) -> Option<Cover> {
     let registry = &state.ack_registry;
     let first = group.first()?;
     if !registry.enabled() {
         return None;
     }
+    let name = registry_group(tenant.id(), &first.group);
     let (pid, name, lease) = (
         first.partition_id.get(),
-        first.group.as_str(),
+        name.as_str(),
         first.lease_id.as_str(),
     );
     let all_completed = group.iter().all(|a| a.status == AckStatus::Completed);
@@ -115,8 +132,9 @@ pub(super) async fn try_cover(
     conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
+    tenant: &Tenant,
 ) -> Result<Option<Vec<AckOutcome>>> {
-    let Some(cover) = proven_cover(state, group, fence) else {
+    let Some(cover) = proven_cover(state, group, fence, tenant) else {
         return Ok(None);
     };
     let first = group[0];

@@ -20,9 +20,10 @@ use deadpool_postgres::{GenericClient, Object};
 
 use crate::accel::admission::{Lane, Permit};
 use crate::engine::dlq::{self, Nack};
+use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::ack::{self as store, AckVerdict};
+use crate::store::ack::{self as store, AckVerdict, HashAck};
 use crate::store::db_error::failure_text;
 use crate::telemetry::{MESSAGES_ACKED, MESSAGES_DEAD_LETTERED};
 
@@ -118,7 +119,7 @@ impl AckOutcome {
 /// lost: a group in flight may have committed before its answer was lost, so its items can be
 /// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
 /// The same holds for a fused flush that loses its connection (docs/engine.md §6.5).
-pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>> {
+pub async fn acknowledge(state: &Engine, acks: &[Ack], tenant: &Tenant) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
@@ -128,7 +129,7 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack]) -> Result<Vec<AckOutcome>
     let mut answered = false;
     for planned in group_by_lease(acks) {
         let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
-        let applied = apply_group(state, &mut db, &group, &planned.fence).await;
+        let applied = apply_group(state, &mut db, &group, &planned.fence, tenant).await;
         db.end_group();
         let settled = match applied {
             Ok(settled) => {
@@ -211,8 +212,9 @@ async fn apply_group(
     conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
+    tenant: &Tenant,
 ) -> Result<Vec<AckOutcome>> {
-    if let Some(settled) = cover::try_cover(state, conn, group, fence).await? {
+    if let Some(settled) = cover::try_cover(state, conn, group, fence, tenant).await? {
         return Ok(settled);
     }
     let db = conn.get().await?;
@@ -221,16 +223,16 @@ async fn apply_group(
     let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
     let fence_refs: Vec<&[u8]> = fence.iter().map(|h| h.as_slice()).collect();
     let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
-    let verdict = store::ack_by_hash(
-        db,
-        first.partition_id.get(),
-        &first.group,
-        first.lease_id.as_str(),
-        &hash_refs,
-        &statuses,
-        &fence_refs,
-    )
-    .await?;
+    let call = HashAck {
+        partition_id: first.partition_id.get(),
+        group: &first.group,
+        lease_id: first.lease_id.as_str(),
+        hashes: &hash_refs,
+        statuses: &statuses,
+        fence: &fence_refs,
+        tenant: tenant.id(),
+    };
+    let verdict = store::ack_by_hash(db, &call).await?;
     conclude(state, db, group, &verdict).await
 }
 

@@ -18,6 +18,7 @@ pub mod longpoll;
 mod min_wait;
 mod scan;
 
+use crate::engine::tenant::{self, Tenant};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +52,26 @@ pub enum PopShape {
     Targeted { queue: String, partition: String },
     /// Every queue whose labels match; an empty label matches any.
     Discovery { namespace: String, task: String },
+}
+
+impl PopShape {
+    /// The shape with its client names stored the way `tenant` stores them (namespace and
+    /// task too: a discovery pop only ever matches the caller's queues).
+    pub fn of_tenant(self, tenant: &Tenant) -> Result<PopShape> {
+        Ok(match self {
+            PopShape::Wildcard { queue } => PopShape::Wildcard {
+                queue: tenant::qualify(tenant, "queue", &queue)?,
+            },
+            PopShape::Targeted { queue, partition } => PopShape::Targeted {
+                queue: tenant::qualify(tenant, "queue", &queue)?,
+                partition,
+            },
+            PopShape::Discovery { namespace, task } => PopShape::Discovery {
+                namespace: tenant::qualify(tenant, "namespace", &namespace)?,
+                task: tenant::qualify(tenant, "task", &task)?,
+            },
+        })
+    }
 }
 
 /// A named group's first-contact starting point.

@@ -39,6 +39,7 @@ use crate::accel::admission::Lane;
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::commit::write_failed;
 use crate::engine::push::{self, check_item, spool, PushItem, PushResult};
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
@@ -119,26 +120,29 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
     })
 }
 
-/// Pushes a parsed `QPB1` envelope, every message stamped with `producer_sub` (`None` with
-/// auth off); results come back in wire order. A bad item refuses the whole request (400)
+/// Pushes a parsed `QPB1` envelope into `tenant`'s queues, every message stamped with
+/// `producer_sub` (`None` with auth off); results come back in wire order. A bad item refuses the whole request (400)
 /// before anything is written.
 pub async fn push_envelope(
     state: &Engine,
     env: PushEnvelope,
     producer_sub: Option<Arc<str>>,
+    tenant: &Tenant,
 ) -> Result<Vec<PushResult>> {
-    let groups = env
+    let mut groups = env
         .groups
         .into_iter()
         .filter(|g| !g.is_empty())
         .map(decode_group)
         .collect::<Result<Vec<_>>>()?;
     let mut index = 0;
-    for g in &groups {
-        for item in &g.items {
+    for g in &mut groups {
+        for item in &mut g.items {
             check_item(index, item)?;
+            tenant::qualify_in_place(tenant, "queue", &mut item.queue)?;
             index += 1;
         }
+        tenant::qualify_in_place(tenant, "queue", &mut g.queue)?;
     }
     let total = index;
 
@@ -182,7 +186,7 @@ pub async fn push_envelope(
         rest_items.extend(group.items);
     }
     if !rest_items.is_empty() {
-        let pushed = push::push(state, rest_items, producer_sub).await?;
+        let pushed = push::push_qualified(state, rest_items, producer_sub).await?;
         for (i, r) in rest_index.into_iter().zip(pushed) {
             results[i] = Some(r);
         }

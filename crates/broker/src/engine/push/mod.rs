@@ -27,6 +27,7 @@ use queen_proto::name::{check_id, Name};
 use uuid::Uuid;
 
 use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
@@ -117,8 +118,14 @@ impl PushResult {
 /// of [`queen_proto::name`]: its queue and partition are names, its transactionId an id.
 /// Every push body runs this on all items before anything is written.
 pub(crate) fn check_item(index: usize, item: &PushItem) -> Result<()> {
+    check_named(index, &item.queue, item)
+}
+
+/// [`check_item`] with the queue name given apart: a spooled item's stored queue name is
+/// checked by its tenant-local part (the tenant was checked when its token was).
+fn check_named(index: usize, queue: &str, item: &PushItem) -> Result<()> {
     let at = |e: queen_proto::NameError| Error::bad(format!("item {index}: {e}"));
-    Name::parse("queue", &item.queue).map_err(at)?;
+    Name::parse("queue", queue).map_err(at)?;
     Name::optional("partition", item.partition.as_deref()).map_err(at)?;
     if let Some(txn) = &item.transaction_id {
         check_id("transactionId", txn).map_err(at)?;
@@ -149,13 +156,28 @@ struct Prepared {
 /// caller answers with [`require_stored`]). Stored messages are discoverable by pops before
 /// this returns (the flush's post-commit step wakes their partitions). While the disk spool
 /// takes pushes (`push/spool.rs`), they are spooled and answered `buffered` instead. Each item
-/// is stamped with `producer_sub` (the caller's validated identity, `None` with auth off).
+/// is stamped with `producer_sub` (the caller's validated identity, `None` with auth off) and
+/// lands in `tenant`'s queues (names qualified once checked, `engine/tenant.rs`).
 pub async fn push(
+    state: &Engine,
+    mut items: Vec<PushItem>,
+    producer_sub: Option<Arc<str>>,
+    tenant: &Tenant,
+) -> Result<Vec<PushResult>> {
+    check_all(&items)?;
+    for item in &mut items {
+        tenant::qualify_in_place(tenant, "queue", &mut item.queue)?;
+    }
+    push_qualified(state, items, producer_sub).await
+}
+
+/// [`push`] of items already checked and qualified by their tenant (the binary push's
+/// groups that are not stored as sent).
+pub(crate) async fn push_qualified(
     state: &Engine,
     items: Vec<PushItem>,
     producer_sub: Option<Arc<str>>,
 ) -> Result<Vec<PushResult>> {
-    check_all(&items)?;
     let mut p = Prepared::new(items, state.spool.is_some(), producer_sub.clone());
     let outgoing = || {
         p.groups
@@ -181,7 +203,9 @@ pub async fn push(
 /// Stores `items` in PostgreSQL with no spool decision: the spool's own drain
 /// (`push/replay.rs`), whose items were checked when they were pushed.
 pub(crate) async fn store(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
-    check_all(&items)?;
+    for (index, item) in items.iter().enumerate() {
+        check_named(index, tenant::local(&item.queue), item)?;
+    }
     let mut p = Prepared::new(items, false, None);
     p.submit(state).await;
     Ok(p.finish())

@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use crate::config::JwtConfig;
 use crate::error::{Error, Result};
 use access::{Access, Role};
+use queen_proto::tenant::Tenant;
 use token::Verifier;
 
 /// Who a verified token says the caller is.
@@ -34,8 +35,8 @@ pub struct Principal {
     pub sub: Arc<str>,
     /// The granted role, or the `role` claim that names no role.
     pub role: Result<Role, String>,
-    /// The token's `tenant` claim, carried for tenant isolation (not enforced yet).
-    pub tenant: Option<String>,
+    /// The tenant the caller acts for: the token's `tenant` claim, absent → the default.
+    pub tenant: Tenant,
 }
 
 /// The authentication settings the layer runs with.
@@ -131,6 +132,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Producer {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
         Ok(Producer(
             parts.extensions.get::<Principal>().map(|p| p.sub.clone()),
+        ))
+    }
+}
+
+/// The tenant the caller acts for (README "Tenants"): its token's, or the default tenant
+/// with auth off (and on public or skipped routes, which carry no token). Every handler that
+/// reads or writes queue data takes it and hands it to the engine.
+#[derive(Debug, Clone)]
+pub struct CallerTenant(pub Tenant);
+
+impl<S: Send + Sync> FromRequestParts<S> for CallerTenant {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(CallerTenant(
+            parts
+                .extensions
+                .get::<Principal>()
+                .map(|p| p.tenant.clone())
+                .unwrap_or_default(),
         ))
     }
 }

@@ -18,6 +18,7 @@ use super::jwks::{Jwks, Key};
 use super::Principal;
 use crate::config::{JwtAlgorithm, JwtConfig};
 use crate::error::{Error, Result};
+use queen_proto::tenant::Tenant;
 
 /// The claims the broker reads; every other claim is ignored.
 #[derive(Deserialize)]
@@ -189,7 +190,8 @@ fn pem_key(value: &str) -> Result<Key, String> {
 }
 
 /// The caller a verified token names. `sub` is required (it is the producer identity stamped
-/// on pushes); a token without a `role` claim reads only (README "Roles").
+/// on pushes); a token without a `role` claim reads only (README "Roles"); a token without
+/// a `tenant` claim acts for the default tenant (README "Tenants").
 fn principal(claims: Claims) -> Result<Principal> {
     let sub = claims
         .sub
@@ -199,10 +201,12 @@ fn principal(claims: Claims) -> Result<Principal> {
         None => Ok(Role::ReadOnly),
         Some(claim) => Role::parse(claim).ok_or_else(|| claim.to_string()),
     };
+    let tenant = Tenant::parse(claims.tenant.as_deref())
+        .map_err(|e| refused(format!("the token's tenant claim is unusable: {e}")))?;
     Ok(Principal {
         sub: sub.into(),
         role,
-        tenant: claims.tenant,
+        tenant,
     })
 }
 
@@ -246,14 +250,12 @@ mod tests {
         let p = principal(claims(Some("alice"), Some("admin"), Some("acme"))).expect("valid");
         assert_eq!(&*p.sub, "alice");
         assert_eq!(p.role, Ok(Role::Admin));
-        assert_eq!(
-            p.tenant.as_deref(),
-            Some("acme"),
-            "kept for tenant isolation"
-        );
+        assert_eq!(p.tenant.id(), "acme");
         let p = principal(claims(Some("bob"), None, None)).expect("valid");
         assert_eq!(p.role, Ok(Role::ReadOnly), "no role claim reads only");
-        assert_eq!(p.tenant, None);
+        assert!(p.tenant.is_default());
+        let e = principal(claims(Some("t"), None, Some("a\u{1}b"))).expect_err("bad tenant");
+        assert!(e.to_string().contains("tenant"), "{e}");
         let p = principal(claims(Some("eve"), Some("root"), None)).expect("valid token");
         assert_eq!(p.role, Err("root".to_string()));
         let e = principal(claims(Some(""), Some("admin"), None)).expect_err("empty sub");

@@ -15,6 +15,7 @@
 //! message's error. A broker without a key ships blobs unopened: run every broker of a
 //! database with the same key.
 
+use crate::engine::tenant::local;
 use std::io::Read;
 
 use bytes::Bytes;
@@ -47,7 +48,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     }
     let partitions_claimed = claims.len();
     let framed = FramedPop {
-        queue: ctx.queue.to_string(),
+        queue: local(ctx.queue).to_string(),
         lease_id: ctx.lease_id.to_string(),
         group: ctx.group.to_string(),
         extra: None,

@@ -3,6 +3,7 @@
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
 //! buffer, splicing each stored payload verbatim (the plaintext of an encrypted one).
 
+use crate::engine::tenant::local;
 use std::io::Write;
 
 use queen_proto::frame::{self, Frame};
@@ -16,7 +17,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
     let first = answer.partitions.first();
     out.extend_from_slice(b"{\"success\":true,\"queue\":");
-    write_str(&mut out, ctx.queue);
+    write_str(&mut out, local(ctx.queue));
     out.extend_from_slice(b",\"partition\":");
     write_str(&mut out, first.map_or("", |p| p.partition.as_str()));
     out.extend_from_slice(b",\"partitionId\":");
@@ -135,7 +136,7 @@ impl Walk {
         .expect("writing to a Vec cannot fail");
         if ctx.per_message_queue {
             out.extend_from_slice(b",\"queue\":");
-            write_str(out, &part.queue);
+            write_str(out, local(&part.queue));
         }
         if let Some(error) = payload_error {
             out.extend_from_slice(b",\"payloadError\":");

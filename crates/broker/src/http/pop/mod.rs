@@ -5,6 +5,8 @@
 mod framed;
 mod json;
 
+use crate::engine::tenant::Tenant;
+use crate::http::auth::CallerTenant;
 use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
@@ -44,25 +46,37 @@ type Params = Query<Vec<(String, String)>>;
 
 async fn wildcard(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     path: Result<Path<String>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
     let queue = Name::parse("queue", &path_segment(path)?)?.into_string();
-    serve(&st, PopShape::Wildcard { queue }, &params).await
+    serve(&st, PopShape::Wildcard { queue }, &params, &tenant).await
 }
 
 async fn targeted(
     State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(params): Params,
 ) -> Result<Response> {
     let (queue, partition) = path_segment(path)?;
     let queue = Name::parse("queue", &queue)?.into_string();
     let partition = Name::parse("partition", &partition)?.into_string();
-    serve(&st, PopShape::Targeted { queue, partition }, &params).await
+    serve(
+        &st,
+        PopShape::Targeted { queue, partition },
+        &params,
+        &tenant,
+    )
+    .await
 }
 
-async fn discovery(State(st): State<Engine>, Query(params): Params) -> Result<Response> {
+async fn discovery(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+    Query(params): Params,
+) -> Result<Response> {
     let label =
         |field| Name::optional(field, param(&params, field)).map(|n| n.map(Name::into_string));
     let namespace = label("namespace")?.unwrap_or_default();
@@ -72,7 +86,13 @@ async fn discovery(State(st): State<Engine>, Query(params): Params) -> Result<Re
             json!({ "success": false, "error": "namespace or task is required", "messages": [] });
         return Ok((StatusCode::BAD_REQUEST, Json(body)).into_response());
     }
-    serve(&st, PopShape::Discovery { namespace, task }, &params).await
+    serve(
+        &st,
+        PopShape::Discovery { namespace, task },
+        &params,
+        &tenant,
+    )
+    .await
 }
 
 fn path_segment<T>(path: Result<Path<T>, PathRejection>) -> Result<T> {
@@ -80,9 +100,14 @@ fn path_segment<T>(path: Result<Path<T>, PathRejection>) -> Result<T> {
         .map_err(|e| Error::bad(format!("bad path: {}", e.body_text())))
 }
 
-async fn serve(st: &Engine, shape: PopShape, params: &[(String, String)]) -> Result<Response> {
+async fn serve(
+    st: &Engine,
+    shape: PopShape,
+    params: &[(String, String)],
+    tenant: &Tenant,
+) -> Result<Response> {
     let req = parse_request(
-        shape,
+        shape.of_tenant(tenant)?,
         params,
         Duration::from_millis(st.cfg.default_timeout_ms),
     )?;

@@ -10,6 +10,7 @@ use queen_proto::push_bin::parse_push;
 use super::render::{counts, created};
 use crate::engine::push::binary::push_envelope;
 use crate::engine::push::require_stored;
+use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::auth::Producer;
@@ -17,10 +18,15 @@ use crate::http::extract::parse_binary;
 
 /// `POST /api/v1/push` with a `QPB1` body: 201 with one result per message in wire order,
 /// or with flag 2 the counts object; 503/500 when nothing was stored.
-pub(super) async fn push(st: &Engine, body: Bytes, producer: Producer) -> Result<Response> {
+pub(super) async fn push(
+    st: &Engine,
+    body: Bytes,
+    producer: Producer,
+    tenant: &Tenant,
+) -> Result<Response> {
     let env = parse_binary(st, body, "push", parse_push).await?;
     let counts_only = env.counts_only();
-    let results = push_envelope(st, env, producer.0).await?;
+    let results = push_envelope(st, env, producer.0, tenant).await?;
     require_stored(&results)?;
     if counts_only {
         return Ok((StatusCode::CREATED, Json(counts(&results))).into_response());

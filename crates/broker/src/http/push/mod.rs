@@ -15,7 +15,7 @@ use axum::Router;
 use crate::engine::push;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::http::auth::Producer;
+use crate::http::auth::{CallerTenant, Producer};
 use crate::http::extract::{is_binary, RawBody};
 
 pub fn routes() -> Router<Engine> {
@@ -25,14 +25,15 @@ pub fn routes() -> Router<Engine> {
 async fn push_json(
     State(st): State<Engine>,
     producer: Producer,
+    CallerTenant(tenant): CallerTenant,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response> {
     if is_binary(&headers) {
-        return binary::push(&st, body, producer).await;
+        return binary::push(&st, body, producer, &tenant).await;
     }
     let items = parse::parse_items(&body)?;
-    let results = push::push(&st, items, producer.0).await?;
+    let results = push::push(&st, items, producer.0, &tenant).await?;
     push::require_stored(&results)?;
     Ok(render::created(&results))
 }

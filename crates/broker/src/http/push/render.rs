@@ -1,6 +1,7 @@
 //! The answers of a push (docs/wire.md §5.2, §6.4): 201 with one element per message, or the
 //! counts object of a binary push with flag 2.
 
+use crate::engine::tenant::{local, local_text};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -40,10 +41,10 @@ impl ItemOut {
             index,
             message_id: r.message_id().to_string(),
             transaction_id: r.transaction_id.clone(),
-            queue_name: r.queue.clone(),
+            queue_name: local(&r.queue).to_string(),
             status: r.status(),
             offset: r.offset(),
-            error: r.error().map(str::to_string),
+            error: r.error().map(|e| local_text(e).into_owned()),
         }
     }
 }

@@ -10,7 +10,7 @@ mod render;
 use crate::engine::transaction::{self, TxnOutcome};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::http::auth::Producer;
+use crate::http::auth::{CallerTenant, Producer};
 use crate::http::extract::{is_binary, RawBody};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -26,6 +26,7 @@ pub fn routes() -> Router<Engine> {
 async fn transaction_json(
     State(st): State<Engine>,
     producer: Producer,
+    CallerTenant(tenant): CallerTenant,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Response {
@@ -36,7 +37,10 @@ async fn transaction_json(
         parse::parse_bundle(&body).map(|req| (req, false))
     };
     let (outcome, counts_only) = match parsed {
-        Ok((req, counts_only)) => (transaction::run(&st, req, producer.0).await, counts_only),
+        Ok((req, counts_only)) => (
+            transaction::run(&st, req, producer.0, &tenant).await,
+            counts_only,
+        ),
         Err(e) => (Err(e), false),
     };
     match outcome {

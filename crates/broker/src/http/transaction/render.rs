@@ -1,6 +1,7 @@
 //! The answers of a transaction (docs/wire.md §10.2–§10.3): the committed results listed or
 //! counted, and the failure shape shared by rollbacks and malformed bundles.
 
+use crate::engine::tenant::local;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -36,7 +37,7 @@ fn render_result(index: usize, r: &OpResult) -> Value {
         } => {
             let mut v = json!({
                 "index": index, "type": "push", "success": true, "transactionId": transaction_id,
-                "messageId": message_id.to_string(), "queueName": queue,
+                "messageId": message_id.to_string(), "queueName": local(queue),
             });
             if *duplicate {
                 v["duplicate"] = Value::Bool(true);
