@@ -5,6 +5,7 @@
 //! sample fails the scrape still answers 200, with `queen_database_up 0` and no queue series,
 //! so a database outage does not also blind the broker's own metrics.
 
+use queen_proto::tenant::{local, tenant_of};
 use std::sync::atomic::Ordering::Relaxed;
 
 use axum::extract::State;
@@ -86,6 +87,11 @@ fn read_broker(st: &Engine, s: &Scrape) {
     }
 }
 
+/// A stored queue name as labels: its tenant (`""`: the default) and the name its clients know.
+fn named(stored: &str) -> [(&'static str, &str); 2] {
+    [("tenant", tenant_of(stored)), ("queue", local(stored))]
+}
+
 /// Totals, the busiest queues and the groups furthest behind, from PostgreSQL.
 async fn read_queues(st: &Engine, s: &Scrape) {
     let sample = match resources::metrics_sample(st).await {
@@ -103,12 +109,13 @@ async fn read_queues(st: &Engine, s: &Scrape) {
     s.gauge(&t::PENDING, &[], sample.total.pending as f64);
     s.gauge(&t::DEAD_LETTERS, &[], sample.total.dead_letter as f64);
     for q in &sample.queues {
-        let queue = [("queue", q.queue.as_str())];
+        let queue = named(&q.queue);
         s.gauge(&t::QUEUE_PENDING, &queue, q.pending as f64);
         s.gauge(&t::QUEUE_DEAD_LETTERS, &queue, q.dead_letter as f64);
     }
     for g in &sample.groups {
-        let labels = [("queue", g.queue.as_str()), ("group", g.group.as_str())];
+        let [tenant, queue] = named(&g.queue);
+        let labels = [tenant, queue, ("group", g.group.as_str())];
         s.gauge(&t::GROUP_LAG, &labels, g.pending as f64);
     }
 }
