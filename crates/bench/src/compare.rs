@@ -22,7 +22,7 @@ use queen_client::Queen;
 
 use crate::meter::Meter;
 use crate::report::{self, Row};
-use crate::scenarios::{e2e, idle, Ctx, Scenario};
+use crate::scenarios::{e2e, idle, search, Ctx, Scenario};
 use crate::target::Target;
 
 /// The broker's accelerator switches (crates/broker/src/config.rs); admission and push fusion
@@ -197,20 +197,29 @@ fn find<'a>(rows: &'a [Row], scenario: &str, system: &str, cell: &str) -> Option
         .find(|r| r.scenario == scenario && r.system == system && r.cell == cell)
 }
 
-/// Notes of a pair of rows named `names`: a figure measured while the backlog grew is not a
-/// stable maximum.
-fn backlog_notes(pair: [Option<&Row>; 2], names: [&str; 2]) -> String {
-    let grew: Vec<&str> = pair
-        .iter()
-        .zip(names)
-        .filter(|(r, _)| r.is_some_and(|r| r.stable_backlog == Some(false)))
-        .map(|(_, n)| n)
-        .collect();
-    if grew.is_empty() {
-        String::new()
-    } else {
-        format!("backlog grew ({})", grew.join(" and "))
-    }
+/// Caveats of a pair of rows named `names`: a figure measured while the backlog grew is not a
+/// stable maximum, and one whose every search attempt was stable is only a lower bound (a
+/// ratio with it is not the ratio of the two maxima).
+fn caveats(pair: [Option<&Row>; 2], names: [&str; 2]) -> String {
+    let which = |test: fn(&Row) -> bool, what: &str| {
+        let who: Vec<&str> = pair
+            .iter()
+            .zip(names)
+            .filter(|(r, _)| r.is_some_and(test))
+            .map(|(_, n)| n)
+            .collect();
+        (!who.is_empty()).then(|| format!("{what} ({})", who.join(" and ")))
+    };
+    let grew = which(|r| r.stable_backlog == Some(false), "backlog grew");
+    let bound = which(
+        |r| r.notes.iter().any(|n| n == search::LOWER_BOUND),
+        "lower bound",
+    );
+    [grew, bound]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `v` per delivered message, scaled (e.g. 1e6 for µs).
@@ -284,7 +293,7 @@ fn lines(
     if on.is_none() && off.is_none() {
         return Vec::new();
     }
-    let notes = backlog_notes([on, off], ["on", "off"]);
+    let notes = caveats([on, off], ["on", "off"]);
     measures
         .into_iter()
         .enumerate()
@@ -405,7 +414,7 @@ fn vs_pgmq(rows: &[Row]) -> String {
                 cell_text(x),
                 format!(">= {VS_PGMQ}"),
                 meets(x.map(|x| x >= VS_PGMQ)),
-                backlog_notes([ours, Some(p)], ["queen-rs", "pgmq"]),
+                caveats([ours, Some(p)], ["queen-rs", "pgmq"]),
             ]
         })
         .collect();
@@ -472,10 +481,12 @@ mod tests {
         });
         let mut slow = e2e(OFF_SYSTEM, "part-10 cg-1", 4000.0, 0.5);
         slow.stable_backlog = Some(false);
+        let mut fan_out = e2e(ON_SYSTEM, "part-10 cg-5", 30_000.0, 0.2);
+        fan_out.notes.push(search::LOWER_BOUND.into());
         let rows = vec![
             e2e(ON_SYSTEM, "part-10 cg-1", 12_000.0, 0.04),
             slow,
-            e2e(ON_SYSTEM, "part-10 cg-5", 30_000.0, 0.2),
+            fan_out,
             e2e(OFF_SYSTEM, "part-10 cg-5", 10_000.0, 1.0),
             e2e(ON_SYSTEM, "part-1 cg-1", 9_000.0, 0.04),
             latency,
@@ -504,6 +515,10 @@ mod tests {
         );
         assert_eq!(line("part-10 cg-1", "fraction of cycle100")[6], "yes");
         assert_eq!(line("part-10 cg-5", "PG xacts / pushed msg")[6], "NO");
+        assert_eq!(
+            line("part-10 cg-5", "delivered msg/s")[7],
+            "lower bound (on)"
+        );
         assert_eq!(
             line("latency", "p50 ms")[2..],
             ["2.00", "-", "-", "<= 3", "yes"]

@@ -15,6 +15,8 @@ use crate::report::Row;
 
 /// Attempts closer than this fraction to the lowest unstable rate end the search.
 const CLOSE_ENOUGH: f64 = 0.05;
+/// The note of a row whose every attempt was stable: the system's best is above it.
+pub const LOWER_BOUND: &str = "no unstable rate reached: a lower bound";
 /// Lowest rate an attempt after an overloaded one may try (msgs/s).
 const FLOOR: f64 = 50.0;
 
@@ -80,8 +82,7 @@ where
         row.notes.push(format!("best stable of {tried} attempts"));
     }
     if row.stable_backlog == Some(true) && lowest_unstable.is_none() && tried == attempts {
-        row.notes
-            .push("no unstable rate reached: a lower bound".into());
+        row.notes.push(LOWER_BOUND.into());
     }
     Ok((row, best_rate))
 }
@@ -117,6 +118,19 @@ mod tests {
         let rates: Vec<f64> = calls.iter().map(|c| c.0).collect();
         assert_eq!(rates[..3], [1000.0, 2000.0, 4000.0]);
         assert!(rate > 2000.0 && rate <= 3000.0, "{rates:?} -> {rate}");
+        let (row, _) = highest_stable(
+            "t",
+            2,
+            1000.0,
+            |rate, _| async move { Ok(fake(rate, 3000.0)) },
+        )
+        .await
+        .unwrap();
+        assert!(
+            row.notes.iter().any(|n| n == LOWER_BOUND),
+            "{:?}",
+            row.notes
+        );
     }
 
     #[tokio::test]
