@@ -3,6 +3,7 @@
 //! pgmq peer on the same cluster, prints one table and writes a JSON results file. Exits
 //! non-zero when any row failed delivery verification or a scenario could not run.
 
+mod compare;
 mod meter;
 mod openloop;
 mod payload;
@@ -65,6 +66,10 @@ struct Cli {
     /// Environment for the started broker, e.g. `--broker-env DB_POOL_SIZE=64` (repeatable).
     #[arg(long, value_parser = parse_key_value)]
     broker_env: Vec<(String, String)>,
+    /// After the run, start a second broker with every accelerator off and run the e2e cells on
+    /// 10 partitions, the latency and the idle cells again; print on, off and on/off.
+    #[arg(long, conflicts_with = "url")]
+    compare_accelerators: bool,
     /// Keep the started broker's data directory.
     #[arg(long)]
     keep_data: bool,
@@ -154,7 +159,11 @@ async fn run(cli: Cli) -> Result<bool> {
     };
     let meter = Meter::new(&target).await?;
     let admin = target.connect(None).await?;
-    let meta = run_meta(&admin, &profile, &meter, &target, &broker_env).await;
+    let mut meta = run_meta(&admin, &profile, &meter, &target, &broker_env).await;
+    if cli.compare_accelerators {
+        meta["accelerators_on"] =
+            serde_json::json!(compare::switches(&Queen::new(target.url.clone())).await?);
+    }
     let run_id = format!(
         "{:x}",
         SystemTime::now()
@@ -193,7 +202,7 @@ async fn run(cli: Cli) -> Result<bool> {
     let mut rows: Vec<Row> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     let started = Instant::now();
-    for s in scenarios {
+    for &s in &scenarios {
         eprintln!("[{:>5.0}s] scenario {s:?}", started.elapsed().as_secs_f64());
         let result = match s {
             Scenario::Ceiling => scenarios::ceiling::run(&mut ctx).await,
@@ -215,20 +224,41 @@ async fn run(cli: Cli) -> Result<bool> {
             }
         }
     }
-    let total = started.elapsed().as_secs_f64();
     let tables = table_stats(&ctx.admin).await;
     ctx.target.shutdown();
+    if cli.compare_accelerators {
+        let bin = target::locate_queen(cli.queen_bin.clone())?;
+        let off = compare::run_off(
+            &mut ctx,
+            &bin,
+            cli.keep_data,
+            &broker_env,
+            &scenarios,
+            &mut problems,
+        );
+        match off.await {
+            Ok(off) => rows.extend(off),
+            Err(e) => problems.push(format!("accelerators-off broker: {e:#}")),
+        }
+    }
+    let total = started.elapsed().as_secs_f64();
 
     println!();
     println!("{}", report::table(&rows));
+    let comparison = compare::table(&rows);
+    if !comparison.is_empty() {
+        println!("{comparison}");
+    }
     println!(
         "profile {:?}, {:.0}s; payload 1 KiB random (base64 JSON), dedup on, leased pops of 100 + /ack/batch, \
          synchronous_commit=on, load generator co-located; %ceil = msg/s ÷ the pgbench ceiling named in notes (default seg100k)",
         ctx.profile.name, total
     );
-    let mut meta = meta;
     meta["seconds"] = serde_json::json!(total);
     meta["problems"] = serde_json::json!(problems);
+    if cli.compare_accelerators {
+        meta["accelerators_off_env"] = serde_json::json!(compare::off_env(&broker_env));
+    }
     meta["tables_after"] = serde_json::json!(tables);
     if !tables.is_empty() {
         let summary: Vec<String> = tables

@@ -192,7 +192,12 @@ pub fn table(rows: &[Row]) -> String {
             ]
         })
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    render(&header, body)
+}
+
+/// A table with a header row, columns padded to their widest cell.
+pub fn render(header: &[&str], body: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &body {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());

@@ -1,6 +1,7 @@
-//! CI smoke test: `queen-bench --profile tiny` against a broker it starts itself, every
-//! scenario, a few seconds each. No timing assertions: it must complete, produce a row for
-//! every scenario, and every verified row must have delivered every message exactly once.
+//! CI smoke test: `queen-bench --profile tiny --compare-accelerators` against brokers it starts
+//! itself, every scenario, a few seconds each. No timing assertions: it must complete, produce
+//! a row for every scenario (and for the compared cells, a row with the accelerators off), and
+//! every verified row must have delivered every message exactly once.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,7 +25,7 @@ fn queen_bin() -> PathBuf {
 fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
     let out = std::env::temp_dir().join(format!("queen-bench-smoke-{}.json", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
-        .args(["--profile", "tiny", "--queen-bin"])
+        .args(["--profile", "tiny", "--compare-accelerators", "--queen-bin"])
         .arg(queen_bin())
         .arg("--out")
         .arg(&out)
@@ -60,13 +61,28 @@ fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
             "no {scenario} row in {text}"
         );
     }
+    for scenario in ["e2e", "latency", "idle"] {
+        assert!(
+            rows.iter()
+                .any(|r| r["scenario"] == scenario && r["system"] == "queen-rs accel-off"),
+            "no {scenario} row with the accelerators off in {text}"
+        );
+    }
+    let on = doc["meta"]["accelerators_on"]
+        .as_object()
+        .expect("switches");
+    assert!(
+        !on.is_empty() && on.values().all(|v| v == true),
+        "the main broker runs with its accelerators on: {on:?}"
+    );
+    assert!(log.contains("on/off"), "no comparison table:\n{log}");
     let verified: Vec<&Value> = rows
         .iter()
         .filter(|r| !r["verification"].is_null())
         .collect();
     assert!(
-        verified.len() >= 8,
-        "push, e2e, latency and peer rows are verified"
+        verified.len() >= 11,
+        "push, e2e, latency and peer rows are verified, with the accelerators on and off"
     );
     for r in verified {
         let v = &r["verification"];
@@ -80,7 +96,12 @@ fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
     }
     for r in rows
         .iter()
-        .filter(|r| r["system"] == "queen-rs" && r["scenario"] != "idle")
+        .filter(|r| {
+            r["system"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("queen-rs"))
+        })
+        .filter(|r| r["scenario"] != "idle")
     {
         assert!(
             r["msgs"].as_u64().unwrap_or(0) > 0,

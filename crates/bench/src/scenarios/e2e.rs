@@ -69,27 +69,20 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Looks for the highest producer rate with a stable backlog within the attempt budget: start
-/// at 40 % of push capacity; after an unstable attempt (abandoned undrained) try 80 % of what
-/// its slowest group consumed, or halfway to the best stable rate; after a stable one, halfway
-/// to the lowest unstable rate. Reports the fastest stable attempt (drained and verified), or
-/// the last attempt if none was stable.
-async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64)> {
+/// The highest producer rate with a stable backlog within the attempt budget
+/// (`search::highest_stable`), starting at 40 % of push capacity.
+pub async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64)> {
     // A rate fixed on the command line is measured as given.
     let attempts = if ctx.overrides.e2e_rate.is_some() {
         1
     } else {
         ctx.profile.e2e_retries + 1
     };
-    let mut rate = initial_rate(ctx, partitions);
-    let mut best: Option<(Row, f64)> = None;
-    let mut lowest_unstable: Option<f64> = None;
-    let mut tried = 0;
-    for attempt in 0..attempts {
-        let last = attempt + 1 == attempts;
+    let label = format!("part-{partitions} cg-{groups}");
+    let attempt = |rate: f64, may_abandon: bool| {
         let cell = Cell {
             scenario: "e2e",
-            label: format!("part-{partitions} cg-{groups}"),
+            label: label.clone(),
             partitions,
             groups,
             push_batch: 100,
@@ -100,49 +93,10 @@ async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64)> {
             options: queue_options(),
             sample_sizes: None,
         };
-        let row = run_cell(ctx, &cell, !last || best.is_some()).await?;
-        tried += 1;
-        if row.failed() {
-            // A verified attempt that lost or duplicated is reported, never searched past.
-            return Ok((row, rate));
-        }
-        let stable = row.stable_backlog == Some(true);
-        eprintln!(
-            "  e2e {} at {rate:.0} msg/s: {:.0} delivered/s, stable={stable}",
-            cell.label, row.msgs_per_s
-        );
-        let next = if stable {
-            best = Some((row, rate));
-            match lowest_unstable {
-                Some(hi) => (rate + hi) / 2.0,
-                None => break,
-            }
-        } else {
-            lowest_unstable = Some(lowest_unstable.map_or(rate, |hi: f64| hi.min(rate)));
-            if last && best.is_none() {
-                best = Some((row, rate));
-                break;
-            }
-            match &best {
-                Some((_, ok)) => (ok + rate) / 2.0,
-                // 80 % of what the slowest group consumed while overloaded.
-                None => {
-                    let consumed = row
-                        .extra
-                        .get("min_group_delivered_per_s")
-                        .copied()
-                        .unwrap_or(rate / 2.0);
-                    (0.8 * consumed).min(0.9 * rate).max(50.0)
-                }
-            }
-        };
-        rate = next;
-    }
-    let (mut row, rate) = best.expect("at least one attempt ran");
-    if tried > 1 {
-        row.notes.push(format!("best stable of {tried} attempts"));
-    }
-    Ok((row, rate))
+        async move { run_cell(ctx, &cell, may_abandon).await }
+    };
+    let start = initial_rate(ctx, partitions);
+    super::search::highest_stable(&format!("e2e {label}"), attempts, start, attempt).await
 }
 
 /// Light load: 1 000 msgs/s pushed one per request to one partition, one group.

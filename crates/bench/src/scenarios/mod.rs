@@ -7,6 +7,7 @@ pub mod idle;
 pub mod peer;
 pub mod pgpool;
 pub mod push;
+pub mod search;
 pub mod soak;
 
 use std::collections::BTreeMap;
