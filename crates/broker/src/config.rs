@@ -154,7 +154,7 @@ pub struct Config {
     /// Cheap has-pending probe before a pop takes a connection-heavy path.
     #[arg(long, env = "QUEEN_POP_PENDING_GATE", default_value = "true", value_parser = parse_bool)]
     pub pop_pending_gate: bool,
-    /// Pop autopilot (docs/engine.md §5.6): a pop sending `autopilot=true` has the knobs it left
+    /// Pop autopilot (docs/engine.md §5.7): a pop sending `autopilot=true` has the knobs it left
     /// unset (`partitions`, `batch`) sized from its hot-list ring, and the answer echoes them.
     /// Off: the flag is ignored (the defaults apply) and nothing is echoed.
     #[arg(long, env = "QUEEN_POP_AUTOPILOT", default_value = "true", value_parser = parse_bool)]

@@ -1,4 +1,4 @@
-//! Draining a pre-pushed backlog with autopilot consumers (docs/engine.md §5.6): the same
+//! Draining a pre-pushed backlog with autopilot consumers (docs/engine.md §5.7): the same
 //! number of messages stored as many shallow partitions (10 000 × 2) and as few deep ones
 //! (10 × 2 000), each drained by 10 consumers that pop the way the official client does by
 //! default (`autopilot=true`, no `batch`, no `partitions`, long-poll) and ack each answer with

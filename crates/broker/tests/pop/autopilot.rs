@@ -1,4 +1,4 @@
-//! The pop autopilot (docs/engine.md §5.6, docs/wire.md §7.4): a wildcard pop that sends
+//! The pop autopilot (docs/engine.md §5.7, docs/wire.md §7.4): a wildcard pop that sends
 //! `autopilot=true` and leaves `partitions`/`batch` unset takes many shallow partitions in one
 //! answer and echoes the sizes it used; a pop without the flag, with `autopilot=false`, with
 //! its knobs set, on a broker with `QUEEN_POP_AUTOPILOT=false` or without the hot-list keeps

@@ -1,4 +1,4 @@
-//! The pop autopilot (docs/engine.md §5.6, docs/wire.md §7.4, `QUEEN_POP_AUTOPILOT`): a pop that
+//! The pop autopilot (docs/engine.md §5.7, docs/wire.md §7.4, `QUEEN_POP_AUTOPILOT`): a pop that
 //! sends `autopilot=true` leaves the knobs it did not set (`partitions`, `batch`) to the broker.
 //! A wildcard pop served by the hot-list sizes them from its ring: its fair share of the
 //! partitions READY there (divided by the ring's recent consumers), and a batch big enough to
