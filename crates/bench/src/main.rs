@@ -48,7 +48,7 @@ struct Cli {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ceiling,push,e2e,latency,idle,peer"
+        default_value = "ceiling,push,e2e,drain,latency,idle,peer"
     )]
     scenario: Vec<Scenario>,
     /// Use a running broker instead of starting one (needs --pg-url).
@@ -208,6 +208,7 @@ async fn run(cli: Cli) -> Result<bool> {
             Scenario::Ceiling => scenarios::ceiling::run(&mut ctx).await,
             Scenario::Push => scenarios::push::run(&mut ctx).await,
             Scenario::E2e => scenarios::e2e::run(&mut ctx).await,
+            Scenario::Drain => scenarios::drain::run(&mut ctx).await,
             Scenario::Latency => scenarios::e2e::run_latency(&mut ctx).await,
             Scenario::Idle => scenarios::idle::run(&mut ctx).await,
             Scenario::Peer => {

@@ -154,6 +154,14 @@ pub struct Config {
     /// Cheap has-pending probe before a pop takes a connection-heavy path.
     #[arg(long, env = "QUEEN_POP_PENDING_GATE", default_value = "true", value_parser = parse_bool)]
     pub pop_pending_gate: bool,
+    /// Pop autopilot (docs/engine.md §5.7): a pop sending `autopilot=true` has the knobs it left
+    /// unset (`partitions`, `batch`) sized from its hot-list ring, and the answer echoes them.
+    /// Off: the flag is ignored (the defaults apply) and nothing is echoed.
+    #[arg(long, env = "QUEEN_POP_AUTOPILOT", default_value = "true", value_parser = parse_bool)]
+    pub pop_autopilot: bool,
+    /// Most partitions one autopilot pop may claim (at most the `partitions` cap, 512).
+    #[arg(long, env = "QUEEN_POP_AUTOPILOT_MAX_PARTITIONS", default_value_t = 256, value_parser = clap::value_parser!(i32).range(1..))]
+    pub pop_autopilot_max_partitions: i32,
     /// Wake long-polls of other brokers sharing the database, and feed their hot-list rings
     /// (LISTEN/NOTIFY): auto (on with an external database), true or false. Always off with
     /// the embedded PostgreSQL, which serves one broker by construction.
@@ -540,7 +548,8 @@ impl Config {
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
-             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} peer_wake={:?} ({}) \
+             pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
+             pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
              hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
              dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
@@ -569,6 +578,8 @@ impl Config {
             self.pop_wait_backoff_multiplier,
             self.pop_wait_max_ms,
             self.pop_pending_gate,
+            self.pop_autopilot,
+            self.pop_autopilot_max_partitions,
             self.peer_wake,
             if self.peer_wake_on() { "on" } else { "off" },
             self.hotlist,

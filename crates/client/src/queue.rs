@@ -27,6 +27,7 @@ pub struct QueueRef {
     subscription_mode: Option<String>,
     lease_seconds: Option<u32>,
     framed: bool,
+    autopilot: bool,
 }
 
 impl QueueRef {
@@ -44,6 +45,7 @@ impl QueueRef {
             subscription_mode: None,
             lease_seconds: None,
             framed: false,
+            autopilot: false,
         }
     }
 
@@ -106,6 +108,13 @@ impl QueueRef {
     /// [`PopResponse`]; a broker that answers JSON anyway is read as JSON.
     pub fn framed(mut self, on: bool) -> Self {
         self.framed = on;
+        self
+    }
+
+    /// Pops send `autopilot=true` (docs/wire.md §7.4): the broker sizes the knobs left unset
+    /// (`partitions`, `batch`) and its answer echoes the sizes it used.
+    pub fn autopilot(mut self, on: bool) -> Self {
+        self.autopilot = on;
         self
     }
 
@@ -231,6 +240,7 @@ impl QueueRef {
                 query.push((k, v));
             }
         };
+        put("autopilot", self.autopilot.then(|| "true".to_string()));
         put("batch", self.batch.map(|n| n.to_string()));
         put("wait", self.wait.map(|b| b.to_string()));
         put("timeout", self.timeout_ms.map(|n| n.to_string()));

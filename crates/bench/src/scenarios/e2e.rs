@@ -335,7 +335,7 @@ pub fn stable(backlog_start: u64, backlog_end: u64, pushed: u64, batch: u32) -> 
     backlog_end <= backlog_start + pushed / 10 + u64::from(batch)
 }
 
-type ConsumerArgs = (
+pub type ConsumerArgs = (
     queen_client::Queen,
     Arc<Tracker>,
     Arc<ConsumerStats>,
@@ -344,7 +344,7 @@ type ConsumerArgs = (
 );
 
 /// Pop, record, ack the whole batch in one call; until told to stop.
-async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: ConsumerArgs) {
+pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: ConsumerArgs) {
     let (queen, tracker, stats, stop, clock) = args;
     while !stop.load(Ordering::Relaxed) {
         let popped = match queue.pop().await {

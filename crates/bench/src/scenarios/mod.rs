@@ -2,6 +2,7 @@
 //! numbers one scenario hands to the next (ceilings, push capacity, e2e rates).
 
 pub mod ceiling;
+pub mod drain;
 pub mod e2e;
 pub mod idle;
 pub mod peer;
@@ -28,6 +29,9 @@ pub enum Scenario {
     Ceiling,
     Push,
     E2e,
+    /// A pre-pushed backlog drained by autopilot consumers: 10 000 shallow vs 10 deep
+    /// partitions.
+    Drain,
     Latency,
     Idle,
     Peer,

@@ -428,30 +428,40 @@ DECLARE
     v_pid bigint;
     v_left int := GREATEST(p_budget, 0);
     r record;
+    v_blob bytea;
+    -- Built with array_append, which PL/pgSQL does in place: concatenating jsonb or arrays
+    -- copies the whole accumulator on every claim, quadratic in a wide (autopilot) pop.
+    v_meta jsonb[] := '{}';
+    v_states jsonb[] := '{}';
+    v_blobs bytea[] := '{}';
 BEGIN
-    meta := '[]'; blobs := '{}'; states := '[]'; claimed := 0;
+    claimed := 0;
     FOREACH v_pid IN ARRAY COALESCE(p_pids, '{}') LOOP
         EXIT WHEN v_left <= 0 OR claimed >= GREATEST(p_max_partitions, 1);
         SELECT * INTO r
         FROM queen.log_pop_claim_v1(v_pid, p_group, v_left, p_lease_seconds, p_worker, p_auto_ack,
                                     p_sub_mode, p_sub_from, p_skip_window);
         CONTINUE WHEN r.r_partition IS NULL;
-        states := states || jsonb_strip_nulls(jsonb_build_object(
-            'p', r.r_partition, 's', r.r_state, 'until', r.r_until, 'lastOff', r.r_last_off));
+        v_states := array_append(v_states, jsonb_strip_nulls(jsonb_build_object(
+            'p', r.r_partition, 's', r.r_state, 'until', r.r_until, 'lastOff', r.r_last_off)));
         IF r.r_state = 'took' THEN
             claimed := claimed + 1;
             v_left := v_left - r.r_taken;
-            meta := meta || jsonb_build_object(
+            v_meta := array_append(v_meta, jsonb_build_object(
                 'partition', r.r_partition, 'partitionId', v_pid, 'queue', r.r_queue,
                 'deliveryAttempt', r.r_attempt,
                 'leaseExpiresAt', CASE WHEN NOT p_auto_ack
                                        THEN (extract(epoch FROM r.r_until) * 1000000)::bigint END,
                 'segments', queen.log_pop_segments_json_v1(r.r_bases, r.r_starts, r.r_takes,
-                                                            r.r_counts, r.r_created));
-            blobs := blobs || r.r_blobs;
+                                                            r.r_counts, r.r_created)));
+            FOREACH v_blob IN ARRAY COALESCE(r.r_blobs, '{}') LOOP
+                v_blobs := array_append(v_blobs, v_blob);
+            END LOOP;
         END IF;
     END LOOP;
-    meta := jsonb_build_object('partitions', meta);
+    meta := jsonb_build_object('partitions', to_jsonb(v_meta));
+    states := to_jsonb(v_states);
+    blobs := v_blobs;
     RETURN NEXT;
 END $$;
 

@@ -9,6 +9,7 @@ use tokio_postgres::types::ToSql;
 use crate::error::{Error, Result};
 
 /// What one pop asks PostgreSQL to claim; shared by every shape.
+#[derive(Clone, Copy)]
 pub struct ClaimArgs<'a> {
     pub group: &'a str,
     /// Global message budget across the claimed partitions.

@@ -6,6 +6,7 @@ use queen_test_harness as common;
 use queen_test_harness::wire;
 
 mod admission;
+mod autopilot;
 mod bounds;
 mod concurrency;
 mod differential;

@@ -15,6 +15,7 @@
 //! `unserved_trim` is dropped (the next pop finds it cold and reseeds), so a passive broker
 //! keeps nothing. The ring of one (queue, group) is `ring.rs`.
 
+mod poppers;
 pub mod ring;
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::accel::wake::{PeerObserver, WakeGates};
+use poppers::Poppers;
 use ring::{Effect, Poll, RingState};
 pub use ring::{RingCounts, Verdict};
 use wheel::{RingKey, Wheel, LIVENESS};
@@ -93,11 +95,18 @@ pub struct Ring {
     state: Mutex<RingState>,
     /// Rung when a claim or a reseed of this ring reports, for pops that found it busy.
     settled: Notify,
+    /// The pops consulting this ring, for pop sizing ([`Seat`]).
+    poppers: Mutex<Poppers>,
 }
 
 impl Ring {
     fn lock(&self) -> MutexGuard<'_, RingState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Partitions READY now (an upper bound: the ready list discards stale names lazily).
+    pub fn ready(&self) -> usize {
+        self.lock().ready_len()
     }
 
     /// Resolves when a claim or a reseed of this ring next reports; `enable` it before
@@ -208,6 +217,26 @@ impl Drop for Claim {
     }
 }
 
+/// One pop counted among the consumers of a ring until dropped (docs/engine.md §7, "for pop
+/// sizing"). It stays with the ring it was taken on: should that ring be dropped meanwhile, the
+/// next pops count on the new one.
+pub struct Seat {
+    ring: Arc<Ring>,
+}
+
+impl Seat {
+    /// The ring's consumers, at least one: the most pops in flight at once recently.
+    pub fn consumers(&self) -> usize {
+        lock(&self.ring.poppers).recent(Instant::now())
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        lock(&self.ring.poppers).leave();
+    }
+}
+
 /// What [`HotList::metrics`] reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HotListSnapshot {
@@ -256,9 +285,17 @@ impl HotList {
             key: key.clone(),
             state: Mutex::new(RingState::new(Instant::now())),
             settled: Notify::new(),
+            poppers: Mutex::new(Poppers::new(Instant::now())),
         });
         by_group.insert(key.1, ring.clone());
         ring
+    }
+
+    /// Counts a pop of (queue, group) among the ring's consumers until the seat is dropped.
+    pub fn seat(&self, queue: &str, group: &str) -> Seat {
+        let ring = self.ring(queue, group);
+        lock(&ring.poppers).enter(Instant::now());
+        Seat { ring }
     }
 
     /// What a pop of `ring` that wants up to `k` candidates does next.

@@ -167,6 +167,11 @@ impl RingState {
         }
     }
 
+    /// Length of the ready list.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
     /// Whether the ring may be dropped without losing a claim's report or a reseed.
     pub fn quiet(&self) -> bool {
         self.in_flight == 0 && !self.seed.reseeding

@@ -363,3 +363,29 @@ async fn marks_reach_only_existing_rings_and_peers_feed_them() {
     PeerObserver::queue(&list, "q");
     assert!(matches!(list.poll(&ring, 16), Next::Reseed(_)));
 }
+
+#[tokio::test]
+async fn seats_count_the_consumers_of_their_ring_and_ready_counts_its_list() {
+    let (list, _gates) = hotlist();
+    let ring = list.ring("q", "g");
+    reseed(
+        &list,
+        &ring,
+        vec![(1, "a".into(), None), (2, "b".into(), None)],
+    );
+    assert_eq!(ring.ready(), 2);
+    let first = list.seat("q", "g");
+    let second = list.seat("q", "g");
+    let other_group = list.seat("q", "h");
+    assert_eq!((first.consumers(), other_group.consumers()), (2, 1));
+    drop(second);
+    assert_eq!(
+        first.consumers(),
+        2,
+        "a consumer between its pops still counts"
+    );
+    let Next::Claim(_claim) = list.poll(&ring, 1) else {
+        panic!("expected a claim");
+    };
+    assert_eq!(ring.ready(), 1, "one taken");
+}

@@ -17,24 +17,36 @@ use tokio::time::Instant;
 
 use crate::accel::admission::Permit;
 use crate::accel::hotlist::{candidates_for, Next, ReseedGuard, Verdict, RESEED_PAGE};
+use crate::engine::pop::autopilot::{Pilot, Sizing};
 use crate::engine::pop::{admit, pop_failed, Claimed, PopAnswer};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::hotlist as store;
 use crate::store::pop::{self as sql, ClaimArgs, ListVerdict};
 
-/// One claim of a wildcard pop through its ring, started only before `start_by`.
+/// One claim of a wildcard pop through its ring, started only before `start_by`. The
+/// autopilot (`pilot`) sizes the claim from the ring as it stands before each poll; `sizing`
+/// ends as the sizes the claim used.
 pub(super) async fn claim(
     st: &Engine,
     queue: &str,
     args: &ClaimArgs<'_>,
+    pilot: &Pilot,
+    sizing: &mut Sizing,
     start_by: Instant,
 ) -> Result<Claimed> {
-    let k = candidates_for(args.max_partitions);
+    let asked = *sizing;
     // A permit and a connection, once taken, serve the reseed and the claim after it.
     let mut held: Option<(Permit, Object)> = None;
     loop {
         let ring = st.hotlist.ring(queue, args.group);
+        *sizing = pilot.size(asked, || ring.ready());
+        let args = &ClaimArgs {
+            budget: sizing.batch,
+            max_partitions: sizing.partitions,
+            ..*args
+        };
+        let k = candidates_for(args.max_partitions);
         let settled = ring.settled();
         tokio::pin!(settled);
         settled.as_mut().enable();

@@ -13,6 +13,7 @@
 //! big. What the pop path remembers between requests lives in `accel/` (`pop_cache.rs` and
 //! the files it gathers, `hotlist/`).
 
+pub mod autopilot;
 mod hotlist;
 pub mod longpoll;
 mod min_wait;
@@ -35,6 +36,7 @@ use crate::accel::deliveries::Delivered;
 use crate::engine::ack::cover::born;
 use crate::engine::encryption::Encryption;
 use crate::engine::maintenance;
+use crate::engine::pop::autopilot::{Ask, Pilot, Sizing};
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::push::segment::INLINE_BUILD_BYTES;
 use crate::engine::Engine;
@@ -100,6 +102,8 @@ pub struct PopRequest {
     pub lease_seconds: Option<i32>,
     /// `frames=true`: answer `QPF1` (docs/wire.md §7.7) instead of JSON.
     pub frames: bool,
+    /// `autopilot=true`: the knobs the request left to the broker ([`autopilot`]).
+    pub autopilot: Option<Ask>,
     /// Renders the claimed answer.
     pub render: Render,
 }
@@ -124,6 +128,8 @@ pub struct RenderContext<'a> {
     pub max_segment_bytes: usize,
     /// Opens the payloads of encrypted frames.
     pub encryption: &'a Encryption,
+    /// The sizes to echo (`autopilot=true` pops with the autopilot on).
+    pub autopilot: Option<Sizing>,
 }
 
 /// A rendered 200 answer.
@@ -167,6 +173,12 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
     // `new` means "after this request arrived", however long its first contact waits (a
     // long-poll on a queue nobody created yet registers only once a push creates it).
     let subscription = subscription_args(&req.subscription, Utc::now());
+    let pilot = Pilot::new(st, req);
+    let fixed = Fixed {
+        lease_id: &lease_id,
+        subscription: &subscription,
+        pilot: &pilot,
+    };
     let gate = req.wait.then(|| match &req.shape {
         PopShape::Discovery { .. } => st.wake.any_gate(),
         PopShape::Wildcard { queue } | PopShape::Targeted { queue, .. } => st.wake.gate(queue),
@@ -197,17 +209,7 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
         let armed = gate.as_deref().map(|g| Armed::arm(g.notified()));
         let tried = std::mem::take(&mut hints);
         let bounds = (start_by, deadline);
-        match attempt(
-            st,
-            req,
-            &lease_id,
-            &subscription,
-            &tried,
-            bounds,
-            &mut closing,
-        )
-        .await?
-        {
+        match attempt(st, req, &fixed, &tried, bounds, &mut closing).await? {
             Tried::Delivered(rendered) => return Ok(PopOutcome::Delivered(rendered)),
             Tried::OutOfTime => return Ok(PopOutcome::Empty),
             Tried::Nothing => {}
@@ -234,6 +236,14 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
     }
 }
 
+/// What every attempt of one pop shares.
+struct Fixed<'a> {
+    lease_id: &'a LeaseId,
+    /// `(p_sub_mode, p_sub_from)`.
+    subscription: &'a (&'static str, String),
+    pilot: &'a Pilot,
+}
+
 /// One claim attempt: the minimum pop wait, then the candidate path of the request (the ring
 /// of a wildcard pop with the hot-list on, else the SQL candidate path with the hinted
 /// partitions first). It claims only with a permit and a connection taken before `start_by`
@@ -242,8 +252,7 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
 async fn attempt(
     st: &Engine,
     req: &PopRequest,
-    lease_id: &LeaseId,
-    (sub_mode, sub_from): &(&'static str, String),
+    fixed: &Fixed<'_>,
     hints: &[String],
     (start_by, deadline): (Instant, Instant),
     closing: &mut watch::Receiver<bool>,
@@ -253,6 +262,7 @@ async fn attempt(
             min_wait::hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
         }
     }
+    let (lease_id, (sub_mode, sub_from)) = (fixed.lease_id, fixed.subscription);
     let args = ClaimArgs {
         group: &req.group,
         budget: req.batch,
@@ -263,9 +273,11 @@ async fn attempt(
         sub_mode,
         sub_from,
     };
+    // The sizes the claim used: the request's, unless its ring sized them.
+    let mut sizing = Sizing::of(req.batch, req.partitions);
     let claimed = match &req.shape {
         PopShape::Wildcard { queue } if st.cfg.hotlist => {
-            hotlist::claim(st, queue, &args, start_by).await?
+            hotlist::claim(st, queue, &args, fixed.pilot, &mut sizing, start_by).await?
         }
         _ => scan::claim(st, req, hints, &args, start_by).await?,
     };
@@ -286,7 +298,8 @@ async fn attempt(
     }
     // A leasing pop's deliveries go to the ack registry (docs/engine.md §6.4).
     let registry = (!req.auto_ack && st.ack_registry.enabled()).then(|| st.ack_registry.clone());
-    let (rendered, delivered) = render_answer(st, answer, req, lease_id, registry).await?;
+    let echo = fixed.pilot.echo().then_some(sizing);
+    let (rendered, delivered) = render_answer(st, answer, req, lease_id, registry, echo).await?;
     st.counters
         .messages_popped
         .fetch_add(rendered.messages as u64, Relaxed);
@@ -301,13 +314,15 @@ async fn attempt(
 
 /// Renders a claimed answer (JSON or framed), off the async workers when it is big; returns
 /// it with what it delivered per queue. With `registry`, the answer's leased batches are
-/// stored in it right after the render, before the answer leaves.
+/// stored in it right after the render, before the answer leaves. `autopilot`: the sizes to
+/// echo.
 async fn render_answer(
     st: &Engine,
     answer: PopAnswer,
     req: &PopRequest,
     lease_id: &LeaseId,
     registry: Option<Arc<AckRegistry>>,
+    autopilot: Option<Sizing>,
 ) -> Result<(Rendered, Delivered)> {
     let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
     let delivered = delivered(&answer);
@@ -329,6 +344,7 @@ async fn render_answer(
             frames,
             max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
             encryption: &encryption,
+            autopilot,
         };
         let rendered = render(&answer, &ctx);
         if let Some(registry) = registry {

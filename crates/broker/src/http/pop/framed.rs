@@ -23,7 +23,7 @@ use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
 use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
-use super::json;
+use super::{echo_keys, json};
 use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
@@ -51,7 +51,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
         queue: local(ctx.queue).to_string(),
         lease_id: ctx.lease_id.to_string(),
         group: ctx.group.to_string(),
-        extra: None,
+        extra: echo_keys(ctx),
         claims,
     };
     match framed.encode() {

@@ -9,6 +9,7 @@ use std::io::Write;
 use queen_proto::frame::{self, Frame};
 use queen_proto::{segment, time};
 
+use super::echo_keys;
 use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
 
 /// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out (the
@@ -45,8 +46,15 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
         }
     }
     let Walk { mut out, messages } = walk;
-    write!(out, "],\"partitionsClaimed\":{partitions_claimed}}}")
+    write!(out, "],\"partitionsClaimed\":{partitions_claimed}")
         .expect("writing to a Vec cannot fail");
+    for (key, value) in echo_keys(ctx).into_iter().flatten() {
+        out.push(b',');
+        write_str(&mut out, &key);
+        out.push(b':');
+        serde_json::to_writer(&mut out, &value).expect("writing to a Vec cannot fail");
+    }
+    out.push(b'}');
     Rendered {
         body: out,
         messages,
@@ -183,6 +191,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::config::EncryptionKey;
     use crate::engine::encryption::Encryption;
+    use crate::engine::pop::autopilot::Sizing;
     use queen_proto::frame::ENCRYPTED;
 
     fn stored(frames: &[Frame<'_>]) -> Vec<u8> {
@@ -215,7 +224,42 @@ pub(crate) mod tests {
             frames: false,
             max_segment_bytes: 1 << 20,
             encryption: Box::leak(Box::new(Encryption::new(None))),
+            autopilot: None,
         }
+    }
+
+    #[test]
+    fn echoes_the_autopilot_sizes_only_when_asked() {
+        let answer = PopAnswer {
+            partitions: vec![ClaimedPartition {
+                partition: "p".into(),
+                partition_id: 1,
+                queue: "q".into(),
+                delivery_attempt: 1,
+                lease_expires_at: None,
+                segments: vec![ClaimedSegment {
+                    base: 0,
+                    start_idx: 0,
+                    take: 1,
+                    msg_count: 1,
+                    created_at: 0,
+                }],
+            }],
+            min_pop_wait_ms: None,
+            blobs: vec![stored(&[frame("a", b"1")])],
+        };
+        let plain: serde_json::Value =
+            serde_json::from_slice(&render(&answer, &ctx("L")).body).expect("valid JSON");
+        assert!(plain.get("autopilot").is_none());
+        let mut piloted = ctx("L");
+        piloted.autopilot = Some(Sizing::of(400, 100));
+        let v: serde_json::Value =
+            serde_json::from_slice(&render(&answer, &piloted).body).expect("valid JSON");
+        assert_eq!(
+            v["autopilot"],
+            serde_json::json!({"partitions": 100, "batch": 400, "waitMs": 0})
+        );
+        assert_eq!(v["partitionsClaimed"], 1);
     }
 
     #[test]

@@ -16,8 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use queen_proto::{pop_framed, Name};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
+use crate::engine::pop::autopilot::{Ask, DEFAULT_BATCH, DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::engine::pop::{
     self, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered, Subscription,
 };
@@ -29,8 +30,6 @@ use crate::http::extract::Query;
 const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
 /// Largest `batch` honoured; larger requests are clamped.
 const MAX_BATCH: i64 = 10_000;
-/// Largest `partitions` honoured (the SQL candidate cap); larger requests are clamped.
-const MAX_PARTITIONS: i64 = 512;
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -133,8 +132,10 @@ fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Builds the request with the defaults of docs/spec/life-of-a-pop.md. Unknown parameters (`autopilot`, …) are
-/// ignored; `namespace`/`task` matter only to discovery.
+/// Builds the request with the defaults of docs/spec/life-of-a-pop.md. `autopilot=true` records
+/// which of `batch` and `partitions` the request left to the broker (the engine sizes them, or
+/// keeps the defaults with `QUEEN_POP_AUTOPILOT=false`). Unknown parameters are ignored;
+/// `namespace`/`task` matter only to discovery.
 fn parse_request(
     shape: PopShape,
     params: &[(String, String)],
@@ -144,14 +145,21 @@ fn parse_request(
     if flag(params, "conflation")?.unwrap_or(false) {
         return Err(Error::bad("conflation is not supported by this broker"));
     }
-    let batch = positive(params, "batch")?.unwrap_or(200).min(MAX_BATCH);
+    let batch = positive(params, "batch")?;
+    // A targeted pop claims its one partition: nothing to size.
     let partitions = if is_targeted {
-        1
+        Some(1)
     } else {
         positive(params, "partitions")?
-            .unwrap_or(1)
-            .min(MAX_PARTITIONS)
     };
+    let autopilot = flag(params, "autopilot")?.unwrap_or(false).then_some(Ask {
+        batch: batch.is_none(),
+        partitions: partitions.is_none(),
+    });
+    let batch = batch.map_or(DEFAULT_BATCH, |b| b.min(MAX_BATCH) as i32);
+    let partitions = partitions.map_or(DEFAULT_PARTITIONS, |p| {
+        p.min(i64::from(MAX_PARTITIONS)) as i32
+    });
     let timeout = match param(params, "timeout") {
         None | Some("") => default_timeout,
         Some(v) => Duration::from_millis(
@@ -179,8 +187,8 @@ fn parse_request(
     };
     Ok(PopRequest {
         shape,
-        batch: batch as i32,
-        partitions: partitions as i32,
+        batch,
+        partitions,
         wait: flag(params, "wait")?.unwrap_or(false),
         timeout,
         group,
@@ -189,6 +197,7 @@ fn parse_request(
         lease_seconds,
         // Lenient: any other value simply keeps the JSON answer.
         frames: param(params, "frames").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+        autopilot,
         render,
     })
 }
@@ -200,6 +209,14 @@ fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     } else {
         json::render(answer, ctx)
     }
+}
+
+/// The answer's own keys (docs/wire.md §7.4): the autopilot's sizes, when it echoes them.
+/// JSON answers append them to the envelope, framed ones carry them in their header.
+fn echo_keys(ctx: &RenderContext<'_>) -> Option<Map<String, Value>> {
+    let s = ctx.autopilot?;
+    let echo = json!({ "partitions": s.partitions, "batch": s.batch, "waitMs": s.wait_ms });
+    Some(Map::from_iter([("autopilot".to_string(), echo)]))
 }
 
 /// `subscriptionFrom` (`now` or an ISO-8601 instant) wins over `subscriptionMode`
@@ -280,6 +297,30 @@ mod tests {
         assert_eq!(r.group, "__QUEUE_MODE__");
         assert_eq!(r.subscription, Subscription::All);
         assert_eq!(r.lease_seconds, None);
+        assert_eq!(
+            r.autopilot,
+            Some(Ask {
+                batch: true,
+                partitions: true
+            }),
+            "autopilot=true leaves both unset knobs to the broker"
+        );
+        let set = parse(&[("autopilot", "true"), ("partitions", "3")]).expect("partitions");
+        assert_eq!(
+            (set.autopilot, set.partitions),
+            (
+                Some(Ask {
+                    batch: true,
+                    partitions: false
+                }),
+                3
+            )
+        );
+        assert_eq!(
+            parse(&[("autopilot", "false")]).expect("off").autopilot,
+            None
+        );
+        assert_eq!(parse(&[]).expect("absent").autopilot, None);
     }
 
     #[test]
@@ -338,6 +379,7 @@ mod tests {
             ("wait", "maybe"),
             ("timeout", "-5"),
             ("autoAck", "2"),
+            ("autopilot", "yes please"),
             ("subscriptionFrom", "yesterday"),
             ("leaseSeconds", "1.5"),
         ] {
