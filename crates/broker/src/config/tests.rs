@@ -1,0 +1,111 @@
+use super::*;
+
+#[test]
+fn masks_passwords() {
+    assert_eq!(
+        mask_url("postgresql://u:secret@h:5432/db"),
+        "postgresql://u:****@h:5432/db"
+    );
+    assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
+}
+
+#[test]
+fn days() {
+    assert_eq!(parse_days("0.5"), Ok(0.5));
+    assert!(parse_days("0").is_err());
+    assert!(parse_days("-1").is_err());
+    assert!(parse_days("NaN").is_err());
+    assert!(parse_days("soon").is_err());
+}
+
+#[test]
+fn encryption_keys_are_checked_and_never_shown() {
+    let hex = "ab".repeat(32);
+    let key = EncryptionKey::from_hex(&hex).expect("64 hex digits");
+    assert_eq!(key.bytes()[0], 0xab);
+    assert!(!format!("{key:?}").contains("ab"));
+    let err = EncryptionKey::from_hex("secret-but-short").expect_err("too short");
+    assert!(!err.contains("secret"), "{err}");
+}
+
+#[test]
+fn peer_wake_is_auto_by_default_and_on_only_with_an_external_database() {
+    assert_eq!(parse_peer_wake("AUTO"), Ok(PeerWake::Auto));
+    assert_eq!(parse_peer_wake("on"), Ok(PeerWake::On));
+    assert_eq!(parse_peer_wake("0"), Ok(PeerWake::Off));
+    assert!(parse_peer_wake("sometimes").is_err());
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        cfg: Config,
+    }
+    let mut cfg = <Serve as clap::Parser>::parse_from(["queen"]).cfg;
+    cfg.database_url = None;
+    cfg.pg_host = None;
+    assert_eq!(cfg.peer_wake, PeerWake::Auto);
+    assert!(!cfg.peer_wake_on(), "embedded: one broker");
+    cfg.pg_host = Some("db.internal".into());
+    assert!(cfg.peer_wake_on(), "external: brokers may share it");
+    cfg.peer_wake = PeerWake::Off;
+    assert!(!cfg.peer_wake_on());
+}
+
+#[test]
+fn bools() {
+    assert_eq!(parse_bool("ON"), Ok(true));
+    assert_eq!(parse_bool("0"), Ok(false));
+    assert!(parse_bool("maybe").is_err());
+}
+
+fn jwt(args: &[&str]) -> JwtConfig {
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(flatten)]
+        jwt: JwtConfig,
+    }
+    let argv = std::iter::once("queen").chain(args.iter().copied());
+    <Only as clap::Parser>::try_parse_from(argv)
+        .expect("parses")
+        .jwt
+}
+
+#[test]
+fn jwt_combinations() {
+    assert!(jwt(&[]).check().is_ok(), "off needs nothing");
+    let no_key = jwt(&["--jwt-enabled"]).check().expect_err("no key");
+    assert!(no_key.contains("JWT_SECRET"), "{no_key}");
+    let hs = jwt(&["--jwt-enabled", "--jwt-secret", "s"]);
+    assert!(hs.check().is_ok());
+    assert_eq!(hs.accepted(), vec![JwtAlgorithm::Hs256]);
+    let rs_without_key = jwt(&["--jwt-enabled", "--jwt-secret=s", "--jwt-algorithm=RS256"]);
+    let e = rs_without_key.check().expect_err("RS256 has no key");
+    assert!(e.contains("RS256") && e.contains("JWT_JWKS_URL"), "{e}");
+    let both = jwt(&[
+        "--jwt-enabled",
+        "--jwt-jwks-url=http://127.0.0.1:1/jwks",
+        "--jwt-algorithm=hs256,ES256",
+        "--jwt-secret=s",
+    ]);
+    assert!(both.check().is_ok());
+    assert_eq!(
+        both.accepted(),
+        vec![JwtAlgorithm::Hs256, JwtAlgorithm::Es256]
+    );
+    let empty = jwt(&["--jwt-enabled", "--jwt-secret="]);
+    assert!(empty.check().expect_err("empty").contains("empty"));
+    let skip = jwt(&["--jwt-enabled", "--jwt-secret=s", "--jwt-skip-paths=/a/, b"]);
+    assert!(skip.check().expect_err("not a path").contains("\"b\""));
+}
+
+#[test]
+fn jwt_describe_hides_secrets() {
+    let cfg = jwt(&[
+        "--jwt-enabled",
+        "--jwt-secret=hunter2",
+        "--jwt-jwks-url=http://u:pw@127.0.0.1:1/jwks",
+    ]);
+    let line = cfg.describe();
+    assert!(!line.contains("hunter2") && !line.contains("pw@"), "{line}");
+    assert!(line.contains("secret=set") && line.contains("algorithms=HS256,RS256,ES256"));
+    assert_eq!(jwt(&[]).describe(), "jwt=off");
+}
