@@ -146,3 +146,46 @@ async fn a_full_batch_ack_costs_one_cover_instead_of_a_hash_resolution() {
     assert!(fused.multi >= 1 && fused.multi <= ACKS as i64, "{fused:?}");
     assert_eq!(fused.statements, fused.multi as f64 / ACKS as f64);
 }
+
+/// One `/ack/batch` acking `ACKS` batches of as many partitions (what a wide autopilot answer
+/// is acked with): with fusion on, their covers are submitted at once, so they commit in at
+/// most one flush per fusion shard instead of one flush per partition, one after another.
+#[tokio::test]
+async fn a_wide_ack_batch_commits_its_covers_together() {
+    let b = counted_broker(true, true).await;
+    let db = b.sql().await;
+    let batches = pop_round(&b, 0).await;
+    let items: Vec<Value> = batches
+        .iter()
+        .flat_map(|batch| ack_all(batch, "completed"))
+        .collect();
+    db.batch_execute(
+        "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database
+                                             WHERE datname = current_database()), 0)",
+    )
+    .await
+    .expect("reset");
+    ack_batch(&b, G, items).await.iter().for_each(assert_ok);
+    let (multi, by_hash) = (
+        calls(&db, "log_ack_multi_v1").await,
+        calls(&db, "log_ack_by_hash_v1").await,
+    );
+    let shards = fusion_metrics(&b).await["shards"]
+        .as_i64()
+        .expect("fusion shards");
+    println!("{ACKS} covers of one request: {multi} log_ack_multi_v1 calls ({shards} shards)");
+    assert_eq!(by_hash, 0, "every group was a cover");
+    assert!(
+        (1..=shards).contains(&multi),
+        "{multi} flushes for {ACKS} covers"
+    );
+    let acked: i64 = db
+        .query_one(
+            "SELECT count(*) FROM queen.log_consumers WHERE committed = $1 AND worker_id IS NULL",
+            &[&(BATCH as i64 - 1)],
+        )
+        .await
+        .expect("cursors")
+        .get(0);
+    assert_eq!(acked, ACKS as i64, "every partition's batch is committed");
+}

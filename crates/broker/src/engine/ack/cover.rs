@@ -11,7 +11,7 @@
 //! lease and the batch under the cursor row's lock. Every other case, and every refusal,
 //! takes the hash path unchanged; an unknown outcome (a lost connection) is a 503.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -20,7 +20,7 @@ use queen_proto::hash::txn_hash;
 use queen_proto::segment;
 use queen_proto::tenant::{tenant_of, Tenant, SEPARATOR};
 
-use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn};
+use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn, PlannedGroup};
 use crate::accel::ack_fusion::FusedAck;
 use crate::accel::ack_registry::{AckRegistry, Cover, Delivered, TxnHash};
 use crate::engine::Engine;
@@ -155,6 +155,39 @@ pub(super) async fn try_cover(
     let settled = settle_and_wake(state, &verdict, group);
     count(state, group, &settled);
     Ok(Some(settled))
+}
+
+/// With ack fusion on, the covers of every group alone on its (partition, consumer group) in
+/// the request, submitted at once: one flush then carries a wide answer's covers instead of
+/// one flush per group, and no group's order against another of the same cursor changes.
+/// Per group: `None` when not tried here (fusion off, or the cursor is shared), else what
+/// [`try_cover`] answers (`Ok(None)`: take the hash path).
+pub(super) async fn fused_covers(
+    state: &Engine,
+    groups: &[Vec<&Ack>],
+    planned: &[PlannedGroup],
+    tenant: &Tenant,
+) -> Vec<Option<Result<Option<Vec<AckOutcome>>>>> {
+    let cursor = |g: &[&Ack]| g.first().map(|a| (a.partition_id, a.group.clone()));
+    let mut sharing: HashMap<_, usize> = HashMap::new();
+    for g in groups {
+        *sharing.entry(cursor(g)).or_default() += 1;
+    }
+    let attempts = groups.iter().zip(planned).map(|(group, plan)| {
+        let alone = sharing.get(&cursor(group)) == Some(&1);
+        async move {
+            if state.ack_fusion.is_none() || !alone {
+                return None;
+            }
+            // With fusion on the connection is only taken by a group's own SQL: none here.
+            let mut unused = match Conn::open(state).await {
+                Ok(conn) => conn,
+                Err(e) => return Some(Err(e)),
+            };
+            Some(try_cover(state, &mut unused, group, &plan.fence, tenant).await)
+        }
+    });
+    futures::future::join_all(attempts).await
 }
 
 /// Commits one cover through ack fusion, or by itself when fusion is off. `None`: nothing

@@ -127,9 +127,21 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack], tenant: &Tenant) -> Resul
     let mut db = Conn::open(state).await?;
     let mut first_failure = None;
     let mut answered = false;
-    for planned in group_by_lease(acks) {
-        let group: Vec<&Ack> = planned.members.iter().map(|&i| &acks[i]).collect();
-        let applied = apply_group(state, &mut db, &group, &planned.fence, tenant).await;
+    let planned = group_by_lease(acks);
+    let groups: Vec<Vec<&Ack>> = planned
+        .iter()
+        .map(|p| p.members.iter().map(|&i| &acks[i]).collect())
+        .collect();
+    let mut fused = cover::fused_covers(state, &groups, &planned, tenant).await;
+    for ((planned, group), fused) in planned.into_iter().zip(&groups).zip(&mut fused) {
+        let applied = match fused.take() {
+            Some(Ok(Some(settled))) => Ok(settled),
+            Some(Err(e)) => Err(e),
+            Some(Ok(None)) => {
+                apply_group(state, &mut db, group, &planned.fence, tenant, false).await
+            }
+            None => apply_group(state, &mut db, group, &planned.fence, tenant, true).await,
+        };
         db.end_group();
         let settled = match applied {
             Ok(settled) => {
@@ -205,17 +217,20 @@ impl<'a> Conn<'a> {
     }
 }
 
-/// One group: the registry's fast path when it proves a cover, else the SQL call by hash and
-/// its [`conclude`]d outcomes.
+/// One group: the registry's fast path when it proves a cover (unless `try_fast` is false:
+/// the cover was already tried), else the SQL call by hash and its [`conclude`]d outcomes.
 async fn apply_group(
     state: &Engine,
     conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
     tenant: &Tenant,
+    try_fast: bool,
 ) -> Result<Vec<AckOutcome>> {
-    if let Some(settled) = cover::try_cover(state, conn, group, fence, tenant).await? {
-        return Ok(settled);
+    if try_fast {
+        if let Some(settled) = cover::try_cover(state, conn, group, fence, tenant).await? {
+            return Ok(settled);
+        }
     }
     let db = conn.get().await?;
     let first = group[0];
