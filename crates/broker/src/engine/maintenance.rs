@@ -79,8 +79,9 @@ pub async fn cached(st: &Engine, until: Instant) -> Result<Option<Flags>> {
         return Ok(Some(flags));
     }
     let row = {
+        // No connection in time: the last read stands (`None` only before the first read).
         let Some(conn) = st.store.conn_before(until).await? else {
-            return Ok(None);
+            return Ok(cache.last());
         };
         sql::flags(&conn).await?
     };

@@ -21,7 +21,9 @@ fn state(b: &TestBroker) -> &Engine {
 async fn a_waiting_pop_with_a_timeout_inside_the_claim_margin_still_claims_once() {
     let b = common::broker().await;
     push_txns(&b, "short", "Default", &txns("m", 3)).await;
-    let first = pop(&b, "short", "batch=2&wait=true&timeout=1&autoAck=true").await;
+    // 40 ms: inside the 50 ms claim margin, so no later attempt could start, yet long enough
+    // for a loaded machine to hand the first attempt a connection (it claims only with one).
+    let first = pop(&b, "short", "batch=2&wait=true&timeout=40&autoAck=true").await;
     assert_eq!(first.txns(), ["m-0", "m-1"], "the first attempt runs");
     let zero = pop(&b, "short", "batch=2&wait=true&timeout=0&autoAck=true").await;
     assert_eq!(zero.txns(), ["m-2"]);
