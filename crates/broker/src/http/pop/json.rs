@@ -228,9 +228,9 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn echoes_the_autopilot_sizes_only_when_asked() {
-        let answer = PopAnswer {
+    /// A claim of one message of partition `p` of queue `q`, stored in `blob`.
+    fn one_message(blob: Vec<u8>) -> PopAnswer {
+        PopAnswer {
             partitions: vec![ClaimedPartition {
                 partition: "p".into(),
                 partition_id: 1,
@@ -246,8 +246,13 @@ pub(crate) mod tests {
                 }],
             }],
             min_pop_wait_ms: None,
-            blobs: vec![stored(&[frame("a", b"1")])],
-        };
+            blobs: vec![blob],
+        }
+    }
+
+    #[test]
+    fn echoes_the_autopilot_sizes_only_when_asked() {
+        let answer = one_message(stored(&[frame("a", b"1")]));
         let plain: serde_json::Value =
             serde_json::from_slice(&render(&answer, &ctx("L")).body).expect("valid JSON");
         assert!(plain.get("autopilot").is_none());
@@ -348,24 +353,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_corrupt_blob_is_left_out() {
-        let answer = PopAnswer {
-            partitions: vec![ClaimedPartition {
-                partition: "p".into(),
-                partition_id: 1,
-                queue: "q".into(),
-                delivery_attempt: 1,
-                lease_expires_at: None,
-                segments: vec![ClaimedSegment {
-                    base: 0,
-                    start_idx: 0,
-                    take: 1,
-                    msg_count: 1,
-                    created_at: 0,
-                }],
-            }],
-            min_pop_wait_ms: None,
-            blobs: vec![vec![1, 2, 3]],
-        };
+        let answer = one_message(vec![1, 2, 3]);
         let r = render(&answer, &ctx("L"));
         assert_eq!(r.messages, 0);
         serde_json::from_slice::<serde_json::Value>(&r.body).expect("still valid JSON");
