@@ -228,8 +228,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// A claim of one message of partition `p` of queue `q`, stored in `blob`.
-    fn one_message(blob: Vec<u8>) -> PopAnswer {
+    /// A claim of the `n` messages of partition `p` of queue `q`, stored in one `blob`.
+    fn claim_of(n: i32, blob: Vec<u8>) -> PopAnswer {
         PopAnswer {
             partitions: vec![ClaimedPartition {
                 partition: "p".into(),
@@ -240,8 +240,8 @@ pub(crate) mod tests {
                 segments: vec![ClaimedSegment {
                     base: 0,
                     start_idx: 0,
-                    take: 1,
-                    msg_count: 1,
+                    take: n,
+                    msg_count: n,
                     created_at: 0,
                 }],
             }],
@@ -252,7 +252,7 @@ pub(crate) mod tests {
 
     #[test]
     fn echoes_the_autopilot_sizes_only_when_asked() {
-        let answer = one_message(stored(&[frame("a", b"1")]));
+        let answer = claim_of(1, stored(&[frame("a", b"1")]));
         let plain: serde_json::Value =
             serde_json::from_slice(&render(&answer, &ctx("L")).body).expect("valid JSON");
         assert!(plain.get("autopilot").is_none());
@@ -319,24 +319,7 @@ pub(crate) mod tests {
             ..frame(txn, payload)
         };
         let frames = [sealed("a", &good), sealed("b", &foreign), frame("c", b"3")];
-        let answer = PopAnswer {
-            partitions: vec![ClaimedPartition {
-                partition: "p".into(),
-                partition_id: 1,
-                queue: "q".into(),
-                delivery_attempt: 1,
-                lease_expires_at: None,
-                segments: vec![ClaimedSegment {
-                    base: 0,
-                    start_idx: 0,
-                    take: 3,
-                    msg_count: 3,
-                    created_at: 0,
-                }],
-            }],
-            min_pop_wait_ms: None,
-            blobs: vec![stored(&frames)],
-        };
+        let answer = claim_of(3, stored(&frames));
         let mut c = ctx("L");
         c.encryption = &enc;
         let r = render(&answer, &c);
@@ -353,7 +336,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_corrupt_blob_is_left_out() {
-        let answer = one_message(vec![1, 2, 3]);
+        let answer = claim_of(1, vec![1, 2, 3]);
         let r = render(&answer, &ctx("L"));
         assert_eq!(r.messages, 0);
         serde_json::from_slice::<serde_json::Value>(&r.body).expect("still valid JSON");
