@@ -112,6 +112,8 @@ impl AckOutcome {
 /// Items sharing (partition, group, lease) form one group, resolved by one SQL call, so a
 /// nack and a later completed ack of the same batch are judged together and the nack wins;
 /// the fences of [`group_by_lease`] keep that true across groups of one (partition, group).
+/// With ack fusion on, the registry's covers of groups alone on their cursor are committed
+/// first, together (`cover::fused_covers`); the other groups then run in order.
 ///
 /// Each group is its own transaction, so a group PostgreSQL refuses (a database error) does
 /// not undo those before it: its items fail with the cause and the later groups still run.
