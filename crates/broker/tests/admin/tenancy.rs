@@ -550,3 +550,81 @@ async fn binary_pushes_and_framed_pops_stay_in_their_tenant() {
         );
     }
 }
+
+/// The ack registry's fast path (a full-batch completed ack of the lease a pop of this broker
+/// delivered) is per tenant too: another tenant's ack naming the same partition, lease and
+/// transactionIds must not become a positional cover, and takes the hash path, which refuses
+/// it. The owner's own ack then commits as a cover (a registry hit).
+#[tokio::test]
+async fn another_tenants_ack_of_a_delivered_batch_never_uses_the_registry() {
+    let b = hs_broker(|cfg| cfg.ack_registry = true).await;
+    let (acme, bolt) = (
+        tenant_token("a", Some("acme")),
+        tenant_token("b", Some("bolt")),
+    );
+    let items: Vec<Value> = (0..3)
+        .map(|i| {
+            json!({"queue": "orders", "partition": "p1", "transactionId": format!("r-{i}"),
+                        "payload": {"n": i}})
+        })
+        .collect();
+    let r = post(&b, "/api/v1/push", &acme, &json!({ "items": items })).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let leased = pop(&b, &acme, "batch=10").await;
+    assert_eq!(leased.status, StatusCode::OK, "{}", leased.body);
+    let lease = leased.body["leaseId"]
+        .as_str()
+        .expect("a lease")
+        .to_string();
+    let all: Vec<Value> = leased.body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                        "leaseId": lease, "status": "completed"})
+        })
+        .collect();
+    assert_eq!(all.len(), 3, "the whole batch was delivered");
+    let before = registry_hits(&b).await;
+    let body = json!({ "acknowledgments": all });
+
+    let r = post(&b, "/api/v1/ack/batch", &bolt, &body).await;
+    assert!(
+        r.body
+            .as_array()
+            .expect("outcomes")
+            .iter()
+            .all(|o| o["success"] == false),
+        "another tenant's ack must be refused: {}",
+        r.body
+    );
+    assert_eq!(
+        registry_hits(&b).await,
+        before,
+        "no cover for another tenant"
+    );
+
+    let r = post(&b, "/api/v1/ack/batch", &acme, &body).await;
+    assert!(
+        r.body
+            .as_array()
+            .expect("outcomes")
+            .iter()
+            .all(|o| o["success"] == true),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        registry_hits(&b).await,
+        before + 1,
+        "the owner's ack is the registry's hit"
+    );
+}
+
+async fn registry_hits(b: &TestBroker) -> u64 {
+    let (_, metrics) = b.get("/metrics").await;
+    metrics["ackRegistry"]["hits"]
+        .as_u64()
+        .expect("registry hits")
+}
