@@ -329,11 +329,20 @@ END
 $$;
 
 -- Appends one segment per element (aligned arrays) in ONE transaction: one commit, one
--- fsync for the whole bundle. Lock order: provisioning (queues, then partitions, each in key
--- order), then every bundle partition row in ascending id, then the capped queues' max-size
--- locks, then the appends in ascending partition id. Returns the per-segment results of log_push_one_v1 in input order. A
--- duplicate (or encrypt, or full) segment writes nothing while the others still commit.
--- p_encrypted[i]: segment i is sealed (NULL: none is).
+-- fsync for the whole bundle. Returns the per-segment results of log_push_one_v1 (same
+-- shapes, same checks in the same order) in input order; a duplicate (or encrypt, or full)
+-- segment writes nothing while the others still commit. p_encrypted[i]: segment i is sealed
+-- (NULL: none is).
+--
+-- Lock order: provisioning (queues, then partitions, each in key order), then every bundle
+-- partition row in ascending id, then (serial path only) the capped queues' max-size locks.
+--
+-- The common bundle — every segment on its own partition, no capped queue — runs set-based:
+-- a fixed handful of statements whatever the number of segments (provision check, lock and
+-- read, one probe-allocate-insert statement), so a bundle of 100 one-message segments costs
+-- PostgreSQL little more than one segment of 100 messages. Two segments of one partition (the
+-- second must see the first's hashes and offsets) or a capped queue (room is counted segment
+-- by segment) take log_push_multi_serial_v1.
 DROP FUNCTION IF EXISTS queen.log_push_multi_v1(text[], text[], int[], bytea[], int8[], bytea[]);
 CREATE OR REPLACE FUNCTION queen.log_push_multi_v1(
     p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
@@ -342,8 +351,14 @@ RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n int := cardinality(p_queues);
-    v_results jsonb[];
-    v_seg record;
+    v_ord int[];
+    v_pid int8[];
+    v_last int8[];
+    v_txns_start int8[];
+    v_win int[];
+    v_encrypts bool[];
+    v_now timestamptz;
+    v_results jsonb;
 BEGIN
     IF cardinality(p_partitions) IS DISTINCT FROM v_n
        OR cardinality(p_msg_counts) IS DISTINCT FROM v_n
@@ -356,7 +371,158 @@ BEGIN
     IF v_n IS NULL OR v_n = 0 THEN
         RETURN '[]'::jsonb;
     END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_queues, p_partitions) AS w(qn, pn)
+               GROUP BY qn, pn HAVING count(*) > 1)
+       OR EXISTS (SELECT 1 FROM queen.queues WHERE name = ANY (p_queues) AND max_queue_size > 0)
+    THEN
+        RETURN queen.log_push_multi_serial_v1(p_queues, p_partitions, p_msg_counts, p_hashes,
+                                              p_verified, p_blobs, p_encrypted);
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_msg_counts, p_hashes) AS c(n, h)
+               WHERE n IS NULL OR n < 1 OR octet_length(h) IS DISTINCT FROM 16 * n) THEN
+        RAISE EXCEPTION 'log_push_multi_v1: a segment has no messages or not 16 hash bytes each';
+    END IF;
 
+    PERFORM queen.log_provision_v1(p_queues, p_partitions);
+    -- Every partition row, locked in ascending id (LockRows sits above the sort), with what
+    -- the appends need; a row updated while we waited is re-read in its latest version.
+    SELECT array_agg(l.ord), array_agg(l.id), array_agg(l.last_offset),
+           array_agg(l.txns_start), array_agg(l.win), array_agg(l.enc)
+    INTO v_ord, v_pid, v_last, v_txns_start, v_win, v_encrypts
+    FROM (
+        SELECT w.ord::int AS ord, lp.id, lp.last_offset, lp.txns_start,
+               q.dedup_window_seconds AS win, q.encryption_enabled AS enc
+        FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
+        JOIN queen.queues q ON q.name = w.qn
+        JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+        ORDER BY lp.id
+        FOR NO KEY UPDATE OF lp) l;
+    IF COALESCE(cardinality(v_ord), 0) <> v_n THEN
+        -- Deleted between provisioning and locking: rerun when the name is free (see
+        -- log_lock_partitions_v1).
+        RAISE EXCEPTION 'log_push_multi_v1: % of % partitions were deleted while locking',
+            v_n - COALESCE(cardinality(v_ord), 0), v_n
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    -- After every row lock: created_at is monotone in base_offset per partition.
+    v_now := clock_timestamp();
+
+    WITH bounds AS (
+        SELECT s.ord, s.pid, s.last, s.win, s.txns_start,
+               s.enc AND NOT COALESCE(p_encrypted[s.ord], false) AS refuse_plain,
+               p_msg_counts[s.ord] AS cnt, p_hashes[s.ord] AS hashes,
+               -- The probe's lower bound, as in log_push_one_v1.
+               GREATEST(
+                   CASE WHEN p_verified[s.ord] >= 0 AND p_verified[s.ord] <= s.last
+                             AND NOT EXISTS (
+                                 SELECT 1 FROM queen.log_dedup_resets r
+                                 WHERE r.queue_name = p_queues[s.ord]
+                                   AND r.reset_at > v_now - interval '120 seconds')
+                        THEN p_verified[s.ord] ELSE -1 END,
+                   s.txns_start - 1) AS vfrom
+        FROM unnest(v_ord, v_pid, v_last, v_txns_start, v_win, v_encrypts)
+             AS s(ord, pid, last, txns_start, win, enc)
+    ),
+    -- probe: the segment's hashes must be looked for (rows after vfrom can exist).
+    seg AS (
+        SELECT b.*, b.win > 0 AND b.last > b.vfrom AND NOT b.refuse_plain AS probe FROM bounds b
+    ),
+    -- The authoritative probe: incoming hashes joined on equality (a hash join, whatever the
+    -- sizes) with the stored hashes after vfrom of the same segment's partition.
+    dup AS (
+        SELECT d.ord, jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
+        FROM (
+            SELECT inc.ord, inc.idx AS i, min(st.off) AS off
+            FROM (
+                SELECT s.ord, u.idx, u.h
+                FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
+                WHERE s.probe
+            ) inc
+            JOIN (
+                SELECT s.ord, t.base_offset + x.idx AS off, x.h
+                FROM seg s
+                CROSS JOIN LATERAL (
+                    SELECT lt.base_offset, lt.hashes FROM queen.log_txns AS lt
+                    WHERE lt.partition_id = s.pid
+                      AND lt.base_offset >= COALESCE(
+                            (SELECT max(f.base_offset) FROM queen.log_txns f
+                             WHERE f.partition_id = s.pid AND f.base_offset <= s.vfrom
+                               AND f.base_offset >= s.txns_start),
+                            s.vfrom + 1)
+                      AND lt.end_offset > s.vfrom
+                      AND lt.created_at >= v_now - make_interval(secs => s.win)
+                      AND (s.cnt > 16 OR EXISTS (
+                          SELECT 1 FROM queen.log_unnest_hashes(s.hashes) AS q
+                          WHERE position(q.h IN lt.hashes) > 0))
+                ) t
+                CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
+                WHERE s.probe AND t.base_offset + x.idx > s.vfrom
+            ) st ON st.ord = inc.ord AND st.h = inc.h
+            GROUP BY inc.ord, inc.idx
+        ) d
+        GROUP BY d.ord
+    ),
+    ok AS (
+        SELECT s.ord, s.pid, s.cnt FROM seg s
+        WHERE NOT s.refuse_plain AND NOT EXISTS (SELECT 1 FROM dup WHERE dup.ord = s.ord)
+    ),
+    -- The allocator: as in log_push_one_v1 (last_write_at moves once a second: HOT).
+    alloc AS (
+        UPDATE queen.log_partitions lp
+        SET last_offset = lp.last_offset + ok.cnt,
+            oldest_live_at = COALESCE(lp.oldest_live_at, v_now),
+            oldest_txn_at = COALESCE(lp.oldest_txn_at, v_now),
+            last_write_at = CASE WHEN v_now - lp.last_write_at > interval '1 second'
+                                 THEN v_now ELSE lp.last_write_at END
+        FROM ok
+        WHERE lp.id = ok.pid
+        RETURNING ok.ord, lp.id AS pid, lp.last_offset - ok.cnt + 1 AS base_offset,
+                  lp.last_offset AS end_offset
+    ),
+    segments AS (
+        INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, created_at, blob)
+        SELECT a.pid, a.base_offset, a.end_offset, v_now, p_blobs[a.ord] FROM alloc a
+    ),
+    sidecar AS (
+        INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT a.pid, a.base_offset, a.end_offset, v_now, p_hashes[a.ord] FROM alloc a
+    )
+    SELECT jsonb_agg(CASE
+               WHEN s.refuse_plain THEN
+                   jsonb_build_object('status', 'encrypt', 'partitionId', s.pid)
+               WHEN d.ord IS NOT NULL THEN
+                   jsonb_build_object('status', 'duplicate', 'partitionId', s.pid,
+                                      'dups', d.dups)
+               WHEN a.ord IS NOT NULL THEN
+                   jsonb_build_object('status', 'queued', 'partitionId', s.pid,
+                                      'baseOffset', a.base_offset,
+                                      'createdAt', queen.log_iso_micros(v_now))
+           END ORDER BY s.ord)
+    INTO v_results
+    FROM seg s
+    LEFT JOIN dup d ON d.ord = s.ord
+    LEFT JOIN alloc a ON a.ord = s.ord;
+
+    IF jsonb_array_length(v_results) <> v_n OR v_results @> '[null]'::jsonb THEN
+        RAISE EXCEPTION 'log_push_multi_v1: a segment got no result';
+    END IF;
+    RETURN v_results;
+END
+$$;
+
+-- The bundle one segment at a time through log_push_one_v1, in ascending partition id: for
+-- bundles with two segments of one partition or a capped queue (log_push_multi_v1). Takes
+-- the capped queues' max-size locks after every partition lock, in queue-id order.
+CREATE OR REPLACE FUNCTION queen.log_push_multi_serial_v1(
+    p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
+    p_verified int8[], p_blobs bytea[], p_encrypted bool[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int := cardinality(p_queues);
+    v_results jsonb[];
+    v_seg record;
+BEGIN
     PERFORM queen.log_lock_partitions_v1(p_queues, p_partitions);
     PERFORM queen.log_lock_capped_v1(p_queues);
 
