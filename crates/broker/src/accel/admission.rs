@@ -39,9 +39,11 @@ pub struct Limits {
 impl Limits {
     /// Sized from the pool: the budget leaves an eighth of the pool (at most 16) to the
     /// connections taken without a permit (has-pending probes, the maintenance flag, the
-    /// admin routes); acks and pops may each hold three fifths of it, pushes a quarter of
-    /// the pool (at least 2), and no lane all of it.
-    pub fn for_pool(pool_size: usize) -> Self {
+    /// admin routes); acks and pops may each hold three fifths of it, pushes `push_cap`
+    /// (`QUEEN_ADMISSION_PUSH_CAP`), and no lane all of it. The push cap is not a share of
+    /// the pool: it is the number of push transactions PostgreSQL works on at once, and the
+    /// fewer they are the more each bundle carries (docs/engine.md §4.3).
+    pub fn for_pool(pool_size: usize, push_cap: usize) -> Self {
         let pool = pool_size.max(1);
         let budget = (pool - (pool / 8).min(16)).max(1);
         let most = if budget >= 2 { budget - 1 } else { budget };
@@ -51,7 +53,7 @@ impl Limits {
             caps: [
                 share(budget * 3 / 5),
                 share(budget * 3 / 5),
-                share((pool / 4).max(2)),
+                share(push_cap),
             ],
         }
     }
@@ -225,15 +227,15 @@ mod tests {
 
     #[test]
     fn sizing_leaves_every_lane_short_of_the_whole_budget() {
-        let l = Limits::for_pool(160);
+        let l = Limits::for_pool(160, 4);
         assert_eq!(l.budget, 144);
-        assert_eq!(l.caps, [86, 86, 40]);
-        let l = Limits::for_pool(2);
+        assert_eq!(l.caps, [86, 86, 4]);
+        let l = Limits::for_pool(2, 4);
         assert_eq!((l.budget, l.caps), (2, [1, 1, 1]));
-        let l = Limits::for_pool(1);
+        let l = Limits::for_pool(1, 4);
         assert_eq!((l.budget, l.caps), (1, [1, 1, 1]));
-        let l = Limits::for_pool(32);
-        assert_eq!((l.budget, l.caps), (28, [16, 16, 8]));
+        let l = Limits::for_pool(32, 400);
+        assert_eq!((l.budget, l.caps), (28, [16, 16, 27]));
     }
 
     #[test]

@@ -39,6 +39,14 @@ impl LogFormat {
     }
 }
 
+/// A count of at least one.
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("expected a whole number of at least 1, got {s:?}")),
+    }
+}
+
 /// A positive, finite number of days (fractions allowed).
 fn parse_days(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -97,6 +105,15 @@ pub struct Config {
     /// Pooled PostgreSQL connections (created lazily).
     #[arg(long, env = "DB_POOL_SIZE", default_value_t = 160)]
     pub db_pool_size: usize,
+    /// Push transactions a broker runs on PostgreSQL at once (the push lane of admission,
+    /// docs/engine.md §9). Pushes that find none free wait and join the next bundle, so a
+    /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
+    #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = parse_positive)]
+    pub admission_push_cap: usize,
+    /// Partitions one push bundle (one transaction, one commit) carries at most
+    /// (docs/engine.md §4.3).
+    #[arg(long, env = "QUEEN_V2_BUNDLE_MAX", default_value_t = 64, value_parser = parse_positive)]
+    pub bundle_max: usize,
     /// Data directory; the embedded cluster lives in `<dir>/pg`.
     #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
     pub data_dir: PathBuf,
@@ -366,7 +383,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} push_cap={} bundle_max={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              max_connections={} \
@@ -383,6 +400,8 @@ impl Config {
             self.port,
             db,
             self.db_pool_size,
+            self.admission_push_cap,
+            self.bundle_max,
             self.data_dir.display(),
             self.log_level,
             self.log_format.as_str(),

@@ -80,7 +80,7 @@ impl Engine {
             &wake,
         );
         wake.observe(Arc::new(hotlist.clone()) as Arc<dyn PeerObserver>);
-        let admission = Admission::new(admission::Limits::for_pool(cfg.db_pool_size));
+        let admission = Admission::new(admission::Limits::for_pool(cfg.db_pool_size, cfg.admission_push_cap));
         let counters = Arc::new(Counters::default());
         let encryption = Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref()));
         let effects = CommitEffects {
@@ -92,7 +92,10 @@ impl Engine {
         let segment_writer =
             SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
         let push_fusion = PushFusion::start(
-            FusionConfig::default(),
+            FusionConfig {
+                bundle_max: cfg.bundle_max,
+                ..FusionConfig::default()
+            },
             Arc::new(segment_writer),
             admission.clone(),
         );

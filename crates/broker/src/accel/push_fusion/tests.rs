@@ -89,7 +89,7 @@ async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
         shards: 1,
         ..FusionConfig::default()
     };
-    let admission = Admission::new(Limits::for_pool(32));
+    let admission = Admission::new(Limits::for_pool(32, 8));
     let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
     let f = fusion.clone();
     let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
