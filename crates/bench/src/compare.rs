@@ -128,7 +128,7 @@ pub async fn run_off(
 
 /// What a figure should be.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Goal {
+pub enum Goal {
     None,
     AtMost(f64),
     AtLeast(f64),
@@ -137,7 +137,7 @@ enum Goal {
 }
 
 impl Goal {
-    fn text(self) -> String {
+    pub fn text(self) -> String {
         match self {
             Goal::None => "-".into(),
             Goal::AtMost(x) => format!("<= {x}"),
@@ -146,7 +146,8 @@ impl Goal {
         }
     }
 
-    fn met(self, on: Option<f64>, off: Option<f64>) -> Option<bool> {
+    /// Whether `on` (with `off`, for a ratio goal) meets it; `None` without the figures.
+    pub fn met(self, on: Option<f64>, off: Option<f64>) -> Option<bool> {
         match self {
             Goal::None => None,
             Goal::AtMost(x) => on.map(|v| v <= x),
@@ -166,12 +167,12 @@ struct Line {
     notes: String,
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
 }
 
 /// Three significant digits, at most three decimals.
-fn num(v: f64) -> String {
+pub fn num(v: f64) -> String {
     let digits = if v == 0.0 {
         0
     } else {
@@ -180,7 +181,7 @@ fn num(v: f64) -> String {
     format!("{v:.digits$}")
 }
 
-fn cell_text(v: Option<f64>) -> String {
+pub fn cell_text(v: Option<f64>) -> String {
     v.map(num).unwrap_or_else(|| "-".into())
 }
 

@@ -4,6 +4,7 @@
 //! non-zero when any row failed delivery verification or a scenario could not run.
 
 mod compare;
+mod memwatch;
 mod meter;
 mod openloop;
 mod payload;
@@ -13,6 +14,7 @@ mod report;
 mod scenarios;
 mod sizes;
 mod target;
+mod targets;
 mod tracker;
 
 use std::collections::BTreeMap;
@@ -157,6 +159,8 @@ async fn run(cli: Cli) -> Result<bool> {
             Target::spawn(&bin, cli.keep_data, &broker_env).await?
         }
     };
+    // Idle RSS first, before the bench sends anything.
+    let watch = memwatch::Watch::start(target.broker_pid);
     let meter = Meter::new(&target).await?;
     let admin = target.connect(None).await?;
     let mut meta = run_meta(&admin, &profile, &meter, &target, &broker_env).await;
@@ -226,6 +230,7 @@ async fn run(cli: Cli) -> Result<bool> {
         }
     }
     let tables = table_stats(&ctx.admin).await;
+    let memory = watch.stop(&rows);
     ctx.target.shutdown();
     if cli.compare_accelerators {
         let bin = target::locate_queen(cli.queen_bin.clone())?;
@@ -250,6 +255,16 @@ async fn run(cli: Cli) -> Result<bool> {
     if !comparison.is_empty() {
         println!("{comparison}");
     }
+    let targets = scenarios
+        .contains(&Scenario::Push)
+        .then(|| targets::lines(&rows, &memory));
+    if let Some(lines) = &targets {
+        println!(
+            "targets of issue 12 ({:?} profile; the issue's figures are for the full one; printed, not asserted):",
+            ctx.profile.name
+        );
+        println!("{}", targets::table(lines));
+    }
     println!(
         "profile {:?}, {:.0}s; payload 1 KiB random (base64 JSON), dedup on, leased pops of 100 + /ack/batch, \
          synchronous_commit=on, load generator co-located; %ceil = msg/s ÷ the pgbench ceiling named in notes (default seg100k)",
@@ -261,6 +276,10 @@ async fn run(cli: Cli) -> Result<bool> {
         meta["accelerators_off_env"] = serde_json::json!(compare::off_env(&broker_env));
     }
     meta["tables_after"] = serde_json::json!(tables);
+    meta["broker_memory"] = serde_json::json!(memory);
+    if let Some(lines) = &targets {
+        meta["targets_issue12"] = serde_json::json!(lines);
+    }
     if !tables.is_empty() {
         let summary: Vec<String> = tables
             .iter()

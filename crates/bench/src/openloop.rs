@@ -2,14 +2,16 @@
 //! the system answers, latency is measured from each send's *scheduled* instant (so a stalled
 //! server shows up as latency instead of silently lowering the offered load — coordinated
 //! omission), and at most `inflight` requests are outstanding: a slot that comes due while the
-//! cap is full is shed and counted, never queued.
+//! cap is full is shed and counted, never queued. For a fixed amount of work (the first push
+//! into new partitions) `run_count` is the closed-loop variant: `count` requests, each started
+//! as soon as a slot frees.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// Latency histogram in microseconds, 3 significant digits, up to one hour.
@@ -38,11 +40,83 @@ pub struct LoadStats {
     pub elapsed: Duration,
 }
 
+/// What finished requests add up to, shared by the request tasks.
 struct Shared {
     ok: u64,
     errors: u64,
     first_error: Option<String>,
     hist: Histogram<u64>,
+}
+
+impl Shared {
+    fn new() -> Arc<Mutex<Self>> {
+        Arc::new(Mutex::new(Self {
+            ok: 0,
+            errors: 0,
+            first_error: None,
+            hist: new_histogram(),
+        }))
+    }
+}
+
+/// Spawns one request: its latency runs from `due`, and its permit is released when it ends.
+fn launch<Fut>(
+    fut: Fut,
+    due: Instant,
+    permit: OwnedSemaphorePermit,
+    shared: &Arc<Mutex<Shared>>,
+    tasks: &mut JoinSet<()>,
+) where
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    let shared = shared.clone();
+    tasks.spawn(async move {
+        let result = fut.await;
+        let latency = due.elapsed().as_micros().max(1) as u64;
+        drop(permit);
+        let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(()) => {
+                s.ok += 1;
+                let _ = s.hist.record(latency);
+            }
+            Err(e) => {
+                s.errors += 1;
+                s.first_error.get_or_insert(e);
+            }
+        }
+    });
+}
+
+/// Waits for every started request and sums them up.
+async fn finish(
+    mut tasks: JoinSet<()>,
+    shared: Arc<Mutex<Shared>>,
+    start: Instant,
+    scheduled: u64,
+    shed: u64,
+) -> LoadStats {
+    while tasks.join_next().await.is_some() {}
+    let elapsed = start.elapsed();
+    let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+    let s = std::mem::replace(
+        &mut *guard,
+        Shared {
+            ok: 0,
+            errors: 0,
+            first_error: None,
+            hist: new_histogram(),
+        },
+    );
+    LoadStats {
+        scheduled,
+        shed,
+        ok: s.ok,
+        errors: s.errors,
+        first_error: s.first_error,
+        latency_us: s.hist,
+        elapsed,
+    }
 }
 
 /// Runs `send(slot, scheduled_instant)` on the schedule and waits for every started request.
@@ -53,47 +127,23 @@ where
     Fut: Future<Output = Result<(), String>> + Send + 'static,
 {
     let permits = Arc::new(Semaphore::new(schedule.inflight.max(1)));
-    let shared = Arc::new(Mutex::new(Shared {
-        ok: 0,
-        errors: 0,
-        first_error: None,
-        hist: new_histogram(),
-    }));
+    let shared = Shared::new();
     let mut tasks = JoinSet::new();
     let start = Instant::now();
     let end = start + schedule.duration;
     let mut slot: u64 = 0;
     let mut shed: u64 = 0;
-    let mut launch = |slot: u64, due: Instant, permit, tasks: &mut JoinSet<()>| {
-        let fut = send(slot, due);
-        let shared = shared.clone();
-        tasks.spawn(async move {
-            let result = fut.await;
-            let latency = due.elapsed().as_micros().max(1) as u64;
-            drop(permit);
-            let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
-            match result {
-                Ok(()) => {
-                    s.ok += 1;
-                    let _ = s.hist.record(latency);
-                }
-                Err(e) => {
-                    s.errors += 1;
-                    s.first_error.get_or_insert(e);
-                }
-            }
-        });
-    };
     match schedule.rate {
         None => loop {
             let permit = tokio::select! {
                 p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
                 _ = tokio::time::sleep_until(end.into()) => break,
             };
-            if Instant::now() >= end {
+            let now = Instant::now();
+            if now >= end {
                 break;
             }
-            launch(slot, Instant::now(), permit, &mut tasks);
+            launch(send(slot, now), now, permit, &shared, &mut tasks);
             slot += 1;
             while tasks.try_join_next().is_some() {}
         },
@@ -108,7 +158,7 @@ where
                     tokio::time::sleep_until(due.into()).await;
                 }
                 match permits.clone().try_acquire_owned() {
-                    Ok(permit) => launch(slot, due, permit, &mut tasks),
+                    Ok(permit) => launch(send(slot, due), due, permit, &shared, &mut tasks),
                     Err(_) => shed += 1,
                 }
                 slot += 1;
@@ -116,27 +166,31 @@ where
             }
         }
     }
-    while tasks.join_next().await.is_some() {}
-    let elapsed = start.elapsed();
-    let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
-    let s = std::mem::replace(
-        &mut *guard,
-        Shared {
-            ok: 0,
-            errors: 0,
-            first_error: None,
-            hist: new_histogram(),
-        },
-    );
-    LoadStats {
-        scheduled: slot,
-        shed,
-        ok: s.ok,
-        errors: s.errors,
-        first_error: s.first_error,
-        latency_us: s.hist,
-        elapsed,
+    finish(tasks, shared, start, slot, shed).await
+}
+
+/// Closed loop over a fixed amount of work: `send(0..count)`, each started as soon as one of
+/// `inflight` slots frees (latency from that start), none shed.
+pub async fn run_count<F, Fut>(count: u64, inflight: usize, mut send: F) -> LoadStats
+where
+    F: FnMut(u64, Instant) -> Fut,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(inflight.max(1)));
+    let shared = Shared::new();
+    let mut tasks = JoinSet::new();
+    let start = Instant::now();
+    for slot in 0..count {
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        let now = Instant::now();
+        launch(send(slot, now), now, permit, &shared, &mut tasks);
+        while tasks.try_join_next().is_some() {}
     }
+    finish(tasks, shared, start, count, 0).await
 }
 
 #[cfg(test)]
@@ -181,5 +235,33 @@ mod tests {
         assert_eq!(stats.ok, 5);
         assert_eq!(stats.latency_us.len(), 5);
         assert_eq!(stats.first_error.as_deref(), Some("slot 0"));
+    }
+
+    #[tokio::test]
+    async fn a_fixed_count_runs_every_request_within_the_cap() {
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stats = run_count(20, 3, |slot, _| {
+            let (running, most) = (running.clone(), most.clone());
+            async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let now = running.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                running.fetch_sub(1, SeqCst);
+                if slot == 7 {
+                    Err("slot 7".into())
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            (stats.scheduled, stats.ok, stats.errors, stats.shed),
+            (20, 19, 1, 0)
+        );
+        assert_eq!(stats.latency_us.len(), 19);
+        assert!(most.load(std::sync::atomic::Ordering::SeqCst) <= 3);
     }
 }

@@ -64,12 +64,24 @@ pub fn cluster_cpu_seconds(postmaster: u32) -> Option<f64> {
     Some(ticks as f64 / ticks_per_second())
 }
 
-/// Peak resident set size (`VmHWM`) of `pid` in bytes.
-pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+/// A `kB` field of `/proc/<pid>/status` (e.g. `VmHWM`) in bytes.
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Peak resident set size (`VmHWM`) of `pid` in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmHWM")
+}
+
+/// Current resident set size (`VmRSS`) of `pid` in bytes.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS")
 }
 
 /// Resets `VmHWM` to the current RSS (writing 5 to `clear_refs`, Linux ≥ 4.0), so each result
@@ -128,6 +140,7 @@ mod tests {
         let me = std::process::id();
         assert!(cpu_seconds(me).is_some());
         assert!(peak_rss_bytes(me).unwrap() > 0);
+        assert!(rss_bytes(me).unwrap() > 0);
         assert!(cluster_cpu_seconds(me).is_some());
         assert!(cpu_seconds(u32::MAX).is_none());
         assert!(machine_busy_seconds().unwrap() >= self_cpu_seconds().unwrap());

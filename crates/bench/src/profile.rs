@@ -26,6 +26,9 @@ pub struct Profile {
     /// `push_measure` each (throughput, then latency at 80 % of it).
     pub push_warmup: Duration,
     pub push_measure: Duration,
+    /// Partitions of the wide queue of the spread cells (`scenarios/spread.rs`), all created
+    /// by the first-push cell.
+    pub spread_partitions: u32,
     pub e2e_warmup: Duration,
     pub e2e_measure: Duration,
     /// Extra attempts of an e2e cell searching for the highest rate with a stable backlog.
@@ -57,6 +60,7 @@ impl Profile {
                 groups: vec![1, 2],
                 push_warmup: ms(500),
                 push_measure: ms(1000),
+                spread_partitions: 1_000,
                 e2e_warmup: ms(500),
                 e2e_measure: ms(1500),
                 e2e_retries: 0,
@@ -77,6 +81,7 @@ impl Profile {
                 groups: vec![1, 5],
                 push_warmup: s(1),
                 push_measure: ms(1500),
+                spread_partitions: 10_000,
                 e2e_warmup: s(1),
                 e2e_measure: s(2),
                 e2e_retries: 1,
@@ -105,6 +110,7 @@ impl Profile {
                 groups: vec![1, 5],
                 push_warmup: s(5),
                 push_measure: s(15),
+                spread_partitions: 10_000,
                 e2e_warmup: s(5),
                 e2e_measure: s(20),
                 e2e_retries: 3,

@@ -10,6 +10,7 @@ pub mod pgpool;
 pub mod push;
 pub mod search;
 pub mod soak;
+pub mod spread;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -98,6 +99,19 @@ impl Ctx {
         self.admin
             .query_one(
                 "SELECT coalesce(sum(p.last_offset + 1), 0)::bigint FROM queen.log_partitions p \
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1",
+                &[&queue],
+            )
+            .await
+            .ok()
+            .map(|r| r.get(0))
+    }
+
+    /// Partitions that exist in `queue`, if the target's schema is ours.
+    pub async fn partitions_of(&self, queue: &str) -> Option<i64> {
+        self.admin
+            .query_one(
+                "SELECT count(*) FROM queen.log_partitions p \
                  JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1",
                 &[&queue],
             )

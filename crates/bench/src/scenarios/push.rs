@@ -4,7 +4,7 @@
 //! and resource use, and an open-loop phase at 80 % of that rate measures latency from the
 //! scheduled instant (at 100 % any jitter queues without bound, so latency there says nothing
 //! but "saturated"). Verified by comparing the messages the broker stored with the pushes it
-//! acknowledged as `queued`.
+//! acknowledged as `queued`. The cells with many partitions per request follow (`spread.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use queen_client::{PushItem, QueueRef};
+use queen_client::{PushItem, PushResult, QueueRef};
 
 use super::Ctx;
 use crate::meter::Usage;
@@ -20,8 +20,9 @@ use crate::openloop::{self, LoadStats, Schedule};
 use crate::report::{Latency, Row};
 use crate::tracker::Verification;
 
+/// Item statuses of a cell's acknowledged pushes.
 #[derive(Default)]
-struct Outcome {
+pub struct Outcome {
     queued: AtomicU64,
     duplicate: AtomicU64,
     failed: AtomicU64,
@@ -42,6 +43,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
             rows.push(row);
         }
     }
+    rows.extend(super::spread::run(ctx).await?);
     Ok(rows)
 }
 
@@ -67,8 +69,13 @@ async fn push(
     } else {
         queue.push(&items).await
     };
-    let results = results.map_err(|e| e.to_string())?;
-    for r in &results {
+    tally(&results.map_err(|e| e.to_string())?, &outcome)
+}
+
+/// Counts the statuses of one push answer into `outcome`; an error names the first item that
+/// was not queued.
+pub fn tally(results: &[PushResult], outcome: &Outcome) -> Result<(), String> {
+    for r in results {
         let counter = match r.status.as_str() {
             "queued" => &outcome.queued,
             "duplicate" => &outcome.duplicate,
@@ -199,19 +206,20 @@ async fn cell(ctx: &Ctx, batch: u32, partitions: u32) -> Result<Row> {
     let row = row.with_usage(usage);
     Ok(with_ceiling(
         ctx,
-        verify(ctx, &name, &outcome, row).await,
+        verify(ctx, &name, &outcome, row, 0).await,
         batch,
     ))
 }
 
-/// Stored messages must equal acknowledged pushes, with no duplicate or failed item.
-async fn verify(ctx: &Ctx, queue: &str, outcome: &Outcome, mut row: Row) -> Row {
+/// Messages stored since the cell began (`before` were stored already) must equal acknowledged
+/// pushes, with no duplicate or failed item.
+pub async fn verify(ctx: &Ctx, queue: &str, outcome: &Outcome, mut row: Row, before: u64) -> Row {
     let queued = outcome.queued.load(Ordering::Relaxed);
     let duplicate = outcome.duplicate.load(Ordering::Relaxed);
     let failed = outcome.failed.load(Ordering::Relaxed);
     match ctx.stored_messages(queue).await {
         Some(stored) => {
-            let stored = stored.max(0) as u64;
+            let stored = (stored.max(0) as u64).saturating_sub(before);
             row.verification = Some(Verification {
                 expected: queued,
                 delivered_unique: vec![stored],
@@ -234,7 +242,7 @@ async fn verify(ctx: &Ctx, queue: &str, outcome: &Outcome, mut row: Row) -> Row 
 
 /// Push efficiency: against the segment ceiling (our storage shape), plus the row-shaped
 /// ceiling of the same batch size for comparison with row-based peers.
-fn with_ceiling(ctx: &Ctx, mut row: Row, batch: u32) -> Row {
+pub fn with_ceiling(ctx: &Ctx, mut row: Row, batch: u32) -> Row {
     if let Some(seg) = ctx.ceilings.get("seg100k") {
         row.ceiling_fraction = Some(row.msgs_per_s / seg);
         row.ceiling_name = Some("seg100k".into());
