@@ -101,6 +101,7 @@ BEGIN
     ORDER BY partition_id, consumer_group
     FOR UPDATE;
 
+    DELETE FROM queen.log_segments WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.log_txns WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.log_dlq WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.message_traces WHERE partition_id = ANY (v_pids);

@@ -264,6 +264,9 @@ BEGIN
     WHERE c.partition_id = ANY (v_pids)
     ORDER BY c.partition_id, c.consumer_group
     FOR UPDATE;
+    -- Segments too (no foreign key cascades them, migrations/0006): none is expected, the
+    -- partition was chosen empty, but a partition row never outlives its rows.
+    DELETE FROM queen.log_segments WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.log_txns WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.message_traces WHERE partition_id = ANY (v_pids);
     DELETE FROM queen.log_partitions WHERE id = ANY (v_pids);

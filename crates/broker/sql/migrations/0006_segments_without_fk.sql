@@ -1,0 +1,11 @@
+-- 0006_segments_without_fk: log_segments loses its foreign key to log_partitions, like
+-- log_txns never had one. Applied once; idempotent all the same.
+--
+-- The key's check cost a row lock and an SPI lookup per inserted segment — about 40 % of
+-- PostgreSQL's work per segment of a bundled push (docs/engine.md §4.4), and the push had
+-- already locked that very partition row FOR NO KEY UPDATE. Every writer of a segment holds
+-- its partition row's lock (push.sql), so no segment can be written for a partition that is
+-- gone; the two deleters of partitions (queue delete in queues.sql, partition cleanup in
+-- retention.sql) delete the partition's segments themselves, as they already did its
+-- sidecar rows.
+ALTER TABLE queen.log_segments DROP CONSTRAINT IF EXISTS log_segments_partition_id_fkey;
