@@ -154,8 +154,10 @@ pub struct Config {
     /// Statement timeout of broker SQL calls, in ms.
     #[arg(long, env = "QUEEN_STMT_TIMEOUT_MS", default_value_t = 30_000)]
     pub stmt_timeout_ms: u64,
-    /// zstd level of segment blobs.
-    #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
+    /// zstd level of segment blobs. 1, not upstream's 3: the same ratio on JSON and on
+    /// base64 payloads at half the CPU (docs/engine.md §3.2), and zstd was the broker's
+    /// largest cost in batched pushes.
+    #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 1)]
     pub zstd_level: i32,
     /// Long-poll deadline (ms) when a pop sends no timeout.
     #[arg(long, env = "DEFAULT_TIMEOUT", default_value_t = 30_000)]

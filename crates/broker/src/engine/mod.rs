@@ -80,7 +80,10 @@ impl Engine {
             &wake,
         );
         wake.observe(Arc::new(hotlist.clone()) as Arc<dyn PeerObserver>);
-        let admission = Admission::new(admission::Limits::for_pool(cfg.db_pool_size, cfg.admission_push_cap));
+        let admission = Admission::new(admission::Limits::for_pool(
+            cfg.db_pool_size,
+            cfg.admission_push_cap,
+        ));
         let counters = Arc::new(Counters::default());
         let encryption = Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref()));
         let effects = CommitEffects {

@@ -115,7 +115,8 @@ impl SegmentWriter {
         lanes: &[LaneFlush],
         settled: &mut [Vec<Option<FrameOutcome>>],
     ) -> Result<()> {
-        let conn = self.store.conn().await?;
+        // Taken after the first round's segments are built: compressing holds no connection.
+        let mut conn = None;
         let mut pending: Vec<Vec<usize>> = lanes
             .iter()
             .map(|l| (0..l.frames.len()).collect())
@@ -142,6 +143,10 @@ impl SegmentWriter {
             }
             let sealed: Vec<bool> = round.iter().map(|&l| must_seal[l]).collect();
             let built = self.build(lanes, &pending, &round, &sealed).await?;
+            let conn = match &mut conn {
+                Some(conn) => conn,
+                None => conn.insert(self.store.conn().await?),
+            };
             let mut writes: Vec<SegmentWrite<'_>> = round
                 .iter()
                 .zip(&built)
@@ -156,11 +161,11 @@ impl SegmentWriter {
                     encrypted,
                 })
                 .collect();
-            let verified = verified_offsets(&self.effects.dedup, &conn, &writes).await;
+            let verified = verified_offsets(&self.effects.dedup, &*conn, &writes).await;
             for (write, verified) in writes.iter_mut().zip(verified) {
                 write.verified = verified;
             }
-            let results = push_multi(&conn, &writes).await?;
+            let results = push_multi(&*conn, &writes).await?;
             // Committed: from here on nothing may fail the round's frames.
             self.effects.committed(&writes, &results);
             self.summary.record(&built);
@@ -175,7 +180,7 @@ impl SegmentWriter {
                         lane.queued(frames, base_offset);
                     }
                     SegmentResult::Duplicate { partition_id, dups } => {
-                        lane.duplicates(&conn, &mut originals, partition_id, &dups)
+                        lane.duplicates(&*conn, &mut originals, partition_id, &dups)
                             .await;
                     }
                     // The next round seals them (or, without a key, refuses them).
