@@ -122,3 +122,37 @@ async fn a_tiny_budget_evicts_and_holds_at_most_its_bytes() {
         (1 << 20) as f64
     );
 }
+
+#[tokio::test]
+async fn a_partition_larger_than_the_budget_is_read_no_further_and_probed_in_sql() {
+    let b = common::broker_with(|cfg| cfg.dedup_cache_mb = 1).await;
+    // Written by another broker: 70 k in-window hashes, more than a 1 MiB read may hold
+    // (65 536 of 16 bytes).
+    let writer = b.sibling(|cfg| cfg.dedup_cache = false).await;
+    for chunk in 0..7 {
+        push(
+            &writer,
+            "dm.big",
+            "p",
+            &common::txns(&format!("x{chunk}"), 10_000),
+        )
+        .await;
+    }
+    let items = json!({ "items": [
+        { "queue": "dm.big", "partition": "p", "transactionId": "x3-7", "payload": {} },
+        { "queue": "dm.big", "partition": "p", "transactionId": "fresh", "payload": {} },
+    ]});
+    let (status, answers) = b.post("/api/v1/push", &items).await;
+    assert_eq!(status, StatusCode::CREATED, "{answers}");
+    assert_eq!(answers[0]["status"], "duplicate", "{answers}");
+    assert_eq!(answers[1]["status"], "queued", "{answers}");
+    let m = cache_json(&b).await;
+    assert_eq!(n(&m, "suppressions"), 1, "{m}");
+    assert_eq!((n(&m, "partitions"), n(&m, "bytes")), (0, 0), "{m}");
+    assert!(n(&m, "fullProbePushes") >= 1, "{m}");
+    assert_eq!(
+        n(&m, "vouchedPushes"),
+        0,
+        "a suppressed partition never vouches: {m}"
+    );
+}
