@@ -3,6 +3,7 @@
 //! accelerators that may be stale only in excess.
 
 pub mod accel;
+pub mod allocator;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -2,7 +2,8 @@
 //! served at once (further connections wait in the kernel's listen backlog, unaccepted, until
 //! one closes); a request head complete within `header_read_timeout_ms` of its first byte;
 //! and no more than `idle_timeout_ms` with no request in progress and none begun. A slow
-//! client thus holds a connection only for the configured times. The body read timeout lives
+//! client thus holds a connection only for the configured times, and any connection at most
+//! `http_read_buffer_bytes` of read buffer (the largest request head it can send). The body read timeout lives
 //! where bodies are read (`http::extract::RawBody`).
 //!
 //! Both clocks are kept here rather than by hyper, whose head timer starts as soon as a
@@ -38,6 +39,7 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 struct Limits {
     header_read: Duration,
     idle: Duration,
+    read_buffer: usize,
 }
 
 /// Serves `app` on `listener` until `stop` resolves, then drains.
@@ -52,6 +54,7 @@ pub async fn serve(
     let limits = Limits {
         header_read: Duration::from_millis(cfg.header_read_timeout_ms),
         idle: Duration::from_millis(cfg.idle_timeout_ms),
+        read_buffer: cfg.http_read_buffer_bytes,
     };
     let (closing, closing_rx) = watch::channel(false);
     tokio::pin!(stop);
@@ -108,7 +111,12 @@ async fn serve_connection(
         inner: stream,
         activity: activity.clone(),
     };
-    let conn = http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    // hyper's read buffer keeps the capacity of the largest read a connection ever made (up to
+    // ~400 KiB by default) for as long as it stays open: capped, bodies just arrive in more
+    // reads, and a keep-alive connection costs at most this much between requests.
+    let conn = http1::Builder::new()
+        .max_buf_size(limits.read_buffer)
+        .serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut shutting = false;
     loop {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use queen_broker::config::{Config, PeerWake};
-use queen_broker::{logging, server};
+use queen_broker::{allocator, logging, server};
 use queen_embedded_pg::{self as embedded_pg, EmbeddedOptions};
 
 #[derive(Parser)]
@@ -64,7 +64,9 @@ fn main() -> ExitCode {
 }
 
 fn run_broker(cfg: Config) -> anyhow::Result<()> {
+    let fixed = allocator::fix_mmap_threshold(cfg.malloc_mmap_threshold_kb);
     logging::init(cfg.log_format, &cfg.log_level);
+    tracing::info!(fixed, "malloc mmap threshold");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -120,6 +120,33 @@ pub const ACCEL_MISSES: Metric = metric(
     "Work an accelerator could not save, by accelerator: dedup_cache (a push that probed the \
      whole dedup window), pop_hints (hints that delivered nothing; the full scan ran).",
 );
+pub const DEDUP_CACHE_BYTES: Metric = metric(
+    "queen_dedup_cache_bytes",
+    Kind::Gauge,
+    "Heap bytes the dedup cache holds, as charged to its budget.",
+);
+pub const DEDUP_CACHE_BUDGET: Metric = metric(
+    "queen_dedup_cache_budget_bytes",
+    Kind::Gauge,
+    "The dedup cache's budget (QUEEN_DEDUP_CACHE_MB) in bytes.",
+);
+pub const DEDUP_CACHE_PARTITIONS: Metric = metric(
+    "queen_dedup_cache_partitions",
+    Kind::Gauge,
+    "Partitions the dedup cache holds (its entries).",
+);
+pub const DEDUP_CACHE_HASHES: Metric = metric(
+    "queen_dedup_cache_hashes",
+    Kind::Gauge,
+    "transactionId hashes the dedup cache holds.",
+);
+pub const DEDUP_CACHE_EVENTS: Metric = metric(
+    "queen_dedup_cache_events_total",
+    Kind::Counter,
+    "What the dedup cache did, by event: hydration, catch_up, eviction (a partition dropped \
+     for the budget), suppression (a partition too large to cache, left to SQL for a while), \
+     fetch_error, invalidation, duplicate_hint (an incoming hash found cached).",
+);
 pub const DATABASE_UP: Metric = metric(
     "queen_database_up",
     Kind::Gauge,
@@ -171,6 +198,11 @@ const ALL: &[&Metric] = &[
     &POOL_WAITING,
     &ACCEL_HITS,
     &ACCEL_MISSES,
+    &DEDUP_CACHE_BYTES,
+    &DEDUP_CACHE_BUDGET,
+    &DEDUP_CACHE_PARTITIONS,
+    &DEDUP_CACHE_HASHES,
+    &DEDUP_CACHE_EVENTS,
     &DATABASE_UP,
     &PENDING,
     &DEAD_LETTERS,

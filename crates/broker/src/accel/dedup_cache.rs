@@ -22,10 +22,15 @@
 //! while this metadata was still trusted.
 //!
 //! Memory: a global byte budget (`QUEEN_DEDUP_CACHE_MB`) with least-recently-used eviction of
-//! partitions; a partition that cannot fit even alone, or whose read failed, is "suppressed"
-//! (not hydrated, pushes send -1) for [`SUPPRESS_FOR`].
+//! partitions, charged with what the cache really holds on the heap: 16 bytes per hash, every
+//! allocation as the allocator sizes it, and each partition's slots in the map and the LRU
+//! order with its key's names. A read asks for at most [`Limits::read_hashes`] hashes (the
+//! budget's worth), so hydrating cannot itself hold more than that in flight. A partition that cannot fit even alone, whose read would exceed that
+//! limit, or whose read failed, is "suppressed" (not hydrated, pushes send -1) for
+//! [`SUPPRESS_FOR`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -35,6 +40,10 @@ pub use queen_proto::sidecar::{HashRow, Hydration};
 mod entry;
 mod ring;
 use entry::{DbClock, Entry, Verdict};
+use ring::heap_bytes;
+
+/// Bytes of one hash in the sidecar rows a read answers.
+const SIDECAR_HASH_BYTES: usize = 16;
 
 /// How long partition metadata is trusted without a refresh.
 pub const META_TTL: Duration = Duration::from_secs(30);
@@ -59,6 +68,13 @@ impl Limits {
             meta_ttl: META_TTL,
             suppress_for: SUPPRESS_FOR,
         }
+    }
+
+    /// Most hashes one read (all the partitions of one write together) may answer: the
+    /// budget in sidecar bytes (16 per hash). A read is kept whole until it is installed, so
+    /// this bounds what a hydration holds beside the cache; more could not be cached anyway.
+    pub fn read_hashes(&self) -> i64 {
+        i64::try_from(self.budget_bytes / SIDECAR_HASH_BYTES).unwrap_or(i64::MAX)
     }
 }
 
@@ -110,6 +126,16 @@ fn key(queue: &str, partition: &str) -> Key {
 }
 
 type Shared = Arc<Mutex<Entry>>;
+
+/// Heap bytes a cached partition costs besides its entry: its slot in the map (hashbrown keeps
+/// at most 7/8 of its buckets full, plus one control byte each), its place in the LRU order
+/// (B-tree nodes are about two-thirds full on average), and both copies of its key's names
+/// (the map's and the LRU order's).
+fn slot_bytes(key: &Key) -> usize {
+    let map = (size_of::<(Key, Slot)>() + 1) * 8 / 7;
+    let lru = size_of::<(u64, Key)>() * 3 / 2;
+    map + lru + 2 * (heap_bytes(key.0.len()) + heap_bytes(key.1.len()))
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -289,6 +315,21 @@ impl DedupCache {
         st.suppress(key, &self.limits, Instant::now());
     }
 
+    /// A read asked for by [`plan`](Self::plan) found more rows than [`Limits::read_hashes`]:
+    /// the partition is suppressed like one that cannot fit the budget.
+    pub fn too_large(&self, queue: &str, partition: &str) {
+        bump(&self.stats.suppressions);
+        let key = key(queue, partition);
+        let mut st = lock(&self.state);
+        st.remove(&key);
+        st.suppress(key, &self.limits, Instant::now());
+    }
+
+    /// Most hashes a read for this cache may answer (see [`Limits::read_hashes`]).
+    pub fn read_hashes(&self) -> i64 {
+        self.limits.read_hashes()
+    }
+
     /// Reports a committed segment of `hashes` at `base` (any writer of this broker): it
     /// extends the entry when it starts right after `verified_upto`; a later start means some
     /// writer interleaved, so the entry is behind until caught up.
@@ -427,7 +468,7 @@ impl State {
         self.remove(&key);
         self.next_epoch += 1;
         entry.epoch = self.next_epoch;
-        let (bytes, hashes) = (entry.size(key.0.len() + key.1.len()), entry.hash_count());
+        let (bytes, hashes) = (entry.size() + slot_bytes(&key), entry.hash_count());
         let slot = Slot {
             entry: Arc::new(Mutex::new(entry)),
             bytes: 0,
@@ -458,7 +499,7 @@ impl State {
         {
             return; // evicted or replaced meanwhile
         }
-        let bytes = entry.size(key.0.len() + key.1.len());
+        let bytes = entry.size() + slot_bytes(key);
         self.resize(key, bytes, entry.hash_count());
         self.fit(key, limits, stats, now);
     }

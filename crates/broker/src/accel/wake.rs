@@ -34,6 +34,10 @@ use uuid::Uuid;
 const TICK: Duration = Duration::from_millis(5);
 /// Pushed-partition hints kept per gate, and per queue in one peer tick: the newest ones.
 pub const HINT_MAILBOX: usize = 64;
+/// Tick batches queued for the peer connection (a second's worth of ticks). While it is down
+/// or slower than the ticks, further batches are dropped and the next one that fits tells
+/// the peers to wake everything instead, so a long outage costs no memory.
+pub const PEER_BACKLOG: usize = 200;
 
 /// The channel to the other brokers of the database (cross-broker wake).
 pub trait PeerLink: Send + Sync + 'static {
@@ -153,11 +157,13 @@ fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
 struct PeerBatch {
     queues: HashMap<String, VecDeque<String>>,
     released: BTreeSet<(String, String, String)>,
+    /// Earlier batches were dropped: the peers must treat everything as dirty.
+    everything: bool,
 }
 
 impl PeerBatch {
     fn is_empty(&self) -> bool {
-        self.queues.is_empty() && self.released.is_empty()
+        self.queues.is_empty() && self.released.is_empty() && !self.everything
     }
 }
 
@@ -168,8 +174,10 @@ struct Shared {
     /// Wakes the ticker when the first queue is marked.
     tick: Notify,
     /// Marked queues bound for the peer connection (present only with peer wake).
-    peer_out: Option<mpsc::UnboundedSender<PeerBatch>>,
-    peer_in: Mutex<Option<mpsc::UnboundedReceiver<PeerBatch>>>,
+    peer_out: Option<mpsc::Sender<PeerBatch>>,
+    peer_in: Mutex<Option<mpsc::Receiver<PeerBatch>>>,
+    /// A batch was dropped because [`PEER_BACKLOG`] were queued.
+    peer_lost: AtomicBool,
     /// Told what peers' notifications name (set once, by the engine).
     observer: OnceLock<Arc<dyn PeerObserver>>,
 }
@@ -191,7 +199,7 @@ impl WakeGates {
     pub fn new(broker_id: Uuid, peer: Option<Arc<dyn PeerLink>>) -> Self {
         let (tx, rx) = match peer {
             Some(_) => {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(PEER_BACKLOG);
                 (Some(tx), Some(rx))
             }
             None => (None, None),
@@ -204,6 +212,7 @@ impl WakeGates {
                 tick: Notify::new(),
                 peer_out: tx,
                 peer_in: Mutex::new(rx),
+                peer_lost: AtomicBool::new(false),
                 observer: OnceLock::new(),
             }),
             broker_id,
@@ -382,9 +391,18 @@ impl Shared {
             self.any.notify.notify_waiters();
         }
         if let (Some(tx), false) = (&self.peer_out, marked.peer.is_empty()) {
-            let _ = tx.send(marked.peer);
+            self.send_peer(tx, marked.peer);
         }
         true
+    }
+
+    /// Queues `batch` for the peer connection, or drops it when [`PEER_BACKLOG`] batches are
+    /// waiting already; then the next batch that fits asks the peers to wake everything.
+    fn send_peer(&self, tx: &mpsc::Sender<PeerBatch>, mut batch: PeerBatch) {
+        batch.everything |= self.peer_lost.swap(false, Ordering::AcqRel);
+        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(batch) {
+            self.peer_lost.store(true, Ordering::Release);
+        }
     }
 
     fn open<'a>(&self, queues: impl Iterator<Item = &'a str>) {
@@ -463,7 +481,7 @@ async fn run_peer(
     shared: Weak<Shared>,
     link: Arc<dyn PeerLink>,
     me: Uuid,
-    mut out: mpsc::UnboundedReceiver<PeerBatch>,
+    mut out: mpsc::Receiver<PeerBatch>,
 ) {
     let mut retry = Duration::from_millis(100);
     loop {
@@ -496,7 +514,7 @@ async fn serve_peer(
     shared: &Weak<Shared>,
     session: &mut PeerConnection,
     me: Uuid,
-    out: &mut mpsc::UnboundedReceiver<PeerBatch>,
+    out: &mut mpsc::Receiver<PeerBatch>,
 ) -> std::ops::ControlFlow<()> {
     use std::ops::ControlFlow::{Break, Continue};
     loop {

@@ -144,6 +144,11 @@ pub struct Config {
     /// it. A long-poll in progress is a request in progress.
     #[arg(long, env = "QUEEN_IDLE_TIMEOUT_MS", default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
+    /// Bytes of read buffer an HTTP connection may hold: the largest request head accepted,
+    /// and what an open connection keeps between requests (bodies are read in pieces of at
+    /// most this size). hyper's own default is about 400 KiB.
+    #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
+    pub http_read_buffer_bytes: usize,
     /// Most client connections served at once; further connections wait in the listen
     /// backlog until one closes.
     #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -205,9 +210,11 @@ pub struct Config {
     /// PostgreSQL probes only the tail of the dedup window. Off: every push probes the window.
     #[arg(long, env = "QUEEN_DEDUP_CACHE", default_value = "true", value_parser = parse_bool)]
     pub dedup_cache: bool,
-    /// Memory budget of the dedup cache in MiB (about 16 × msg/s × window_s / 10⁶); least
-    /// recently used partitions are evicted beyond it.
-    #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 512)]
+    /// Memory budget of the dedup cache in MiB, charged with its real heap use (about 16 bytes
+    /// per in-window transactionId: 16 × msg/s × window_s / 2²⁰ MiB for a partition); least
+    /// recently used partitions are evicted beyond it, and a partition too large for it is
+    /// never hydrated (its pushes probe the whole window in SQL, as with the cache off).
+    #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 16)]
     pub dedup_cache_mb: usize,
     /// Milliseconds between two runs of the retention loop (docs/engine.md §10.3): rules 1 and
     /// 2, the hash-sidecar purge, max-wait eviction and partition cleanup. One broker of a
@@ -258,6 +265,12 @@ pub struct Config {
     /// Shard tasks of ack fusion (one flush in flight per shard).
     #[arg(long, env = "QUEEN_ACK_FUSION_SHARDS", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub ack_fusion_shards: u64,
+    /// glibc's mmap threshold in KiB, fixed at boot: allocations this large are mapped and
+    /// unmapped on their own instead of coming from the heap, so buffers freed after a burst
+    /// leave the broker's RSS (glibc otherwise raises the threshold as large blocks are freed,
+    /// up to 32 MiB). 0 keeps glibc's dynamic default; `MALLOC_MMAP_THRESHOLD_` overrides.
+    #[arg(long, env = "QUEEN_MALLOC_MMAP_THRESHOLD_KB", default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=32 * 1024))]
+    pub malloc_mmap_threshold_kb: usize,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -388,14 +401,14 @@ impl Config {
             "listen={}:{} database={} pool={} push_cap={} bundle_max={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
-             max_connections={} \
+             http_read_buffer_bytes={} max_connections={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
              pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
              hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
              dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
-             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d dev_unsafe={} \
+             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
              spool_events_per_file={} spool_max_bytes={} {}",
             self.host,
@@ -412,6 +425,7 @@ impl Config {
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
             self.idle_timeout_ms,
+            self.http_read_buffer_bytes,
             self.max_connections,
             self.apply_schema,
             self.stmt_timeout_ms,
@@ -443,6 +457,7 @@ impl Config {
             self.sidecar_purge_floor_s,
             self.partition_cleanup_enabled,
             self.partition_cleanup_days,
+            self.malloc_mmap_threshold_kb,
             self.dev_unsafe,
             if self.encryption_key.is_some() {
                 "set"

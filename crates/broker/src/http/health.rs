@@ -151,12 +151,19 @@ fn render_dedup(d: &DedupSnapshot) -> Value {
         "fetchErrors": d.fetch_errors,
         "vouchedPushes": d.vouched_pushes,
         "fullProbePushes": d.full_probe_pushes,
+        "hitRate": hit_rate(d.vouched_pushes, d.full_probe_pushes),
         "hits": d.hits,
         "extensions": d.extensions,
         "invalidations": d.invalidations,
         "evictions": d.evictions,
         "suppressions": d.suppressions,
     })
+}
+
+/// Share of pushes that vouched (`None` before the first push).
+fn hit_rate(vouched: u64, full_probes: u64) -> Option<f64> {
+    let all = vouched + full_probes;
+    (all > 0).then(|| vouched as f64 / all as f64)
 }
 
 fn render_retention(r: &RetentionSnapshot) -> Value {

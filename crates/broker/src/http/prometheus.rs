@@ -14,7 +14,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use crate::engine::{resources, Engine};
+use crate::engine::{resources, DedupSnapshot, Engine};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::telemetry::{self as t, Scrape};
 
@@ -73,6 +73,7 @@ fn read_broker(st: &Engine, s: &Scrape) {
     s.gauge(&t::POOL_MAX, &[], pool.max_size as f64);
     s.gauge(&t::POOL_WAITING, &[], pool.waiting as f64);
     let dedup = st.dedup_cache.metrics();
+    read_dedup(&dedup, s);
     let hints = &st.pop.stats;
     for (accelerator, hits, misses) in [
         ("dedup_cache", dedup.vouched_pushes, dedup.full_probe_pushes),
@@ -84,6 +85,25 @@ fn read_broker(st: &Engine, s: &Scrape) {
     ] {
         s.counter(&t::ACCEL_HITS, &[("accelerator", accelerator)], hits);
         s.counter(&t::ACCEL_MISSES, &[("accelerator", accelerator)], misses);
+    }
+}
+
+/// The dedup cache's size and events (its hits and misses are `queen_accelerator_*`).
+fn read_dedup(d: &DedupSnapshot, s: &Scrape) {
+    s.gauge(&t::DEDUP_CACHE_BYTES, &[], d.bytes as f64);
+    s.gauge(&t::DEDUP_CACHE_BUDGET, &[], d.budget_bytes as f64);
+    s.gauge(&t::DEDUP_CACHE_PARTITIONS, &[], d.partitions as f64);
+    s.gauge(&t::DEDUP_CACHE_HASHES, &[], d.hashes as f64);
+    for (event, n) in [
+        ("hydration", d.hydrations),
+        ("catch_up", d.catch_ups),
+        ("eviction", d.evictions),
+        ("suppression", d.suppressions),
+        ("fetch_error", d.fetch_errors),
+        ("invalidation", d.invalidations),
+        ("duplicate_hint", d.hits),
+    ] {
+        s.counter(&t::DEDUP_CACHE_EVENTS, &[("event", event)], n);
     }
 }
 

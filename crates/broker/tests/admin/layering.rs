@@ -16,6 +16,7 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("server", "server"),
     ("listener", "server"),
     ("logging", "server"),
+    ("allocator", "server"),
     ("http", "http"),
     ("engine", "engine"),
     ("accel", "accel"),

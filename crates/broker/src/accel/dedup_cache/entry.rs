@@ -3,17 +3,16 @@
 //! `<= verified_upto` committed at or after `known_since` is in the ring, and `known_since` is
 //! no later than the oldest commit time the SQL probe could consider.
 
+use std::mem::size_of;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use super::ring::{hash_key, HashRing};
+use super::ring::{hash_key, heap_bytes, HashRing};
 use super::{HashRow, Hydration};
 
 /// Clock-skew slack of expiry, matching the 5 s the hydration read adds
 /// (sql/functions/dedup_cache.sql).
 const SKEW_SLACK_US: i64 = 5_000_000;
-
-/// Bytes charged per cached partition besides its hashes and key.
-const ENTRY_OVERHEAD: usize = 192;
 
 pub fn hashes_of(bytes: &[u8]) -> impl Iterator<Item = u128> + '_ {
     bytes.chunks_exact(16).filter_map(hash_key)
@@ -169,8 +168,9 @@ impl Entry {
         self.ring.hash_count()
     }
 
-    /// Bytes charged to the budget for this entry under `key_len` bytes of key.
-    pub fn size(&self, key_len: usize) -> usize {
-        ENTRY_OVERHEAD + key_len + self.ring.bytes()
+    /// Heap bytes of this entry: its shared allocation (an `Arc`'s two counts around the
+    /// mutex) and its ring.
+    pub fn size(&self) -> usize {
+        heap_bytes(2 * size_of::<usize>() + size_of::<Mutex<Entry>>()) + self.ring.bytes()
     }
 }

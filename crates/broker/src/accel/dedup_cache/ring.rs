@@ -4,13 +4,22 @@
 //! pop from the front.
 
 use std::collections::VecDeque;
+use std::mem::size_of;
+
+/// Bytes the ring holds per cached hash.
+const HASH_BYTES: usize = size_of::<u128>();
+
+/// What a heap allocation of `n` bytes really takes (glibc's chunks: an 8-byte header, sizes
+/// rounded up to 16, at least 32), so that many small allocations are not counted as free.
+pub fn heap_bytes(n: usize) -> usize {
+    match n {
+        0 => 0,
+        n => (n + 8).next_multiple_of(16).max(32),
+    }
+}
 
 /// Hashes per sealed block (a block holds at least this many: a segment is never split).
 pub const BLOCK_HASHES: usize = 4096;
-
-/// Bookkeeping bytes charged per block besides its hashes (slice header, timestamp, ring
-/// slot), so a ring of many tiny blocks is not counted as free.
-const BLOCK_OVERHEAD: usize = 48;
 
 /// A transactionId hash as stored: the 16 sidecar bytes read big-endian.
 pub fn hash_key(bytes: &[u8]) -> Option<u128> {
@@ -105,13 +114,15 @@ impl HashRing {
         self.hot.len() + self.blocks.iter().map(|b| b.hashes.len()).sum::<usize>()
     }
 
-    /// Heap bytes held (the hot buffer at its capacity).
+    /// Heap bytes held: the hot buffer at its capacity, the block slots at theirs, each
+    /// block's keys, and the allocator's header on each of those allocations.
     pub fn bytes(&self) -> usize {
-        self.hot.capacity() * 16
+        heap_bytes(self.hot.capacity() * HASH_BYTES)
+            + heap_bytes(self.blocks.capacity() * size_of::<Block>())
             + self
                 .blocks
                 .iter()
-                .map(|b| b.hashes.len() * 16 + BLOCK_OVERHEAD)
+                .map(|b| heap_bytes(b.hashes.len() * HASH_BYTES))
                 .sum::<usize>()
     }
 }

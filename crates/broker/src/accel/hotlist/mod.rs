@@ -512,7 +512,8 @@ impl Shared {
         }
     }
 
-    /// Drops the rings no pop consulted for `unserved_trim`.
+    /// Drops the rings no pop consulted for `unserved_trim`, and the partition names of
+    /// queues left without a ring.
     fn trim(&self, now: Instant) {
         let limit = self.cfg.unserved_trim;
         let mut rings = lock(&self.rings);
@@ -526,6 +527,10 @@ impl Shared {
             });
         }
         rings.retain(|_, by_group| !by_group.is_empty());
+        // Names serve acks reporting to a ring: without one, an ack of an unknown id wakes
+        // its whole queue instead (engine/ack). Kept only for queues with rings, the map
+        // stays bounded by the partitions pops still serve, not every one ever claimed.
+        lock(&self.names).retain(|_, (queue, _)| rings.contains_key(queue));
         self.stats.trimmed.fetch_add(dropped, Ordering::Relaxed);
     }
 }

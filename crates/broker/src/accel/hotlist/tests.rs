@@ -389,3 +389,23 @@ async fn seats_count_the_consumers_of_their_ring_and_ready_counts_its_list() {
     };
     assert_eq!(ring.ready(), 1, "one taken");
 }
+
+#[tokio::test]
+async fn the_trim_forgets_the_names_of_queues_without_a_ring() {
+    let (list, _gates) = hotlist();
+    let _ring = list.ring("kept", "g");
+    for id in 0..10_000 {
+        list.learn(id, &format!("q{id}"), "p");
+    }
+    list.learn(20_000, "kept", "a");
+    list.learn(20_001, "kept", "b");
+    assert_eq!(lock(&list.shared.names).len(), 10_002);
+    list.shared.trim(Instant::now());
+    assert_eq!(
+        lock(&list.shared.names).len(),
+        2,
+        "only the ringed queue's names stay"
+    );
+    assert!(list.released(20_000, "g", true).is_some());
+    assert!(list.released(7, "g", true).is_none());
+}

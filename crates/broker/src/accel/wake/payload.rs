@@ -39,7 +39,8 @@ pub(super) const KIND_WAKE: &str = "wake";
 /// hinted partition (`queue\x1fpartition`), per released lease
 /// (`queue\x1fpartition\x1fgroup`) or per queue without hints (`queue`), split below
 /// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
-/// and a queue name too long for any payload to an empty line, which means "wake everything".
+/// and a queue name too long for any payload to an empty line, which means "wake everything"
+/// (as does a batch marked `everything`).
 pub(super) fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
     let head = format!("{sender}\n{KIND_WAKE}");
     let fits = |line_len: usize| head.len() + 1 + line_len <= MAX_PAYLOAD;
@@ -51,6 +52,9 @@ pub(super) fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
         }
     };
     let mut lines = Vec::new();
+    if batch.everything {
+        lines.push(String::new());
+    }
     for (queue, partition, group) in &batch.released {
         if fits(queue.len() + partition.len() + group.len() + 2) {
             lines.push(format!(

@@ -9,6 +9,7 @@ fn batch(entries: &[(&str, &[&str])]) -> PeerBatch {
             .map(|(q, ps)| (q.to_string(), ps.iter().map(|p| p.to_string()).collect()))
             .collect(),
         released: BTreeSet::new(),
+        everything: false,
     }
 }
 
@@ -206,4 +207,40 @@ async fn peer_lines_reach_the_observer_before_the_gates_open() {
         *lock(&seen.0),
         vec!["pushed q/p", "released q/p/g", "queue r", "everything"]
     );
+}
+
+/// A peer link that never connects: the peer session stays down.
+struct Down;
+
+impl PeerLink for Down {
+    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>> {
+        Box::pin(async { Err("down".to_string()) })
+    }
+}
+
+#[test]
+fn a_peer_outage_queues_at_most_the_backlog_then_wakes_everything() {
+    let gates = WakeGates::new(Uuid::new_v4(), Some(Arc::new(Down)));
+    let s = &gates.shared;
+    // 10 000 ticks, each naming a queue of its own, while nothing drains the channel.
+    for i in 0..10_000 {
+        s.mark(&format!("q{i}"), &["p"], None);
+        s.flush();
+    }
+    let tx = s.peer_out.as_ref().expect("peer wake is on");
+    assert_eq!(tx.max_capacity() - tx.capacity(), PEER_BACKLOG);
+    let mut rx = lock(&s.peer_in).take().expect("the receiver");
+    let first = rx.try_recv().expect("a queued batch");
+    assert!(!first.everything, "the backlog's batches are whole");
+    // Room again: the next batch tells the peers that something was lost.
+    s.mark("late", &[], None);
+    s.flush();
+    let mut last = None;
+    while let Ok(b) = rx.try_recv() {
+        last = Some(b);
+    }
+    let last = last.expect("the late batch");
+    assert!(last.everything);
+    let sent = payloads(Uuid::nil(), &last);
+    assert!(matches!(parse_payload(&sent[0]), Some((_, PeerWake::All))));
 }

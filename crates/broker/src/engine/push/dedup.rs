@@ -10,7 +10,7 @@ use crate::accel::dedup_cache::{DedupCache, Installed, Plan, Ticket};
 use crate::error::Error;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::db_message;
-use crate::store::push::dedup::{hydrate, HydrateAsk};
+use crate::store::push::dedup::{hydrate, HydrateAsk, Hydrated};
 use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// `p_verified` for each of `segs`, in order.
@@ -72,7 +72,7 @@ async fn read_and_install(
             after: t.after,
         })
         .collect();
-    let answers = match hydrate(db, &asks).await {
+    let answers = match hydrate(db, &asks, cache.read_hashes()).await {
         Ok(answers) => answers,
         Err(e) => {
             let text = match &e {
@@ -94,7 +94,16 @@ async fn read_and_install(
         .iter()
         .zip(answers)
         .filter_map(|(&(i, t), answer)| {
-            match cache.install(segs[i].queue, segs[i].partition, t, answer) {
+            let (queue, partition) = (segs[i].queue, segs[i].partition);
+            let fetched = match answer {
+                Hydrated::Missing => None,
+                Hydrated::Rows(h) => Some(h),
+                Hydrated::TooLarge => {
+                    cache.too_large(queue, partition);
+                    return None;
+                }
+            };
+            match cache.install(queue, partition, t, fetched) {
                 Installed::Done => None,
                 Installed::NeedsFull(full) => Some((i, full)),
             }

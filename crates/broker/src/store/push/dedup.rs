@@ -1,7 +1,11 @@
 //! The typed call of `queen.log_dedup_hydrate_v1` (sql/functions/dedup_cache.sql): the sidecar rows
-//! the dedup cache hydrates or catches up from, for many partitions in one snapshot.
+//! the dedup cache hydrates or catches up from, for many partitions in one snapshot. The answer
+//! is read as a stream, one sidecar row per message, and kept only up to a hash limit, so a
+//! read never holds more than that (nor leaves a connection's buffers sized for more).
 
 use deadpool_postgres::GenericClient;
+use futures::{pin_mut, TryStreamExt};
+use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
 use queen_proto::sidecar::{HashRow, Hydration};
@@ -13,23 +17,39 @@ pub struct HydrateAsk<'a> {
     pub after: i64,
 }
 
-/// One answer per ask, in order; `None` where the partition does not exist.
+/// What the read found for one ask.
+#[derive(Debug)]
+pub enum Hydrated {
+    /// The partition does not exist.
+    Missing,
+    Rows(Hydration),
+    /// More than the read's limit of hashes: nothing kept.
+    TooLarge,
+}
+
+/// One answer per ask, in order. `max_hashes` bounds the hashes kept over all asks together:
+/// a partition with more than that in its range, or more than the partitions before it left
+/// of the limit, is [`Hydrated::TooLarge`] (and what it held is let go).
 pub async fn hydrate(
     db: &impl GenericClient,
     asks: &[HydrateAsk<'_>],
-) -> Result<Vec<Option<Hydration>>> {
+    max_hashes: i64,
+) -> Result<Vec<Hydrated>> {
     let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
     let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
     let after: Vec<i64> = asks.iter().map(|a| a.after).collect();
     let stmt = crate::store::prepare(
         db,
-        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_bases, r_created, r_hashes \
-         FROM queen.log_dedup_hydrate_v1($1, $2, $3)",
+        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_base, r_created, r_hashes, \
+         r_running FROM queen.log_dedup_hydrate_v1($1, $2, $3, $4)",
     )
     .await?;
-    let rows = db.query(&stmt, &[&queues, &partitions, &after]).await?;
-    let mut out: Vec<Option<Hydration>> = vec![None; asks.len()];
-    for row in rows {
+    let params: [&(dyn ToSql + Sync); 4] = [&queues, &partitions, &after, &max_hashes];
+    let rows = db.query_raw(&stmt, params).await?;
+    pin_mut!(rows);
+    let mut out: Vec<Hydrated> = (0..asks.len()).map(|_| Hydrated::Missing).collect();
+    let mut kept: i64 = 0;
+    while let Some(row) = rows.try_next().await? {
         let ord: i32 = row.try_get(0)?;
         let slot = usize::try_from(ord)
             .ok()
@@ -38,36 +58,41 @@ pub async fn hydrate(
             .ok_or_else(|| {
                 Error::internal(format!("log_dedup_hydrate_v1 answered ordinal {ord}"))
             })?;
-        let bases: Option<Vec<i64>> = row.try_get(6)?;
-        let created: Option<Vec<i64>> = row.try_get(7)?;
-        let hashes: Option<Vec<Vec<u8>>> = row.try_get(8)?;
-        let (bases, created, hashes) = (
-            bases.unwrap_or_default(),
-            created.unwrap_or_default(),
-            hashes.unwrap_or_default(),
-        );
-        if bases.len() != created.len() || bases.len() != hashes.len() {
-            return Err(Error::internal(
-                "log_dedup_hydrate_v1 answered misaligned row arrays",
-            ));
+        if let Hydrated::Missing = slot {
+            *slot = Hydrated::Rows(Hydration {
+                pid: row.try_get(1)?,
+                window_s: row.try_get(2)?,
+                last: row.try_get(3)?,
+                since_us: row.try_get(4)?,
+                now_us: row.try_get(5)?,
+                rows: Vec::new(),
+            });
         }
-        *slot = Some(Hydration {
-            pid: row.try_get(1)?,
-            window_s: row.try_get(2)?,
-            last: row.try_get(3)?,
-            since_us: row.try_get(4)?,
-            now_us: row.try_get(5)?,
-            rows: bases
-                .into_iter()
-                .zip(created)
-                .zip(hashes)
-                .map(|((base, created_us), hashes)| HashRow {
-                    base,
-                    created_us,
-                    hashes,
-                })
-                .collect(),
+        let Hydrated::Rows(h) = slot else {
+            continue; // already too large: the rest of its rows are dropped as they come
+        };
+        let Some(base) = row.try_get::<_, Option<i64>>(6)? else {
+            continue; // a partition with no row in its range
+        };
+        let running: i64 = row.try_get(9)?;
+        let hashes: Vec<u8> = row.try_get(8)?;
+        let n = hash_count(&hashes);
+        if running > max_hashes || kept.saturating_add(n) > max_hashes {
+            kept -= h.rows.iter().map(|r| hash_count(&r.hashes)).sum::<i64>();
+            *slot = Hydrated::TooLarge;
+            continue;
+        }
+        kept += n;
+        h.rows.push(HashRow {
+            base,
+            created_us: row.try_get(7)?,
+            hashes,
         });
     }
     Ok(out)
+}
+
+/// Hashes in a sidecar row's bytes (16 each).
+fn hash_count(hashes: &[u8]) -> i64 {
+    i64::try_from(hashes.len() / 16).unwrap_or(i64::MAX)
 }
