@@ -39,14 +39,6 @@ impl LogFormat {
     }
 }
 
-/// A count of at least one.
-fn parse_positive(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("expected a whole number of at least 1, got {s:?}")),
-    }
-}
-
 /// A positive, finite number of days (fractions allowed).
 fn parse_days(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -108,11 +100,11 @@ pub struct Config {
     /// Push transactions a broker runs on PostgreSQL at once (the push lane of admission,
     /// docs/engine.md §9). Pushes that find none free wait and join the next bundle, so a
     /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
-    #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = parse_positive)]
+    #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub admission_push_cap: usize,
     /// Partitions one push bundle (one transaction, one commit) carries at most
     /// (docs/engine.md §4.3).
-    #[arg(long, env = "QUEEN_V2_BUNDLE_MAX", default_value_t = 64, value_parser = parse_positive)]
+    #[arg(long, env = "QUEEN_V2_BUNDLE_MAX", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     pub bundle_max: usize,
     /// Data directory; the embedded cluster lives in `<dir>/pg`.
     #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
