@@ -32,7 +32,10 @@ LANGUAGE sql STABLE AS $$
            t.base_offset, t.created, t.hashes, t.running
     FROM unnest(p_queues, p_partitions, p_after) WITH ORDINALITY AS w(qn, pn, after, ord)
     JOIN queen.queues q ON q.name = w.qn
-    JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+    -- One unique-key probe per element (OFFSET 0 keeps it a probe: see log_provision_v1).
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.last_offset, p.txns_start FROM queen.log_partitions p
+        WHERE p.queue_id = q.id AND p.name = w.pn OFFSET 0) lp
     CROSS JOIN LATERAL (
         SELECT GREATEST(w.after, lp.txns_start - 1) AS v_from,
                now() - make_interval(secs => q.dedup_window_seconds + 5) AS since

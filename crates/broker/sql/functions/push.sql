@@ -54,10 +54,17 @@ BEGIN
 
     SELECT count(*) INTO v_wanted
     FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d;
+    -- Every lookup of a partition by (queue, name) in these functions is a LATERAL probe with
+    -- OFFSET 0, so the unique key (queue_id, name) is the index condition whatever the table
+    -- statistics say. A plain join let a fast-growing queue (10 000 partitions created
+    -- before autovacuum's next analyze) be probed by queue_id alone: a walk over every
+    -- partition of the queue per lookup.
     SELECT count(*) INTO v_present
     FROM (SELECT DISTINCT q, p FROM unnest(p_queues, p_partitions) AS w(q, p)) d
     JOIN queen.queues qu ON qu.name = d.q
-    JOIN queen.log_partitions lp ON lp.queue_id = qu.id AND lp.name = d.p;
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM queen.log_partitions lp
+        WHERE lp.queue_id = qu.id AND lp.name = d.p OFFSET 0) lp;
     IF v_present = v_wanted THEN
         RETURN;
     END IF;
@@ -314,10 +321,12 @@ BEGIN
     SELECT count(*) INTO v_locked
     FROM (
         SELECT lp.id
-        FROM queen.log_partitions lp
-        JOIN queen.queues q ON q.id = lp.queue_id
-        JOIN (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
-          ON d.qn = q.name AND d.pn = lp.name
+        FROM (SELECT DISTINCT qn, pn FROM unnest(p_queues, p_partitions) AS w(qn, pn)) d
+        JOIN queen.queues q ON q.name = d.qn
+        CROSS JOIN LATERAL (
+            SELECT p.id FROM queen.log_partitions p
+            WHERE p.queue_id = q.id AND p.name = d.pn OFFSET 0) k
+        JOIN queen.log_partitions lp ON lp.id = k.id
         ORDER BY lp.id
         FOR NO KEY UPDATE OF lp) l;
     IF v_locked <> v_wanted THEN
@@ -390,11 +399,17 @@ BEGIN
            array_agg(l.txns_start), array_agg(l.win), array_agg(l.enc)
     INTO v_ord, v_pid, v_last, v_txns_start, v_win, v_encrypts
     FROM (
-        SELECT w.ord::int AS ord, lp.id, lp.last_offset, lp.txns_start,
-               q.dedup_window_seconds AS win, q.encryption_enabled AS enc
-        FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
-        JOIN queen.queues q ON q.name = w.qn
-        JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+        SELECT r.ord, lp.id, lp.last_offset, lp.txns_start, r.win, r.enc
+        FROM (
+            SELECT w.ord::int AS ord, k.id, q.dedup_window_seconds AS win,
+                   q.encryption_enabled AS enc
+            FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
+            JOIN queen.queues q ON q.name = w.qn
+            CROSS JOIN LATERAL (
+                SELECT p.id FROM queen.log_partitions p
+                WHERE p.queue_id = q.id AND p.name = w.pn OFFSET 0) k
+        ) r
+        JOIN queen.log_partitions lp ON lp.id = r.id
         ORDER BY lp.id
         FOR NO KEY UPDATE OF lp) l;
     IF COALESCE(cardinality(v_ord), 0) <> v_n THEN
@@ -531,7 +546,9 @@ BEGIN
         SELECT w.ord, lp.id AS pid, q.dedup_window_seconds AS win
         FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
         LEFT JOIN queen.queues q ON q.name = w.qn
-        LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = w.pn
+        LEFT JOIN LATERAL (
+            SELECT p.id FROM queen.log_partitions p
+            WHERE p.queue_id = q.id AND p.name = w.pn OFFSET 0) lp ON true
         ORDER BY lp.id, w.ord
     LOOP
         IF v_seg.pid IS NULL THEN

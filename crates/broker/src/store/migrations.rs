@@ -58,7 +58,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(3, "0003_options.sql"),
     migration!(4, "0004_auth.sql"),
     migration!(5, "0005_tenants.sql"),
-    migration!(6, "0006_segments_without_fk.sql"),
+    migration!(6, "0006_push_path.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
