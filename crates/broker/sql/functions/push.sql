@@ -357,7 +357,12 @@ CREATE OR REPLACE FUNCTION queen.log_push_multi_v1(
     p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
     p_verified int8[], p_blobs bytea[], p_encrypted bool[] DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: with custom ones PostgreSQL planned the append statement again on every
+-- call (its estimates differ with each bundle's arrays), 2.7 ms of a 3.8 ms one-segment
+-- bundle; its plan does not depend on the values (probes by key, hash join of hashes).
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     v_n int := cardinality(p_queues);
     v_ord int[];
