@@ -102,6 +102,12 @@ pub struct Config {
     /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
     #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub admission_push_cap: usize,
+    /// Push fusion shards: tasks that own disjoint sets of partitions and bundle their ready
+    /// ones (docs/engine.md §4.3). A bundle only takes one shard's partitions, so fewer
+    /// shards make bigger bundles while pushes wait for the push cap; one (upstream: 8)
+    /// handles well over 100 000 arrivals a second.
+    #[arg(long, env = "QUEEN_V2_FUSION_SHARDS", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub fusion_shards: usize,
     /// Partitions one push bundle (one transaction, one commit) carries at most
     /// (docs/engine.md §4.3).
     #[arg(long, env = "QUEEN_V2_BUNDLE_MAX", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
@@ -390,7 +396,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} push_cap={} bundle_max={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} push_cap={} fusion_shards={} bundle_max={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} \
@@ -408,6 +414,7 @@ impl Config {
             db,
             self.db_pool_size,
             self.admission_push_cap,
+            self.fusion_shards,
             self.bundle_max,
             self.data_dir.display(),
             self.log_level,

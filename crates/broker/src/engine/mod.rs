@@ -96,6 +96,7 @@ impl Engine {
             SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
         let push_fusion = PushFusion::start(
             FusionConfig {
+                shards: cfg.fusion_shards,
                 bundle_max: cfg.bundle_max,
                 ..FusionConfig::default()
             },
