@@ -123,8 +123,13 @@ impl Store {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // LIFO: the most recently returned connection serves next, so a broker that needs few
+        // at a time keeps using those few. Each connection keeps the buffer capacity of the
+        // largest statement it carried (bundles reach MiBs); FIFO rotated every bundle through
+        // every connection and grew them all (docs/performance.md §7).
         let pool = Pool::builder(mgr)
             .max_size(pool_size.max(1))
+            .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(Duration::from_secs(30)))
             .create_timeout(Some(Duration::from_secs(10)))

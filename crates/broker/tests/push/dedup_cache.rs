@@ -20,7 +20,12 @@ use crate::common::TestBroker;
 use crate::wire::{batch, item, post_bin};
 
 /// Pushes `txns` to (queue, partition) in one request; returns the per-item answers.
-async fn push(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) -> Vec<Value> {
+pub(crate) async fn push(
+    b: &TestBroker,
+    queue: &str,
+    partition: &str,
+    txns: &[String],
+) -> Vec<Value> {
     let items: Vec<Value> = txns
         .iter()
         .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "t": t } }))

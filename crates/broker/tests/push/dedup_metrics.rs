@@ -8,16 +8,7 @@ use serde_json::{json, Value};
 
 use crate::common;
 use crate::common::TestBroker;
-
-/// Pushes `txns` to (queue, partition) in one request.
-async fn push(b: &TestBroker, queue: &str, partition: &str, txns: &[String]) {
-    let items: Vec<Value> = txns
-        .iter()
-        .map(|t| json!({ "queue": queue, "partition": partition, "transactionId": t, "payload": { "t": t } }))
-        .collect();
-    let (status, body) = b.post("/api/v1/push", &json!({ "items": items })).await;
-    assert_eq!(status, StatusCode::CREATED, "push: {body}");
-}
+use crate::dedup_cache::push;
 
 /// The `dedupCache` object of `/metrics`.
 async fn cache_json(b: &TestBroker) -> Value {
