@@ -16,7 +16,11 @@
 //! - At most one flush in flight per partition: a partition's next segment is dispatched only
 //!   after the previous one settled, so flushes never contend on the allocator row and offset
 //!   order equals commit order.
-//! - Cross-partition bundling: one dispatch takes up to `bundle_max` ready partitions.
+//! - Cross-partition bundling: one dispatch takes up to `bundle_max` ready partitions, oldest
+//!   first, and at most `bundle_max_bytes` of payload: of the last partition it takes the
+//!   requests that fit, whole and in order, and the rest waits for that partition's next
+//!   flush (a bundle's first request goes whatever its size). Every pooled connection keeps
+//!   the buffer capacity of the largest statement it carried, so this bounds memory too.
 //! - Layer-2 dedup: within one partition's flush, frames with the same transactionId hash
 //!   (from different requests) are written once; later ones copy the first one's outcome as
 //!   `Duplicate`.
@@ -110,6 +114,8 @@ pub struct FusionConfig {
     pub max_inflight: usize,
     /// Partitions per bundle.
     pub bundle_max: usize,
+    /// Payload bytes per bundle beyond its first partition.
+    pub bundle_max_bytes: usize,
 }
 
 impl Default for FusionConfig {
@@ -119,6 +125,7 @@ impl Default for FusionConfig {
             shards: 8,
             max_inflight: 8,
             bundle_max: 16,
+            bundle_max_bytes: usize::MAX,
         }
     }
 }
@@ -134,6 +141,8 @@ struct Arrival {
     queue: Arc<str>,
     partition: Arc<str>,
     frames: Vec<FusionFrame>,
+    /// Payload and transactionId bytes of `frames`.
+    bytes: usize,
     reply: oneshot::Sender<Vec<FrameOutcome>>,
 }
 
@@ -167,10 +176,15 @@ impl PushFusion {
         let key = queue.bytes().chain([0x1f]).chain(partition.bytes());
         let shard = &self.shards[shard_of(key, self.shards.len())];
         let (reply, settled) = oneshot::channel();
+        let bytes = frames
+            .iter()
+            .map(|f| f.payload.len() + f.transaction_id.len())
+            .sum();
         let arrival = Arrival {
             queue: queue.into(),
             partition: partition.into(),
             frames,
+            bytes,
             reply,
         };
         if shard.send(arrival).is_err() {
@@ -296,21 +310,35 @@ impl Shard {
         self.permit_wait = None;
     }
 
-    /// Sends the oldest ready lanes (up to `bundle_max`) out as one bundle holding `permit`.
+    /// Sends the oldest ready lanes (up to `bundle_max` of them and `bundle_max_bytes`) out as
+    /// one bundle holding `permit`.
     fn launch(&mut self, permit: Permit) {
-        let take = self.ready.len().min(self.cfg.bundle_max.max(1));
-        let mut keys = Vec::with_capacity(take);
-        let mut batches = Vec::with_capacity(take);
-        for key in self.ready.drain(..take) {
+        let mut keys = Vec::new();
+        let mut batches = Vec::new();
+        let mut room = self.cfg.bundle_max_bytes;
+        while keys.len() < self.cfg.bundle_max.max(1) {
+            let Some(key) = self.ready.front().cloned() else {
+                break;
+            };
             let Some(lane) = self.lanes.get_mut(&key) else {
+                self.ready.pop_front();
                 continue;
             };
+            let (take, bytes) = fitting(&lane.waiting, room, keys.is_empty());
+            if take == 0 {
+                break;
+            }
+            self.ready.pop_front();
+            room = room.saturating_sub(bytes);
             lane.in_flight = true;
-            batches.push(LaneBatch::new(
-                key.clone(),
-                std::mem::take(&mut lane.waiting),
-            ));
+            let rest = lane.waiting.split_off(take);
+            let taken = std::mem::replace(&mut lane.waiting, rest);
+            let partial = !lane.waiting.is_empty();
+            batches.push(LaneBatch::new(key.clone(), taken));
             keys.push(key);
+            if partial {
+                break; // the bundle is full
+            }
         }
         self.bundles_in_flight += 1;
         let writer = self.writer.clone();
@@ -326,6 +354,22 @@ impl Shard {
             drop(permit);
         });
     }
+}
+
+/// How many of `waiting` (whole requests, in order) fit in `room` bytes, and their bytes; the
+/// first always fits when `first_of_bundle`.
+fn fitting(waiting: &[Arrival], room: usize, first_of_bundle: bool) -> (usize, usize) {
+    let mut bytes = 0usize;
+    let mut take = 0;
+    for arrival in waiting {
+        let next = bytes.saturating_add(arrival.bytes);
+        if next > room && !(first_of_bundle && take == 0) {
+            break;
+        }
+        bytes = next;
+        take += 1;
+    }
+    (take, bytes)
 }
 
 /// Awaits the pending permit wait (only polled while one is set).

@@ -112,6 +112,11 @@ pub struct Config {
     /// (docs/engine.md §4.3).
     #[arg(long, env = "QUEEN_V2_BUNDLE_MAX", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     pub bundle_max: usize,
+    /// Payload bytes one push bundle carries beyond its first partition (docs/engine.md §4.3):
+    /// a pooled connection keeps the buffers of the largest statement it sent, so this bounds
+    /// the broker's memory as much as the bundle.
+    #[arg(long, env = "QUEEN_V2_BUNDLE_MAX_BYTES", default_value_t = 1 << 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    pub bundle_max_bytes: usize,
     /// Data directory; the embedded cluster lives in `<dir>/pg`.
     #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
     pub data_dir: PathBuf,
@@ -396,7 +401,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} push_cap={} fusion_shards={} bundle_max={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} \
@@ -416,6 +421,7 @@ impl Config {
             self.admission_push_cap,
             self.fusion_shards,
             self.bundle_max,
+            self.bundle_max_bytes,
             self.data_dir.display(),
             self.log_level,
             self.log_format.as_str(),

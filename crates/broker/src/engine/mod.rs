@@ -98,6 +98,7 @@ impl Engine {
             FusionConfig {
                 shards: cfg.fusion_shards,
                 bundle_max: cfg.bundle_max,
+                bundle_max_bytes: cfg.bundle_max_bytes,
                 ..FusionConfig::default()
             },
             Arc::new(segment_writer),

@@ -148,6 +148,7 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
         shards: 4,
         max_inflight: 8,
         bundle_max: 16,
+        bundle_max_bytes: usize::MAX,
     };
     let admission = Admission::new(Limits {
         budget: 3,
@@ -198,5 +199,98 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
         bundles.len() - 1 <= 4 + 40 / 16,
         "{} bundles",
         bundles.len() - 1
+    );
+}
+
+#[tokio::test]
+async fn a_bundle_stops_at_its_byte_cap_but_a_large_partition_still_goes() {
+    let (rec, open) = recorder();
+    let cfg = FusionConfig {
+        shards: 1,
+        max_inflight: 8,
+        bundle_max: 64,
+        bundle_max_bytes: 100,
+    };
+    let admission = Admission::new(Limits {
+        budget: 3,
+        caps: [1, 1, 1],
+    });
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
+    first_bundle_started(&rec).await;
+    // Behind the only permit: one partition of 300 bytes, then ten of 30 bytes each
+    // (a 29-byte transactionId and a 1-byte payload per frame).
+    let mut tasks = Vec::new();
+    let big: Vec<FusionFrame> = (0..10).map(|i| frame(&format!("{i:029}"))).collect();
+    let f = fusion.clone();
+    tasks.push(tokio::spawn(async move { f.submit("q", "big", big).await }));
+    settle_tasks().await;
+    for i in 0..10 {
+        let f = fusion.clone();
+        let txn = format!("{i:029}");
+        tasks.push(tokio::spawn(async move {
+            f.submit("q", &format!("p{i}"), vec![frame(&txn)]).await
+        }));
+    }
+    settle_tasks().await;
+    open.send_replace(true);
+    first.await.expect("first");
+    for t in tasks {
+        assert!(matches!(
+            t.await.expect("task")[0],
+            FrameOutcome::Queued { .. }
+        ));
+    }
+    let shapes: Vec<Vec<String>> = rec.bundles.lock().unwrap()[1..]
+        .iter()
+        .map(|b| b.iter().map(|(p, _)| p.clone()).collect())
+        .collect();
+    assert_eq!(shapes[0], vec!["big"], "300 bytes go alone, over the cap");
+    // 30-byte partitions, at most 100 bytes a bundle: three each, then the last one.
+    let sizes: Vec<usize> = shapes[1..].iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![3, 3, 3, 1], "{shapes:?}");
+}
+
+#[tokio::test]
+async fn a_partition_over_the_byte_cap_flushes_its_requests_in_order_over_several_bundles() {
+    let (rec, open) = recorder();
+    let cfg = FusionConfig {
+        shards: 1,
+        max_inflight: 8,
+        bundle_max: 64,
+        bundle_max_bytes: 100,
+    };
+    let admission = Admission::new(Limits {
+        budget: 3,
+        caps: [1, 1, 1],
+    });
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
+    first_bundle_started(&rec).await;
+    // Five requests of 30 bytes to one partition, queued in this order behind the permit.
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let f = fusion.clone();
+        let txn = format!("{i:029}");
+        tasks.push(tokio::spawn(async move {
+            f.submit("q", "seq", vec![frame(&txn)]).await
+        }));
+        settle_tasks().await;
+    }
+    open.send_replace(true);
+    first.await.expect("first");
+    for t in tasks {
+        assert!(matches!(
+            t.await.expect("task")[0],
+            FrameOutcome::Queued { .. }
+        ));
+    }
+    let flushes: Vec<Vec<(String, usize)>> = rec.bundles.lock().unwrap()[1..].to_vec();
+    assert_eq!(
+        flushes,
+        vec![vec![("seq".to_string(), 3)], vec![("seq".to_string(), 2)]],
+        "three whole requests fit 100 bytes; the other two go next, one flush at a time"
     );
 }
