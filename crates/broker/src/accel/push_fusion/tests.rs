@@ -202,8 +202,11 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
     );
 }
 
-#[tokio::test]
-async fn a_bundle_stops_at_its_byte_cap_but_a_large_partition_still_goes() {
+type FirstWrite = tokio::task::JoinHandle<Vec<FrameOutcome>>;
+
+/// One shard, bundles of at most 100 bytes, one permit in all, held by a first write that
+/// waits at the gate: whatever is submitted next queues behind it.
+async fn capped_behind_one_write() -> (Arc<Recorder>, watch::Sender<bool>, PushFusion, FirstWrite) {
     let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 1,
@@ -219,6 +222,12 @@ async fn a_bundle_stops_at_its_byte_cap_but_a_large_partition_still_goes() {
     let f = fusion.clone();
     let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
     first_bundle_started(&rec).await;
+    (rec, open, fusion, first)
+}
+
+#[tokio::test]
+async fn a_bundle_stops_at_its_byte_cap_but_a_large_partition_still_goes() {
+    let (rec, open, fusion, first) = capped_behind_one_write().await;
     // Behind the only permit: one partition of 300 bytes, then ten of 30 bytes each
     // (a 29-byte transactionId and a 1-byte payload per frame).
     let mut tasks = Vec::new();
@@ -254,21 +263,7 @@ async fn a_bundle_stops_at_its_byte_cap_but_a_large_partition_still_goes() {
 
 #[tokio::test]
 async fn a_partition_over_the_byte_cap_flushes_its_requests_in_order_over_several_bundles() {
-    let (rec, open) = recorder();
-    let cfg = FusionConfig {
-        shards: 1,
-        max_inflight: 8,
-        bundle_max: 64,
-        bundle_max_bytes: 100,
-    };
-    let admission = Admission::new(Limits {
-        budget: 3,
-        caps: [1, 1, 1],
-    });
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
-    let f = fusion.clone();
-    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
-    first_bundle_started(&rec).await;
+    let (rec, open, fusion, first) = capped_behind_one_write().await;
     // Five requests of 30 bytes to one partition, queued in this order behind the permit.
     let mut tasks = Vec::new();
     for i in 0..5 {
