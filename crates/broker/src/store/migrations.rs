@@ -66,6 +66,7 @@ const MIGRATIONS: &[Migration] = &[
 const FUNCTIONS: &[FunctionFile] = &[
     functions!("push.sql"),
     functions!("queues.sql"),
+    functions!("pop_claim.sql"),
     functions!("pop.sql"),
     functions!("hotlist.sql"),
     functions!("ack.sql"),
