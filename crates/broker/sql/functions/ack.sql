@@ -449,6 +449,12 @@ $$;
 -- {"ok":true,"results":[{"ok","acked","error"}…]}. With p_cover (ours; ack fusion sets it)
 -- every row is a cover (see log_ack_at_v1) and its verdict also carries "leaseReleased" and,
 -- when data is pending behind the new cursor, "wakeQueue".
+--
+-- The cover form is set-based: one statement locks every row in that order, one decides every
+-- verdict with log_ack_at_v1's cover rules and commits the winners (a flush of 500 covers was
+-- 500 calls of log_ack_at_v1). Rows naming one cursor are decided in input order as the calls
+-- would be: the first that passes commits and releases the lease, so the later ones find no
+-- lease.
 DROP FUNCTION IF EXISTS queen.log_ack_multi_v1(bigint[], text[], bigint[], text[], int[]);
 CREATE OR REPLACE FUNCTION queen.log_ack_multi_v1(
     p_pids bigint[], p_groups text[], p_ends bigint[], p_workers text[], p_counts int[],
@@ -460,10 +466,78 @@ DECLARE
     v_results jsonb[];
     v_row record;
     v_r jsonb;
+    v_now timestamptz;
+    l_pid bigint[]; l_grp text[]; l_committed bigint[]; l_end bigint[]; l_worker text[];
+    l_expires timestamptz[];
+    v_out jsonb;
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_n OR COALESCE(cardinality(p_ends), 0) <> v_n
        OR COALESCE(cardinality(p_workers), 0) <> v_n OR COALESCE(cardinality(p_counts), 0) <> v_n THEN
         RAISE EXCEPTION 'log_ack_multi_v1: misaligned arrays';
+    END IF;
+    IF COALESCE(p_cover, false) THEN
+        SELECT array_agg(l.partition_id), array_agg(l.consumer_group), array_agg(l.committed),
+               array_agg(l.batch_end), array_agg(l.worker_id), array_agg(l.lease_expires_at)
+        INTO l_pid, l_grp, l_committed, l_end, l_worker, l_expires
+        FROM (SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end, c.worker_id,
+                     c.lease_expires_at
+              FROM (SELECT DISTINCT u.pid, u.grp FROM unnest(p_pids, p_groups) AS u(pid, grp)) d
+              JOIN queen.log_consumers c ON c.partition_id = d.pid AND c.consumer_group = d.grp
+              ORDER BY c.partition_id, c.consumer_group
+              FOR UPDATE OF c) l;
+        v_now := clock_timestamp();
+        WITH w AS (
+            SELECT u.pid, u.grp, u.upto, u.worker, GREATEST(COALESCE(u.cnt, 0), 1) AS cnt, u.ord
+            FROM unnest(p_pids, p_groups, p_ends, p_workers, p_counts)
+                 WITH ORDINALITY AS u(pid, grp, upto, worker, cnt, ord)),
+        l AS (
+            SELECT * FROM unnest(l_pid, l_grp, l_committed, l_end, l_worker, l_expires)
+                          AS l(pid, grp, committed, batch_end, worker, expires)),
+        judged AS (
+            SELECT w.ord, w.pid, w.grp, w.upto, l.committed, k.last_offset, k.queue,
+                   CASE WHEN l.pid IS NULL THEN 'consumer not found'
+                        WHEN l.worker IS DISTINCT FROM w.worker OR l.batch_end IS NULL
+                             OR l.expires IS NULL OR l.expires <= v_now
+                             THEN 'invalid or expired lease'
+                        WHEN w.upto > l.batch_end THEN 'position beyond leased batch'
+                        WHEN w.upto <> l.batch_end OR l.committed > l.batch_end - w.cnt
+                             OR l.batch_end - w.cnt + 1 < COALESCE(k.txns_start, 0)
+                             THEN 'batch changed since the pop'
+                   END AS error
+            FROM w
+            LEFT JOIN l ON l.pid = w.pid AND l.grp = w.grp
+            LEFT JOIN LATERAL (
+                SELECT lp.last_offset, lp.txns_start, q.name AS queue
+                FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+                WHERE lp.id = w.pid OFFSET 0) k ON true),
+        decided AS (
+            SELECT j.*,
+                   CASE WHEN j.ord > min(j.ord) FILTER (WHERE j.error IS NULL)
+                                     OVER (PARTITION BY j.pid, j.grp)
+                        THEN 'invalid or expired lease' ELSE j.error END AS verdict
+            FROM judged j),
+        settled AS (
+            UPDATE queen.log_consumers c
+            SET committed = d.upto, worker_id = NULL, lease_expires_at = NULL,
+                lease_acquired_at = NULL, batch_end = NULL, attempt_offset = NULL,
+                attempt_count = 0, batch_retry_count = 0,
+                total_consumed = c.total_consumed + (d.upto - d.committed),
+                last_consumed_at = v_now
+            FROM decided d
+            WHERE d.verdict IS NULL AND c.partition_id = d.pid AND c.consumer_group = d.grp
+            RETURNING d.ord)
+        SELECT jsonb_build_object('ok', true, 'results', COALESCE(jsonb_agg(
+                   CASE WHEN d.verdict IS NULL
+                        THEN jsonb_build_object('ok', true, 'acked', d.upto - d.committed,
+                                                'error', NULL, 'leaseReleased', true)
+                             || jsonb_strip_nulls(jsonb_build_object(
+                                    'wakeQueue', CASE WHEN d.last_offset > d.upto THEN d.queue END))
+                        ELSE jsonb_build_object('ok', false, 'acked', 0, 'error', d.verdict)
+                   END ORDER BY d.ord), '[]'::jsonb))
+        INTO v_out
+        FROM decided d
+        WHERE d.verdict IS NOT NULL OR d.ord IN (SELECT settled.ord FROM settled);
+        RETURN v_out;
     END IF;
     v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
     FOR v_row IN
@@ -473,12 +547,10 @@ BEGIN
         ORDER BY w.pid, w.grp, w.ord
     LOOP
         v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker, v_row.upto, true, v_row.cnt,
-                                   COALESCE(p_cover, false));
+                                   false);
         v_results[v_row.ord] := jsonb_build_object(
             'ok', v_r->'ok', 'acked', COALESCE(v_r->'acked', '0'::jsonb),
-            'error', v_r->'error')
-            || jsonb_strip_nulls(jsonb_build_object(
-                   'leaseReleased', v_r->'leaseReleased', 'wakeQueue', v_r->'wakeQueue'));
+            'error', v_r->'error');
     END LOOP;
     RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
 END
