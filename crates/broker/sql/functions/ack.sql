@@ -460,7 +460,11 @@ CREATE OR REPLACE FUNCTION queen.log_ack_multi_v1(
     p_pids bigint[], p_groups text[], p_ends bigint[], p_workers text[], p_counts int[],
     p_cover bool DEFAULT false)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed statements only: see log_pop_candidates_v1 (a small consumer table is otherwise
+-- scanned whole, and locked through the scan, by every flush).
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_n int := COALESCE(cardinality(p_pids), 0);
     v_results jsonb[];

@@ -231,16 +231,19 @@ RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_pids bigint[];
+    v_qid bigint;
     v_min_wait int;
     r record;
 BEGIN
-    SELECT q.min_pop_wait_time INTO v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+    SELECT q.id, q.min_pop_wait_time INTO v_qid, v_min_wait FROM queen.queues q WHERE q.name = p_queue;
+    -- One (queue_id, name) index probe per name, whatever the statistics say (a join let the
+    -- planner hash all 10 000 partitions of a queue: 3.9 ms per pop of 200 names).
     v_pids := ARRAY(
-        SELECT p.id
-        FROM queen.queues q
-        JOIN queen.log_partitions p ON p.queue_id = q.id
-        JOIN unnest(p_partitions) WITH ORDINALITY AS n(name, ord) ON n.name = p.name
-        WHERE q.name = p_queue
+        SELECT k.id
+        FROM unnest(p_partitions) WITH ORDINALITY AS n(name, ord)
+        CROSS JOIN LATERAL (
+            SELECT p.id FROM queen.log_partitions p
+            WHERE p.queue_id = v_qid AND p.name = n.name OFFSET 0) k
         ORDER BY n.ord);
     SELECT * INTO r
     FROM queen.log_pop_candidates_v1(v_pids, p_group, p_budget, p_lease_seconds, p_worker, p_auto_ack,

@@ -321,7 +321,12 @@ CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
     p_pids bigint[], p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
 RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb, claimed int)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Every statement here addresses rows by key. On a small consumer table the planner prices a
+-- scan of all of it below a few hundred index probes and then locks and updates through it
+-- (measured: ~3 ms per statement at 12 000 rows); without sequential scans it probes.
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_n int := COALESCE(cardinality(p_pids), 0);
     v_max int := GREATEST(p_max_partitions, 1);
@@ -467,11 +472,13 @@ BEGIN
                     LIMIT l.plan + 1) s
                 WHERE s.end_offset >= l.wanted),
             slow AS (
-                SELECT min(l.ord) AS ord FROM l
-                WHERE NOT EXISTS (SELECT 1 FROM segs WHERE segs.ord = l.ord)
-                   OR EXISTS (SELECT 1 FROM segs
-                              WHERE segs.ord = l.ord AND segs.rn = 1 AND segs.ttl > 0
-                                AND segs.created_at < v_now - make_interval(secs => segs.ttl))),
+                SELECT min(l.ord) AS ord
+                FROM l LEFT JOIN (
+                    SELECT segs.ord,
+                           bool_or(segs.rn = 1 AND segs.ttl > 0
+                                   AND segs.created_at < v_now - make_interval(secs => segs.ttl)) AS expired
+                    FROM segs GROUP BY segs.ord) g ON g.ord = l.ord
+                WHERE g.ord IS NULL OR g.expired),
             run AS (
                 SELECT segs.*, sum(segs.avail) OVER (ORDER BY segs.ord, segs.base
                                                       ROWS UNBOUNDED PRECEDING) - segs.avail AS before
@@ -510,7 +517,8 @@ BEGIN
                         lease_acquired_at = NULL, batch_end = NULL,
                         total_consumed = c.total_consumed + t.taken, last_consumed_at = v_now
                     FROM unnest(t_idx, t_last, t_taken) AS t(idx, last, taken)
-                    WHERE c.partition_id = e_pid[t.idx] AND c.consumer_group = p_group;
+                    WHERE c.partition_id = ANY (c_pid) AND c.partition_id = e_pid[t.idx]
+                      AND c.consumer_group = p_group;
                     t_attempt := array_fill(1, ARRAY[cardinality(t_idx)]);
                     t_until := array_fill(NULL::timestamptz, ARRAY[cardinality(t_idx)]);
                 ELSE
@@ -524,7 +532,8 @@ BEGIN
                                                  THEN c.attempt_count + 1 ELSE 1 END,
                             attempt_offset = t.first
                         FROM unnest(t_idx, t_first, t_last) WITH ORDINALITY AS t(idx, first, last, ord)
-                        WHERE c.partition_id = e_pid[t.idx] AND c.consumer_group = p_group
+                        WHERE c.partition_id = ANY (c_pid) AND c.partition_id = e_pid[t.idx]
+                          AND c.consumer_group = p_group
                         RETURNING t.ord, c.attempt_count, c.lease_expires_at)
                     SELECT array_agg(leased.attempt_count ORDER BY leased.ord),
                            array_agg(leased.lease_expires_at ORDER BY leased.ord)
