@@ -461,8 +461,10 @@ CREATE OR REPLACE FUNCTION queen.log_ack_multi_v1(
     p_cover bool DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql
--- Keyed statements only: see log_pop_candidates_v1 (a small consumer table is otherwise
--- scanned whole, and locked through the scan, by every flush).
+-- Generic plans and keyed statements only, as log_pop_candidates_v1 (custom plans re-planned
+-- the statements on every flush; a small consumer table was scanned whole and locked through
+-- the scan).
+SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE

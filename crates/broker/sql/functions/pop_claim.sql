@@ -322,9 +322,11 @@ CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
     p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
 RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb, claimed int)
 LANGUAGE plpgsql
--- Every statement here addresses rows by key. On a small consumer table the planner prices a
--- scan of all of it below a few hundred index probes and then locks and updates through it
--- (measured: ~3 ms per statement at 12 000 rows); without sequential scans it probes.
+-- Generic plans: custom ones re-planned the claim statement on every call (~1.5 ms of a
+-- one-partition pop). Every statement addresses rows by key; on a small consumer table the
+-- planner priced a scan of all of it below a few hundred index probes and then locked and
+-- updated through it (~3 ms per statement at 12 000 rows), so sequential scans are off.
+SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE
