@@ -18,6 +18,7 @@ mod longpoll;
 mod race;
 mod routes;
 mod semantics;
+mod set_claim;
 mod spec;
 mod support;
 mod visibility;
