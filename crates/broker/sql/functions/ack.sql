@@ -450,8 +450,8 @@ $$;
 -- every row is a cover (see log_ack_at_v1) and its verdict also carries "leaseReleased" and,
 -- when data is pending behind the new cursor, "wakeQueue".
 --
--- The cover form is set-based: one statement locks every row in that order, one decides every
--- verdict with log_ack_at_v1's cover rules and commits the winners (a flush of 500 covers was
+-- The cover form of more than one row is set-based: one statement locks every row in that
+-- order, one decides every verdict with log_ack_at_v1's cover rules and commits the winners (a flush of 500 covers was
 -- 500 calls of log_ack_at_v1). Rows naming one cursor are decided in input order as the calls
 -- would be: the first that passes commits and releases the lease, so the later ones find no
 -- lease.
@@ -481,7 +481,8 @@ BEGIN
        OR COALESCE(cardinality(p_workers), 0) <> v_n OR COALESCE(cardinality(p_counts), 0) <> v_n THEN
         RAISE EXCEPTION 'log_ack_multi_v1: misaligned arrays';
     END IF;
-    IF COALESCE(p_cover, false) THEN
+    -- One row (a flush at low load) takes the call: cheaper than the two statements below.
+    IF COALESCE(p_cover, false) AND v_n > 1 THEN
         SELECT array_agg(l.partition_id), array_agg(l.consumer_group), array_agg(l.committed),
                array_agg(l.batch_end), array_agg(l.worker_id), array_agg(l.lease_expires_at)
         INTO l_pid, l_grp, l_committed, l_end, l_worker, l_expires
@@ -553,10 +554,12 @@ BEGIN
         ORDER BY w.pid, w.grp, w.ord
     LOOP
         v_r := queen.log_ack_at_v1(v_row.pid, v_row.grp, v_row.worker, v_row.upto, true, v_row.cnt,
-                                   false);
+                                   COALESCE(p_cover, false));
         v_results[v_row.ord] := jsonb_build_object(
             'ok', v_r->'ok', 'acked', COALESCE(v_r->'acked', '0'::jsonb),
-            'error', v_r->'error');
+            'error', v_r->'error')
+            || jsonb_strip_nulls(jsonb_build_object(
+                   'leaseReleased', v_r->'leaseReleased', 'wakeQueue', v_r->'wakeQueue'));
     END LOOP;
     RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
 END

@@ -316,7 +316,7 @@ END $$;
 -- that need the full claim procedure go through log_pop_claim_v1, in their turn: a first
 -- contact (no cursor row: creation and seeding), a queue with windowBuffer or
 -- delayedProcessing, an expired head (ttl), a row that showed pending but holds no segment
--- (the empty-partition seal).
+-- (the empty-partition seal). So does every candidate of a pop that may claim one partition.
 CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
     p_pids bigint[], p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
@@ -360,7 +360,9 @@ DECLARE
 BEGIN
     claimed := 0;
     WHILE v_i <= v_n AND v_left > 0 AND claimed < v_max LOOP
-        IF v_i = v_slow_at THEN
+        -- A pop of one partition claims it the direct way: for a single claim the round's
+        -- four statements cost more than log_pop_claim_v1 (measured: ~1.5x the backend time).
+        IF v_i = v_slow_at OR v_max = 1 THEN
             SELECT * INTO r
             FROM queen.log_pop_claim_v1(p_pids[v_i], p_group, v_left, p_lease_seconds, p_worker,
                                         p_auto_ack, p_sub_mode, p_sub_from, p_skip_window);
