@@ -166,6 +166,7 @@ impl SegmentWriter {
                 write.verified = verified;
             }
             let results = push_multi(&*conn, &writes).await?;
+            self.store.charge(conn, SegmentWrite::load(&writes));
             // Committed: from here on nothing may fail the round's frames.
             self.effects.committed(&writes, &results);
             self.summary.record(&built);
