@@ -13,7 +13,8 @@
 //! since it is only retired between requests.
 //!
 //! Identity: a connection's statement cache (`Arc<StatementCache>`, one per connection, dropped
-//! with it); a charge whose cache has died belongs to a closed connection and is dropped.
+//! with it). A charge holds a weak reference to it, so its address is not reused while the
+//! charge exists; a charge whose cache has died belongs to a closed connection and is dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -124,19 +125,16 @@ impl Buffers {
     /// Records the charge; answers whether the total is now over the budget (dead charges
     /// dropped first).
     fn record(&self, cache: &Arc<StatementCache>, load: Load) -> bool {
+        if load == Load::default() {
+            return false; // nothing to charge: lean connections are never closed
+        }
         let mut st = lock(&self.state);
-        let fresh = Charge {
+        let charge = st.charges.entry(key(cache)).or_insert_with(|| Charge {
             cache: Arc::downgrade(cache),
             sent: 0,
             received: 0,
             retire: false,
-        };
-        let charge = st.charges.entry(key(cache)).or_insert(fresh);
-        // The same address may belong to a connection that closed and to a new one after it.
-        if charge.cache.strong_count() == 0 {
-            charge.cache = Arc::downgrade(cache);
-            (charge.sent, charge.received, charge.retire) = (0, 0, false);
-        }
+        });
         let before = charge.bytes();
         charge.sent = charge.sent.max(load.sent);
         charge.received = charge.received.max(load.received);
