@@ -155,8 +155,9 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     /// Bytes of read buffer an HTTP connection may hold: the largest request head accepted,
     /// and what an open connection keeps between requests (bodies are read in pieces of at
-    /// most this size). hyper's own default is about 400 KiB.
-    #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
+    /// most this size). hyper's own default is about 400 KiB; 16 KiB keeps the buffers of
+    /// many keep-alive connections small (docs/performance.md §7.2).
+    #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub http_read_buffer_bytes: usize,
     /// Most client connections served at once; further connections wait in the listen
     /// backlog until one closes.
