@@ -2,6 +2,7 @@
 //! commands of `queen-cli` (`push`, `consume`, `queues`, …), plus shell completions.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use queen_broker::config::{Config, PeerWake};
@@ -65,8 +66,9 @@ fn main() -> ExitCode {
 
 fn run_broker(cfg: Config) -> anyhow::Result<()> {
     let fixed = allocator::fix_mmap_threshold(cfg.malloc_mmap_threshold_kb);
+    let trimming = allocator::start_trimmer(Duration::from_millis(cfg.malloc_trim_ms));
     logging::init(cfg.log_format, &cfg.log_level);
-    tracing::info!(fixed, "malloc mmap threshold");
+    tracing::info!(fixed, trimming, "malloc mmap threshold, periodic trim");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::accel::heap::{heap_bytes, table_bytes};
+
 /// `xxh3_128(transactionId)`, big-endian, as the ack path hashes it.
 pub type TxnHash = [u8; 16];
 
@@ -34,10 +36,6 @@ pub const TTL_MARGIN: Duration = Duration::from_secs(10);
 
 /// Expired entries are swept (on insert) at most this often.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// Estimated bytes of an entry besides its strings and its hash table: the map slot, the
-/// least-recently-used index's node, and the allocators' headers.
-const ENTRY_OVERHEAD: usize = 192;
 
 /// One leased batch a pop of this broker delivered.
 #[derive(Debug, Clone)]
@@ -138,10 +136,17 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The heap an entry takes: its slot in the map (hashbrown keeps at most 7/8 of its buckets
+/// full, plus a control byte each), its place in the eviction index (B-tree nodes are about
+/// two-thirds full), both copies of the group name (map key, eviction index), the leaseId and
+/// the hash set's table.
 fn footprint(group: &str, worker: &str, hashes: &HashSet<TxnHash>) -> usize {
-    // The group is held twice (map key, eviction index); hashbrown sizes its table to 8/7 of
-    // the capacity, 16 bytes per bucket plus one control byte.
-    ENTRY_OVERHEAD + 2 * group.len() + worker.len() + hashes.capacity() * 8 / 7 * 17
+    let slot = (size_of::<(Key, Slot)>() + 1) * 8 / 7;
+    let lru = size_of::<(u64, Key)>() * 3 / 2;
+    slot + lru
+        + 2 * heap_bytes(group.len())
+        + heap_bytes(worker.len())
+        + table_bytes(hashes.capacity(), size_of::<TxnHash>())
 }
 
 impl AckRegistry {

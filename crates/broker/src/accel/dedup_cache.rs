@@ -39,8 +39,8 @@ pub use queen_proto::sidecar::{HashRow, Hydration};
 
 mod entry;
 mod ring;
+use crate::accel::heap::heap_bytes;
 use entry::{DbClock, Entry, Verdict};
-use ring::heap_bytes;
 
 /// Bytes of one hash in the sidecar rows a read answers.
 const SIDECAR_HASH_BYTES: usize = 16;

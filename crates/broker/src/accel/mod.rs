@@ -11,6 +11,7 @@ pub mod dedup_cache;
 pub mod deliveries;
 pub mod encryption;
 pub mod fusion;
+pub mod heap;
 pub mod hotlist;
 pub mod maintenance;
 pub mod min_pop_wait;

@@ -97,6 +97,12 @@ pub struct Config {
     /// Pooled PostgreSQL connections (created lazily).
     #[arg(long, env = "DB_POOL_SIZE", default_value_t = 160)]
     pub db_pool_size: usize,
+    /// Memory budget in MiB of the pooled connections' buffers (docs/performance.md §7.3): a
+    /// connection keeps the capacity of the largest statement it sent and answer it read;
+    /// beyond the budget, connections holding large buffers are closed between requests
+    /// (idle ones first) and the pool opens fresh ones when needed.
+    #[arg(long, env = "QUEEN_DB_BUFFERS_MB", default_value_t = 16)]
+    pub db_buffers_mb: usize,
     /// Push transactions a broker runs on PostgreSQL at once (the push lane of admission,
     /// docs/engine.md §9). Pushes that find none free wait and join the next bundle, so a
     /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
@@ -149,8 +155,9 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     /// Bytes of read buffer an HTTP connection may hold: the largest request head accepted,
     /// and what an open connection keeps between requests (bodies are read in pieces of at
-    /// most this size). hyper's own default is about 400 KiB.
-    #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
+    /// most this size). hyper's own default is about 400 KiB; 16 KiB keeps the buffers of
+    /// many keep-alive connections small (docs/performance.md §7.2).
+    #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub http_read_buffer_bytes: usize,
     /// Most client connections served at once; further connections wait in the listen
     /// backlog until one closes.
@@ -274,6 +281,11 @@ pub struct Config {
     /// up to 32 MiB). 0 keeps glibc's dynamic default; `MALLOC_MMAP_THRESHOLD_` overrides.
     #[arg(long, env = "QUEEN_MALLOC_MMAP_THRESHOLD_KB", default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=32 * 1024))]
     pub malloc_mmap_threshold_kb: usize,
+    /// Period in ms at which glibc's `malloc_trim` hands the heap arenas' free pages back to
+    /// the kernel (docs/performance.md §7.2): memory freed after a burst otherwise stays in the
+    /// broker's RSS. 0 = never.
+    #[arg(long, env = "QUEEN_MALLOC_TRIM_MS", default_value_t = 1000)]
+    pub malloc_trim_ms: u64,
     /// Embedded PostgreSQL only: fsync and synchronous_commit off. Loses data on a crash.
     #[arg(long, env = "QUEEN_DEV_UNSAFE", default_value = "false", value_parser = parse_bool)]
     pub dev_unsafe: bool,
@@ -401,7 +413,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} \
@@ -411,13 +423,14 @@ impl Config {
              hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
              dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
-             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} dev_unsafe={} \
+             safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} malloc_trim_ms={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
              spool_events_per_file={} spool_max_bytes={} {}",
             self.host,
             self.port,
             db,
             self.db_pool_size,
+            self.db_buffers_mb,
             self.admission_push_cap,
             self.fusion_shards,
             self.bundle_max,
@@ -463,6 +476,7 @@ impl Config {
             self.partition_cleanup_enabled,
             self.partition_cleanup_days,
             self.malloc_mmap_threshold_kb,
+            self.malloc_trim_ms,
             self.dev_unsafe,
             if self.encryption_key.is_some() {
                 "set"

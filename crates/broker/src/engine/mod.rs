@@ -54,7 +54,12 @@ impl Engine {
     /// Builds the pool on `pg` (no connection yet), applies the schema when configured, opens
     /// the disk spool (keeping what an earlier run left in it), and the engine over them.
     pub async fn boot(cfg: Config, pg: tokio_postgres::Config) -> Result<Self, BootError> {
-        let store = Store::new(pg, cfg.db_pool_size, cfg.stmt_timeout_ms);
+        let store = Store::new(
+            pg,
+            cfg.db_pool_size,
+            cfg.stmt_timeout_ms,
+            cfg.db_buffers_mb.saturating_mul(1 << 20),
+        );
         if cfg.apply_schema {
             migrations::apply(&store).await?;
         }

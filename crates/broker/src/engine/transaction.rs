@@ -187,7 +187,9 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let refusal = match store::transaction_wire(&db, &pushes, &wire_acks, tenant.id()).await? {
+        let answered = store::transaction_wire(&db, &pushes, &wire_acks, tenant.id()).await;
+        state.store.charge(&db, SegmentWrite::load(&pushes));
+        let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),
             Err(refusal) => refusal,
         };

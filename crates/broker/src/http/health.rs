@@ -44,6 +44,7 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
     let pushed = st.counters.messages_pushed.load(Relaxed);
     let popped = st.counters.messages_popped.load(Relaxed);
     let pool = st.pool_status();
+    let buffers = st.store.buffers().metrics();
     Json(json!({
         "uptime": uptime as u64,
         "requests": { "total": requests, "rate": requests as f64 / uptime },
@@ -67,6 +68,12 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
             "connections": pool.size,
             "idleConnections": pool.available,
             "waitingRequests": pool.waiting,
+            "buffers": {
+                "budgetBytes": buffers.budget_bytes,
+                "bytes": buffers.bytes,
+                "chargedConnections": buffers.connections,
+                "retired": buffers.retired,
+            },
         },
         "memory": { "rssBytes": rss_bytes() },
         "cpu": { "processSeconds": cpu_seconds() },

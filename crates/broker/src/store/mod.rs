@@ -3,6 +3,7 @@
 //! above this module writes SQL text.
 
 pub mod ack;
+pub mod buffers;
 pub mod db_error;
 pub mod dlq;
 pub mod groups;
@@ -20,9 +21,12 @@ pub mod traces;
 pub mod transaction;
 pub mod wake;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{
+    GenericClient, Hook, HookError, Manager, ManagerConfig, Object, Pool, RecyclingMethod,
+};
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::{NoTls, Statement};
@@ -30,6 +34,7 @@ use tokio_postgres::{NoTls, Statement};
 use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::telemetry::statement_sent;
+use buffers::{Buffers, Load};
 
 /// How long the health probe waits for its `SELECT 1`.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
@@ -107,11 +112,18 @@ pub(crate) async fn rows(
 pub struct Store {
     pool: Pool,
     pg: tokio_postgres::Config,
+    buffers: Arc<Buffers>,
 }
 
 impl Store {
-    /// Builds the pool; no connection is made until first use.
-    pub fn new(mut pg: tokio_postgres::Config, pool_size: usize, stmt_timeout_ms: u64) -> Self {
+    /// Builds the pool; no connection is made until first use. `buffers_bytes` bounds what the
+    /// connections' buffers may keep (docs/performance.md §7.3).
+    pub fn new(
+        mut pg: tokio_postgres::Config,
+        pool_size: usize,
+        stmt_timeout_ms: u64,
+        buffers_bytes: usize,
+    ) -> Self {
         // JIT compilation costs ~20 ms on large hash scans and never pays off for short OLTP calls.
         pg.options(format!("-c statement_timeout={stmt_timeout_ms} -c jit=off"));
         pg.application_name("queen-rs");
@@ -127,15 +139,35 @@ impl Store {
         // at a time keeps using those few. Each connection keeps the buffer capacity of the
         // largest statement it carried (bundles reach MiBs); FIFO rotated every bundle through
         // every connection and grew them all (docs/performance.md §7).
+        let buffers = Arc::new(Buffers::new(buffers_bytes));
+        let serves = buffers.clone();
         let pool = Pool::builder(mgr)
             .max_size(pool_size.max(1))
             .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(Duration::from_secs(30)))
             .create_timeout(Some(Duration::from_secs(10)))
+            .pre_recycle(Hook::sync_fn(move |client, _| {
+                if serves.may_serve(client) {
+                    Ok(())
+                } else {
+                    Err(HookError::message(
+                        "retired: connection buffers over budget",
+                    ))
+                }
+            }))
             .build()
             .expect("pool builder with a runtime never fails");
-        Store { pool, pg }
+        Store { pool, pg, buffers }
+    }
+
+    /// Charges `conn` with what a statement carrying payloads moved (see [`buffers`]).
+    pub fn charge(&self, conn: &Object, load: Load) {
+        self.buffers.charge(&self.pool, &conn.statement_cache, load);
+    }
+
+    pub fn buffers(&self) -> &Buffers {
+        &self.buffers
     }
 
     /// A pooled connection; dropped back into the pool when the guard goes.

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
+use crate::store::buffers::Load;
 
 /// What one pop asks PostgreSQL to claim; shared by every shape.
 #[derive(Clone, Copy)]
@@ -72,6 +73,14 @@ pub struct ClaimedPartition {
     #[serde(default)]
     pub lease_expires_at: Option<i64>,
     pub segments: Vec<ClaimedSegment>,
+}
+
+impl PopAnswer {
+    /// The payload bytes the answer read: what the connection's read buffer keeps after it
+    /// (store/buffers.rs).
+    pub fn load(&self) -> Load {
+        Load::received(self.blobs.iter().map(Vec::len).sum())
+    }
 }
 
 /// Frames `[start_idx, start_idx + take)` of a segment of `msg_count` frames based at `base`.

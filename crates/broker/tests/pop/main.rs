@@ -8,6 +8,7 @@ use queen_test_harness::wire;
 mod admission;
 mod autopilot;
 mod bounds;
+mod buffers;
 mod concurrency;
 mod differential;
 mod framed;

@@ -9,6 +9,7 @@ mod bad_input;
 mod binary;
 mod binary_limits;
 mod binary_load;
+mod bodies;
 mod dedup_cache;
 mod dedup_metrics;
 mod encryption;

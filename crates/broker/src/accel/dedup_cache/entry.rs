@@ -7,8 +7,9 @@ use std::mem::size_of;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::ring::{hash_key, heap_bytes, HashRing};
+use super::ring::{hash_key, HashRing};
 use super::{HashRow, Hydration};
+use crate::accel::heap::heap_bytes;
 
 /// Clock-skew slack of expiry, matching the 5 s the hydration read adds
 /// (sql/functions/dedup_cache.sql).

@@ -6,17 +6,10 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 
+use crate::accel::heap::heap_bytes;
+
 /// Bytes the ring holds per cached hash.
 const HASH_BYTES: usize = size_of::<u128>();
-
-/// What a heap allocation of `n` bytes really takes (glibc's chunks: an 8-byte header, sizes
-/// rounded up to 16, at least 32), so that many small allocations are not counted as free.
-pub fn heap_bytes(n: usize) -> usize {
-    match n {
-        0 => 0,
-        n => (n + 8).next_multiple_of(16).max(32),
-    }
-}
 
 /// Hashes per sealed block (a block holds at least this many: a segment is never split).
 pub const BLOCK_HASHES: usize = 4096;

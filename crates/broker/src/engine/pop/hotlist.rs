@@ -80,6 +80,7 @@ pub(super) async fn claim(
                 let (answer, states) = sql::pop_list(conn, queue, &names, args)
                     .await
                     .map_err(pop_failed)?;
+                st.store.charge(conn, answer.load());
                 candidates.check_in(&verdicts(&answer, &states, args, &names));
                 return Ok(Claimed::Answer(answer));
             }

@@ -30,6 +30,7 @@ pub(super) async fn claim(
             return Ok(Claimed::OutOfTime);
         };
         if let Some(answer) = claim_hinted(st, &held.1, queue, hints, args).await? {
+            st.store.charge(&held.1, answer.load());
             return Ok(Claimed::Answer(answer));
         }
         // Admitted already: the probe and the backstop run on the same connection.
@@ -56,9 +57,9 @@ pub(super) async fn claim(
             None => return Ok(Claimed::OutOfTime),
         },
     };
-    Ok(Claimed::Answer(
-        claim_shape(&conn, req, args).await.map_err(pop_failed)?,
-    ))
+    let answer = claim_shape(&conn, req, args).await.map_err(pop_failed)?;
+    st.store.charge(&conn, answer.load());
+    Ok(Claimed::Answer(answer))
 }
 
 /// A woken wildcard pop's targeted claims on its pushed-partition hints, cheaper than a

@@ -236,7 +236,9 @@ async fn store_as_sent(
     let written = async {
         let _permit = state.admission.acquire(Lane::Push).await;
         let conn = state.store.conn().await?;
-        push_multi(&conn, &writes).await
+        let written = push_multi(&conn, &writes).await;
+        state.store.charge(&conn, SegmentWrite::load(&writes));
+        written
     }
     .await;
     let written = match written {

@@ -165,7 +165,9 @@ impl SegmentWriter {
             for (write, verified) in writes.iter_mut().zip(verified) {
                 write.verified = verified;
             }
-            let results = push_multi(&*conn, &writes).await?;
+            let results = push_multi(&*conn, &writes).await;
+            self.store.charge(conn, SegmentWrite::load(&writes));
+            let results = results?;
             // Committed: from here on nothing may fail the round's frames.
             self.effects.committed(&writes, &results);
             self.summary.record(&built);

@@ -8,6 +8,7 @@ use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::store::buffers::Load;
 
 /// One segment of a bundle, borrowed from its builder.
 pub struct SegmentWrite<'a> {
@@ -21,6 +22,14 @@ pub struct SegmentWrite<'a> {
     /// Every payload of the segment is an encryption envelope (the SQL refuses a segment
     /// without this for a queue with `encryption_enabled`).
     pub encrypted: bool,
+}
+
+impl SegmentWrite<'_> {
+    /// The payload bytes `writes` bind: what a connection's buffers keep after carrying them
+    /// (store/buffers.rs).
+    pub fn load(writes: &[SegmentWrite<'_>]) -> Load {
+        Load::sent(writes.iter().map(|w| w.blob.len() + w.hashes.len()).sum())
+    }
 }
 
 /// Per-segment result of `log_push_one_v1`.
