@@ -87,6 +87,13 @@ struct Cli {
     /// In-flight request cap of the producers (and pgmq connections).
     #[arg(long)]
     inflight: Option<usize>,
+    /// Request sizes of the push cells instead of the profile's (e.g. `--push-batches 100`).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    push_batches: Vec<u32>,
+    /// Partition counts of the push (and e2e) cells instead of the profile's; leaves the
+    /// spread cells out.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    partitions: Vec<u32>,
     /// Push with the binary QPB1 body instead of JSON.
     #[arg(long)]
     binary_push: bool,
@@ -146,6 +153,13 @@ async fn run(cli: Cli) -> Result<bool> {
     let mut profile = Profile::get(name);
     if let Some(n) = cli.inflight {
         profile.inflight = n.max(1);
+    }
+    if !cli.push_batches.is_empty() {
+        profile.push_batches = cli.push_batches.clone();
+    }
+    if !cli.partitions.is_empty() {
+        profile.partitions = cli.partitions.clone();
+        profile.spread_partitions = 0;
     }
     let broker_env = broker_env(&cli);
     let target = match (&cli.url, &cli.pg_url) {

@@ -27,7 +27,7 @@ pub struct Profile {
     pub push_warmup: Duration,
     pub push_measure: Duration,
     /// Partitions of the wide queue of the spread cells (`scenarios/spread.rs`), all created
-    /// by the first-push cell.
+    /// by the first-push cell; 0 leaves the spread cells out.
     pub spread_partitions: u32,
     pub e2e_warmup: Duration,
     pub e2e_measure: Duration,

@@ -197,6 +197,9 @@ impl Lane {
 
 /// The narrow cell, the first push into the wide queue, the wide cell.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+    if ctx.profile.spread_partitions == 0 {
+        return Ok(Vec::new());
+    }
     let narrow_shape = Shape {
         partitions: NARROW_PARTITIONS,
         per_request: NARROW_PARTITIONS,

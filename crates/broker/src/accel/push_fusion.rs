@@ -16,6 +16,12 @@
 //! - At most one flush in flight per partition: a partition's next segment is dispatched only
 //!   after the previous one settled, so flushes never contend on the allocator row and offset
 //!   order equals commit order.
+//! - Pipelining (`QUEEN_V2_PUSH_PIPELINE`): while a partition's flush is written, the
+//!   requests queued behind it (once they reach [`STAGE_MIN_BYTES`], up to the byte cap) are
+//!   staged as its next flush and handed to [`BundleWriter::prepare`], which builds and
+//!   compresses their segment meanwhile. The staged flush is written after the previous one
+//!   settled, like any other, so the order rules above are unchanged; only the CPU work leaves
+//!   the one-at-a-time path of a hot partition.
 //! - Cross-partition bundling: one dispatch takes up to `bundle_max` ready partitions, oldest
 //!   first, and at most `bundle_max_bytes` of payload: of the last partition it takes the
 //!   requests that fit, whole and in order, and the rest waits for that partition's next
@@ -40,6 +46,8 @@ use uuid::Uuid;
 use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
 pub use crate::accel::fusion::Failure;
 use crate::accel::fusion::{shard_of, DoneGuard};
+use batch::LaneBatch;
+pub use batch::copy_of;
 
 /// One message waiting to be written.
 #[derive(Debug, Clone)]
@@ -92,16 +100,38 @@ impl Failure {
     }
 }
 
-/// One partition's share of a bundle: frames with distinct hashes, in arrival order.
-pub struct LaneFlush {
+/// Waiting bytes behind a partition's flush from which they are staged as its next flush:
+/// below this, building a segment costs microseconds and staging early would only split what
+/// would otherwise coalesce into one segment.
+pub const STAGE_MIN_BYTES: usize = 64 * 1024;
+
+/// One partition's share of a bundle: frames with distinct hashes, in arrival order, and what
+/// the writer prepared for them while the partition's previous flush was written.
+pub struct LaneFlush<P> {
     pub queue: Arc<str>,
     pub partition: Arc<str>,
-    pub frames: Vec<FusionFrame>,
+    pub frames: Arc<[FusionFrame]>,
+    pub prepared: Option<P>,
 }
 
-/// Writes bundles. Must return, for every lane, exactly one outcome per frame, in order.
+/// Writes bundles.
 pub trait BundleWriter: Send + Sync + 'static {
-    fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>>;
+    /// What [`BundleWriter::prepare`] hands to the flush (a built segment).
+    type Prepared: Send + 'static;
+
+    /// Work on a staged flush's frames that needs no connection and no order (building and
+    /// compressing its segment); `None` leaves it to `write`.
+    fn prepare(
+        &self,
+        queue: &Arc<str>,
+        frames: Arc<[FusionFrame]>,
+    ) -> BoxFuture<'static, Option<Self::Prepared>>;
+
+    /// Must return, for every lane, exactly one outcome per frame, in order.
+    fn write(
+        &self,
+        lanes: Vec<LaneFlush<Self::Prepared>>,
+    ) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>>;
 }
 
 /// Sizing of the fusion (docs/engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
@@ -116,6 +146,8 @@ pub struct FusionConfig {
     pub bundle_max: usize,
     /// Payload bytes per bundle beyond its first partition.
     pub bundle_max_bytes: usize,
+    /// Stage and prepare a partition's next flush while one is written.
+    pub pipeline: bool,
 }
 
 impl Default for FusionConfig {
@@ -126,6 +158,7 @@ impl Default for FusionConfig {
             max_inflight: 8,
             bundle_max: 16,
             bundle_max_bytes: usize::MAX,
+            pipeline: true,
         }
     }
 }
@@ -149,7 +182,7 @@ struct Arrival {
 impl PushFusion {
     /// Spawns the shard tasks on the current tokio runtime; each bundle holds a push permit
     /// of `admission` while it is written.
-    pub fn start(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Admission) -> Self {
+    pub fn start<W: BundleWriter>(cfg: FusionConfig, writer: Arc<W>, admission: Admission) -> Self {
         let shards = (0..cfg.shards.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -198,31 +231,72 @@ impl PushFusion {
 
 type LaneKey = (Arc<str>, Arc<str>);
 
-#[derive(Default)]
-struct Lane {
+struct Lane<P> {
     waiting: Vec<Arrival>,
+    /// A flush of this partition is being written.
     in_flight: bool,
+    /// Its next flush, taken from `waiting` while `in_flight` (pipelining).
+    staged: Option<Staged<P>>,
+}
+
+impl<P> Default for Lane<P> {
+    fn default() -> Self {
+        Lane {
+            waiting: Vec::new(),
+            in_flight: false,
+            staged: None,
+        }
+    }
+}
+
+impl<P> Lane<P> {
+    /// Whether a flush of this lane may go out now.
+    fn launchable(&self) -> bool {
+        !self.in_flight
+            && match &self.staged {
+                Some(staged) => staged.done,
+                None => !self.waiting.is_empty(),
+            }
+    }
+
+    fn waiting_bytes(&self) -> usize {
+        self.waiting.iter().map(|a| a.bytes).sum()
+    }
+}
+
+/// A staged flush: its requests, and the writer's preparation once `done`.
+struct Staged<P> {
+    batch: LaneBatch,
+    bytes: usize,
+    done: bool,
+    prepared: Option<P>,
 }
 
 type PermitWait = BoxFuture<'static, Permit>;
 
-struct Shard {
+struct Shard<W: BundleWriter> {
     cfg: FusionConfig,
-    writer: Arc<dyn BundleWriter>,
+    writer: Arc<W>,
     admission: Admission,
     /// Set while ready lanes wait for an admission permit.
     permit_wait: Option<PermitWait>,
-    lanes: HashMap<LaneKey, Lane>,
-    /// Lanes with waiting arrivals and no flush in flight, oldest first.
+    lanes: HashMap<LaneKey, Lane<W::Prepared>>,
+    /// Lanes that can launch, oldest first (a key may be stale: checked when taken).
     ready: VecDeque<LaneKey>,
+    /// Lanes whose waiting requests may be staged once the current burst is taken.
+    to_stage: Vec<LaneKey>,
     bundles_in_flight: usize,
+    preparing: usize,
     done_tx: mpsc::UnboundedSender<Vec<LaneKey>>,
     done_rx: mpsc::UnboundedReceiver<Vec<LaneKey>>,
+    prepared_tx: mpsc::UnboundedSender<(LaneKey, Option<W::Prepared>)>,
+    prepared_rx: mpsc::UnboundedReceiver<(LaneKey, Option<W::Prepared>)>,
 }
 
-impl Shard {
-    fn new(cfg: FusionConfig, writer: Arc<dyn BundleWriter>, admission: Admission) -> Self {
+impl<W: BundleWriter> Shard<W> {
+    fn new(cfg: FusionConfig, writer: Arc<W>, admission: Admission) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (prepared_tx, prepared_rx) = mpsc::unbounded_channel();
         Shard {
             cfg,
             writer,
@@ -230,15 +304,19 @@ impl Shard {
             permit_wait: None,
             lanes: HashMap::new(),
             ready: VecDeque::new(),
+            to_stage: Vec::new(),
             bundles_in_flight: 0,
+            preparing: 0,
             done_tx,
             done_rx,
+            prepared_tx,
+            prepared_rx,
         }
     }
 
     async fn run(mut self, mut arrivals: mpsc::UnboundedReceiver<Arrival>) {
         let mut open = true;
-        while open || self.bundles_in_flight > 0 {
+        while open || self.bundles_in_flight > 0 || self.preparing > 0 {
             tokio::select! {
                 arrival = arrivals.recv(), if open => match arrival {
                     Some(a) => {
@@ -251,6 +329,7 @@ impl Shard {
                     None => open = false,
                 },
                 Some(keys) = self.done_rx.recv() => self.settled(keys),
+                Some((key, prepared)) = self.prepared_rx.recv() => self.prepared(key, prepared),
                 permit = wait_for(&mut self.permit_wait), if self.permit_wait.is_some() => {
                     self.permit_wait = None;
                     if self.can_launch() {
@@ -258,6 +337,7 @@ impl Shard {
                     } // else not needed any more: dropping it frees it for others
                 }
             }
+            self.stage_waiting();
             self.dispatch();
         }
     }
@@ -270,10 +350,13 @@ impl Shard {
     fn accept(&mut self, arrival: Arrival) {
         let key = (arrival.queue.clone(), arrival.partition.clone());
         let lane = self.lanes.entry(key.clone()).or_default();
-        if lane.waiting.is_empty() && !lane.in_flight {
-            self.ready.push_back(key);
-        }
+        let was_launchable = lane.launchable();
         lane.waiting.push(arrival);
+        if lane.launchable() && !was_launchable {
+            self.ready.push_back(key);
+        } else if lane.in_flight && lane.staged.is_none() {
+            self.to_stage.push(key);
+        }
     }
 
     fn settled(&mut self, keys: Vec<LaneKey>) {
@@ -283,12 +366,65 @@ impl Shard {
                 continue;
             };
             lane.in_flight = false;
-            if lane.waiting.is_empty() {
-                self.lanes.remove(&key); // idle partitions cost no memory
-            } else {
+            if lane.launchable() {
                 self.ready.push_back(key);
-            }
+            } else if lane.waiting.is_empty() && lane.staged.is_none() {
+                self.lanes.remove(&key); // idle partitions cost no memory
+            } // else its staged flush is still being prepared
         }
+    }
+
+    fn prepared(&mut self, key: LaneKey, prepared: Option<W::Prepared>) {
+        self.preparing -= 1;
+        let Some(lane) = self.lanes.get_mut(&key) else {
+            return;
+        };
+        if let Some(staged) = lane.staged.as_mut() {
+            staged.done = true;
+            staged.prepared = prepared;
+        }
+        if lane.launchable() {
+            self.ready.push_back(key);
+        }
+    }
+
+    /// Stages the requests waiting behind each in-flight lane of `to_stage`, once they are
+    /// worth building ahead, and hands them to the writer's `prepare`.
+    fn stage_waiting(&mut self) {
+        for key in std::mem::take(&mut self.to_stage) {
+            self.stage(key);
+        }
+    }
+
+    fn stage(&mut self, key: LaneKey) {
+        let Some(lane) = self.lanes.get_mut(&key) else {
+            return;
+        };
+        if !self.cfg.pipeline
+            || !lane.in_flight
+            || lane.staged.is_some()
+            || lane.waiting_bytes() < STAGE_MIN_BYTES
+        {
+            return;
+        }
+        let (take, bytes) = fitting(&lane.waiting, self.cfg.bundle_max_bytes, true);
+        let rest = lane.waiting.split_off(take);
+        let taken = std::mem::replace(&mut lane.waiting, rest);
+        let batch = LaneBatch::new(key.clone(), taken);
+        let work = self.writer.prepare(&key.0, batch.frames());
+        lane.staged = Some(Staged {
+            batch,
+            bytes,
+            done: false,
+            prepared: None,
+        });
+        self.preparing += 1;
+        let tx = self.prepared_tx.clone();
+        tokio::spawn(async move {
+            // A panicking preparation only means the write builds the segment itself.
+            let prepared = tokio::spawn(work).await.ok().flatten();
+            let _ = tx.send((key, prepared));
+        });
     }
 
     /// Launches bundles while permits are free right now; otherwise waits for one.
@@ -320,40 +456,68 @@ impl Shard {
             let Some(key) = self.ready.front().cloned() else {
                 break;
             };
-            let Some(lane) = self.lanes.get_mut(&key) else {
+            let Some(lane) = self.lanes.get_mut(&key).filter(|l| l.launchable()) else {
                 self.ready.pop_front();
                 continue;
             };
-            let (take, bytes) = fitting(&lane.waiting, room, keys.is_empty());
-            if take == 0 {
+            let Some((batch, bytes, partial)) = take_flush(&key, lane, room, keys.is_empty())
+            else {
                 break;
-            }
+            };
             self.ready.pop_front();
             room = room.saturating_sub(bytes);
             lane.in_flight = true;
-            let rest = lane.waiting.split_off(take);
-            let taken = std::mem::replace(&mut lane.waiting, rest);
-            let partial = !lane.waiting.is_empty();
-            batches.push(LaneBatch::new(key.clone(), taken));
+            batches.push(batch);
+            self.to_stage.push(key.clone());
             keys.push(key);
             if partial {
                 break; // the bundle is full
             }
         }
+        if keys.is_empty() {
+            return; // every ready key was stale; the permit goes back
+        }
+        self.stage_waiting();
         self.bundles_in_flight += 1;
         let writer = self.writer.clone();
         let done = DoneGuard::new(keys, self.done_tx.clone());
         tokio::spawn(async move {
-            let lanes = batches.iter_mut().map(LaneBatch::take_flush).collect();
+            let lanes = batches.iter_mut().map(|(b, p)| b.flush(p.take())).collect();
             let outcomes = writer.write(lanes).await;
             let mut outcomes = outcomes.into_iter();
-            for batch in batches {
+            for (batch, _) in batches {
                 batch.reply(outcomes.next().unwrap_or_default());
             }
             drop(done);
             drop(permit);
         });
     }
+}
+
+/// A launchable lane's next flush within `room` bytes: its staged one if any, else its
+/// waiting requests that fit; and whether the byte cap left requests behind. `None`: nothing
+/// fits.
+fn take_flush<P>(
+    key: &LaneKey,
+    lane: &mut Lane<P>,
+    room: usize,
+    first_of_bundle: bool,
+) -> Option<((LaneBatch, Option<P>), usize, bool)> {
+    if let Some(staged) = lane.staged.take() {
+        if staged.bytes > room && !first_of_bundle {
+            lane.staged = Some(staged);
+            return None;
+        }
+        return Some(((staged.batch, staged.prepared), staged.bytes, false));
+    }
+    let (take, bytes) = fitting(&lane.waiting, room, first_of_bundle);
+    if take == 0 {
+        return None;
+    }
+    let rest = lane.waiting.split_off(take);
+    let taken = std::mem::replace(&mut lane.waiting, rest);
+    let partial = !lane.waiting.is_empty();
+    Some(((LaneBatch::new(key.clone(), taken), None), bytes, partial))
 }
 
 /// How many of `waiting` (whole requests, in order) fit in `room` bytes, and their bytes; the
@@ -380,92 +544,6 @@ async fn wait_for(wait: &mut Option<PermitWait>) -> Permit {
     }
 }
 
-/// One lane's arrivals inside a bundle, with the layer-2 dedup map from each arriving frame
-/// to the unique frame that represents it.
-struct LaneBatch {
-    key: LaneKey,
-    arrivals: Vec<(oneshot::Sender<Vec<FrameOutcome>>, Vec<Slot>)>,
-    unique: Vec<FusionFrame>,
-}
-
-/// Where an arriving frame's outcome comes from: the unique frame at `index`, as its writer
-/// (`leader`) or as a later copy of the same hash.
-#[derive(Clone, Copy)]
-struct Slot {
-    index: usize,
-    leader: bool,
-}
-
-impl LaneBatch {
-    fn new(key: LaneKey, arrivals: Vec<Arrival>) -> Self {
-        let mut first: HashMap<[u8; 16], usize> = HashMap::new();
-        let mut unique = Vec::new();
-        let mut slotted = Vec::with_capacity(arrivals.len());
-        for arrival in arrivals {
-            let slots = arrival
-                .frames
-                .into_iter()
-                .map(|frame| match first.get(&frame.hash) {
-                    Some(&index) => Slot {
-                        index,
-                        leader: false,
-                    },
-                    None => {
-                        first.insert(frame.hash, unique.len());
-                        unique.push(frame);
-                        Slot {
-                            index: unique.len() - 1,
-                            leader: true,
-                        }
-                    }
-                })
-                .collect();
-            slotted.push((arrival.reply, slots));
-        }
-        LaneBatch {
-            key,
-            arrivals: slotted,
-            unique,
-        }
-    }
-
-    fn take_flush(&mut self) -> LaneFlush {
-        LaneFlush {
-            queue: self.key.0.clone(),
-            partition: self.key.1.clone(),
-            frames: std::mem::take(&mut self.unique),
-        }
-    }
-
-    fn reply(self, outcomes: Vec<FrameOutcome>) {
-        let missing = Failure::internal("push flush returned no outcome");
-        for (reply, slots) in self.arrivals {
-            let result = slots
-                .iter()
-                .map(|slot| {
-                    let written = outcomes.get(slot.index).unwrap_or(&missing);
-                    if slot.leader {
-                        written.clone()
-                    } else {
-                        copy_of(written)
-                    }
-                })
-                .collect();
-            let _ = reply.send(result); // the request may have gone away; nothing to undo
-        }
-    }
-}
-
-/// The outcome of a frame whose transactionId an earlier frame already carried.
-pub fn copy_of(original: &FrameOutcome) -> FrameOutcome {
-    match original {
-        FrameOutcome::Queued { message_id, offset } => FrameOutcome::Duplicate {
-            message_id: *message_id,
-            offset: Some(*offset),
-        },
-        other => other.clone(),
-    }
-}
-
+mod batch;
 #[cfg(test)]
 mod tests;

@@ -123,6 +123,10 @@ pub struct Config {
     /// the broker's memory as much as the bundle.
     #[arg(long, env = "QUEEN_V2_BUNDLE_MAX_BYTES", default_value_t = 1 << 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
     pub bundle_max_bytes: usize,
+    /// Build and compress a partition's next push segment while its previous one is written
+    /// (docs/engine.md §4.3); off, a hot partition builds, writes and commits one at a time.
+    #[arg(long, env = "QUEEN_V2_PUSH_PIPELINE", default_value = "true", value_parser = parse_bool)]
+    pub push_pipeline: bool,
     /// Data directory; the embedded cluster lives in `<dir>/pg`.
     #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
     pub data_dir: PathBuf,
@@ -413,7 +417,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} \
@@ -435,6 +439,7 @@ impl Config {
             self.fusion_shards,
             self.bundle_max,
             self.bundle_max_bytes,
+            self.push_pipeline,
             self.data_dir.display(),
             self.log_level,
             self.log_format.as_str(),

@@ -104,6 +104,7 @@ impl Engine {
                 shards: cfg.fusion_shards,
                 bundle_max: cfg.bundle_max,
                 bundle_max_bytes: cfg.bundle_max_bytes,
+                pipeline: cfg.push_pipeline,
                 ..FusionConfig::default()
             },
             Arc::new(segment_writer),

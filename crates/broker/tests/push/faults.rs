@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_broker::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
-use queen_broker::engine::push::flush::SegmentWriter;
+use queen_broker::engine::push::flush::{Prepared, SegmentWriter};
 use queen_proto::hash::txn_hash;
 use serde_json::{json, Value};
 
@@ -23,11 +23,12 @@ fn frame(txn: &str) -> FusionFrame {
     }
 }
 
-fn lane(queue: &str, partition: &str, frames: Vec<FusionFrame>) -> LaneFlush {
+fn lane(queue: &str, partition: &str, frames: Vec<FusionFrame>) -> LaneFlush<Prepared> {
     LaneFlush {
         queue: Arc::from(queue),
         partition: Arc::from(partition),
-        frames,
+        frames: frames.into(),
+        prepared: None,
     }
 }
 

@@ -16,15 +16,15 @@ use crate::common;
 
 /// One stored frame, owned.
 #[derive(Debug)]
-struct Stored {
-    flags: u8,
-    id: Uuid,
-    trace: Option<Uuid>,
-    txn: String,
-    payload: Vec<u8>,
+pub struct Stored {
+    pub flags: u8,
+    pub id: Uuid,
+    pub trace: Option<Uuid>,
+    pub txn: String,
+    pub payload: Vec<u8>,
 }
 
-async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
+pub async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str) -> i64 {
     db.query_one(
         "SELECT lp.id FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
          WHERE q.name = $1 AND lp.name = $2",
@@ -36,7 +36,7 @@ async fn partition_id(db: &tokio_postgres::Client, queue: &str, partition: &str)
 }
 
 /// Every segment of a partition as (base, end, frames), ascending.
-async fn segments(db: &tokio_postgres::Client, pid: i64) -> Vec<(i64, i64, Vec<Stored>)> {
+pub async fn segments(db: &tokio_postgres::Client, pid: i64) -> Vec<(i64, i64, Vec<Stored>)> {
     let rows = db
         .query(
             "SELECT base_offset, end_offset, blob FROM queen.log_segments WHERE partition_id = $1 ORDER BY base_offset",

@@ -15,4 +15,5 @@ mod dedup_metrics;
 mod encryption;
 mod faults;
 mod json;
+mod pipeline;
 mod spool;

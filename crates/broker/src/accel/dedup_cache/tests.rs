@@ -2,7 +2,7 @@
 //! detection, catch-up, metadata refresh, expiry, budget eviction and suppression. The SQL
 //! side (hydration read, probe honouring p_verified) is covered by tests/push/dedup_cache.rs.
 
-use super::ring::{HashRing, BLOCK_HASHES};
+use super::ring::{HashRing, BLOCK_HASHES, MAX_RUN_BLOCKS};
 use super::*;
 
 const SEC: i64 = 1_000_000;
@@ -303,6 +303,30 @@ fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
     );
     assert_eq!(ring.expire(NOW + 1), Some(NOW));
     assert_eq!(ring.hash_count(), 0);
+}
+
+#[test]
+fn merged_runs_find_every_hash_and_expire_oldest_first() {
+    // Pseudo-random hashes (odd multiples), each block a second apart.
+    let key = |i: u128| i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1;
+    let blocks = 2 * MAX_RUN_BLOCKS + 3;
+    let mut ring = HashRing::new();
+    for b in 0..blocks as u128 {
+        let first = b * BLOCK_HASHES as u128;
+        ring.add((first..first + BLOCK_HASHES as u128).map(key), NOW + b as i64);
+    }
+    assert_eq!(ring.hash_count(), blocks * BLOCK_HASHES);
+    for i in (0..(blocks * BLOCK_HASHES) as u128).step_by(997) {
+        assert!(ring.contains_any([key(i)]), "hash {i} is cached");
+    }
+    assert!(!ring.contains_any((0..1000).map(|i| key(i) & !1)), "even keys never were");
+    // The first run holds MAX_RUN_BLOCKS blocks: it goes whole once its newest one expired.
+    let newest_of_first = NOW + MAX_RUN_BLOCKS as i64 - 1;
+    assert_eq!(ring.expire(newest_of_first), None, "its newest block is still live");
+    assert_eq!(ring.expire(newest_of_first + 1), Some(newest_of_first));
+    assert_eq!(ring.hash_count(), (blocks - MAX_RUN_BLOCKS) * BLOCK_HASHES);
+    assert!(!ring.contains_any([key(0)]));
+    assert!(ring.contains_any([key((MAX_RUN_BLOCKS * BLOCK_HASHES) as u128)]));
 }
 
 /// A stand-in for one partition's sidecar in PostgreSQL: rows in offset order.

@@ -1,5 +1,5 @@
-//! Scheduler tests of push fusion: bundling, one flush in flight per partition, admission
-//! and layer-2 dedup, against a recording writer.
+//! Scheduler tests of push fusion: bundling, one flush in flight per partition, admission,
+//! layer-2 dedup and pipelining, against a recording writer.
 
 use super::*;
 use crate::accel::admission::Limits;
@@ -7,17 +7,39 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::watch;
 
-/// Records each bundle's shape when its write starts, holds every write until the test
-/// opens the gate, then queues every frame at a running offset.
+/// Records each bundle's shape when its write starts (and each preparation, with the
+/// transactionIds it was given), holds every write until the test opens the gate, then queues
+/// every frame at a running offset.
 struct Recorder {
     bundles: Mutex<Vec<Vec<(String, usize)>>>,
+    prepared: Mutex<Vec<Vec<String>>>,
+    /// Per write, per lane: the transactionIds its preparation had, if it came prepared.
+    used: Mutex<Vec<Vec<Option<Vec<String>>>>>,
     writing: AtomicUsize,
     overlap: AtomicUsize,
     gate: watch::Receiver<bool>,
 }
 
+fn txns(frames: &[FusionFrame]) -> Vec<String> {
+    frames.iter().map(|f| f.transaction_id.clone()).collect()
+}
+
 impl BundleWriter for Arc<Recorder> {
-    fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
+    type Prepared = Vec<String>;
+
+    fn prepare(
+        &self,
+        _queue: &Arc<str>,
+        frames: Arc<[FusionFrame]>,
+    ) -> BoxFuture<'static, Option<Vec<String>>> {
+        self.prepared.lock().unwrap().push(txns(&frames));
+        Box::pin(async move { Some(txns(&frames)) })
+    }
+
+    fn write(
+        &self,
+        lanes: Vec<LaneFlush<Vec<String>>>,
+    ) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
         let me = self.clone();
         Box::pin(async move {
             if me.writing.fetch_add(1, Ordering::SeqCst) > 0 {
@@ -28,6 +50,8 @@ impl BundleWriter for Arc<Recorder> {
                 .map(|l| (l.partition.to_string(), l.frames.len()))
                 .collect();
             me.bundles.lock().unwrap().push(shape);
+            let used = lanes.iter().map(|l| l.prepared.clone()).collect();
+            me.used.lock().unwrap().push(used);
             let _ = me.gate.clone().wait_for(|open| *open).await;
             me.writing.fetch_sub(1, Ordering::SeqCst);
             lanes
@@ -51,6 +75,8 @@ fn recorder() -> (Arc<Recorder>, watch::Sender<bool>) {
     let (open, gate) = watch::channel(false);
     let rec = Recorder {
         bundles: Mutex::default(),
+        prepared: Mutex::default(),
+        used: Mutex::default(),
         writing: AtomicUsize::new(0),
         overlap: AtomicUsize::new(0),
         gate,
@@ -149,6 +175,7 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
         max_inflight: 8,
         bundle_max: 16,
         bundle_max_bytes: usize::MAX,
+        pipeline: true,
     };
     let admission = Admission::new(Limits {
         budget: 3,
@@ -213,6 +240,7 @@ async fn capped_behind_one_write() -> (Arc<Recorder>, watch::Sender<bool>, PushF
         max_inflight: 8,
         bundle_max: 64,
         bundle_max_bytes: 100,
+        pipeline: true,
     };
     let admission = Admission::new(Limits {
         budget: 3,
@@ -288,4 +316,92 @@ async fn a_partition_over_the_byte_cap_flushes_its_requests_in_order_over_severa
         vec![vec![("seq".to_string(), 3)], vec![("seq".to_string(), 2)]],
         "three whole requests fit 100 bytes; the other two go next, one flush at a time"
     );
+}
+
+/// A frame carrying `bytes` of payload.
+fn big_frame(txn: &str, bytes: usize) -> FusionFrame {
+    FusionFrame {
+        payload: Bytes::from(vec![b'x'; bytes]),
+        ..frame(txn)
+    }
+}
+
+/// Three 40 KiB requests queue behind a held flush of one partition, with pipelining on or
+/// off; returns the recorder once every request settled in order.
+async fn three_big_requests_behind_a_flush(pipeline: bool) -> Arc<Recorder> {
+    let (rec, open) = recorder();
+    let cfg = FusionConfig {
+        shards: 1,
+        pipeline,
+        bundle_max_bytes: 1 << 20,
+        ..FusionConfig::default()
+    };
+    let admission = Admission::new(Limits::for_pool(32, 8));
+    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
+    first_bundle_started(&rec).await;
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let f = fusion.clone();
+        tasks.push(tokio::spawn(async move {
+            f.submit("q", "p", vec![big_frame(&format!("b{i}"), 40 * 1024)])
+                .await
+        }));
+        settle_tasks().await;
+    }
+    if pipeline {
+        assert_eq!(
+            *rec.prepared.lock().unwrap(),
+            vec![vec!["b0".to_string(), "b1".to_string()]],
+            "the requests past 64 KiB are staged and prepared while the first flush is held"
+        );
+    }
+    open.send_replace(true);
+    first.await.expect("first");
+    for t in tasks {
+        assert!(matches!(
+            t.await.expect("task")[0],
+            FrameOutcome::Queued { .. }
+        ));
+    }
+    assert_eq!(
+        rec.overlap.load(Ordering::SeqCst),
+        0,
+        "two flushes of one partition overlapped"
+    );
+    rec
+}
+
+#[tokio::test]
+async fn a_hot_partition_prepares_its_next_flush_while_one_is_written() {
+    let rec = three_big_requests_behind_a_flush(true).await;
+    let bundles = rec.bundles.lock().unwrap().clone();
+    let p = |n| vec![("p".to_string(), n)];
+    assert_eq!(bundles, vec![p(1), p(2), p(1)], "staged b0+b1, then b2 behind them");
+    let used = rec.used.lock().unwrap().clone();
+    assert_eq!(used[0], vec![None], "the first flush was not staged");
+    assert_eq!(
+        used[1],
+        vec![Some(vec!["b0".to_string(), "b1".to_string()])],
+        "the staged flush is written with its preparation, in arrival order"
+    );
+    assert_eq!(
+        rec.prepared.lock().unwrap().len(),
+        1,
+        "b2 alone (40 KiB) is below the staging threshold: no preparation"
+    );
+}
+
+#[tokio::test]
+async fn without_pipelining_nothing_is_prepared() {
+    let rec = three_big_requests_behind_a_flush(false).await;
+    let bundles = rec.bundles.lock().unwrap().clone();
+    assert_eq!(
+        bundles,
+        vec![vec![("p".to_string(), 1)], vec![("p".to_string(), 3)]],
+        "everything queued behind the first flush goes next, as one segment"
+    );
+    assert!(rec.prepared.lock().unwrap().is_empty());
+    assert!(rec.used.lock().unwrap().iter().flatten().all(Option::is_none));
 }

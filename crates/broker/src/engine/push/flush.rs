@@ -10,6 +10,10 @@
 //! partitions of a bundle stay "in flight" in the fusion until this returns, so no other flush
 //! of them interleaves.
 //!
+//! A lane staged while its partition's previous flush was written (accel/push_fusion.rs,
+//! pipelining) arrives with its segment built by [`SegmentWriter::prepare`]; the first round
+//! uses it when it still fits (every frame pending, the same sealing), otherwise builds anew.
+//!
 //! Each round asks the dedup cache for every segment's `p_verified`; a committed round goes
 //! through the shared post-commit step (engine/push/commit.rs) before the next round (and before the
 //! partition's next flush), and its frames settle whatever happens afterwards: only frames of
@@ -88,10 +92,12 @@ impl SegmentWriter {
         }
     }
 
-    async fn write_bundle(self, lanes: Vec<LaneFlush>) -> Vec<Vec<FrameOutcome>> {
+    async fn write_bundle(self, mut lanes: Vec<LaneFlush<Prepared>>) -> Vec<Vec<FrameOutcome>> {
         let mut settled: Vec<Vec<Option<FrameOutcome>>> =
             lanes.iter().map(|l| vec![None; l.frames.len()]).collect();
-        if let Err(e) = self.settle(&lanes, &mut settled).await {
+        let mut prepared: Vec<Option<Prepared>> =
+            lanes.iter_mut().map(|l| l.prepared.take()).collect();
+        if let Err(e) = self.settle(&lanes, &mut prepared, &mut settled).await {
             // Only frames of rounds that did not commit are still unsettled.
             let failed = write_failed(&e, "push flush", lanes.len());
             for slot in settled.iter_mut().flatten().filter(|s| s.is_none()) {
@@ -112,7 +118,8 @@ impl SegmentWriter {
     /// means the current round did not commit; every committed round is settled by then.
     async fn settle(
         &self,
-        lanes: &[LaneFlush],
+        lanes: &[LaneFlush<Prepared>],
+        prepared: &mut [Option<Prepared>],
         settled: &mut [Vec<Option<FrameOutcome>>],
     ) -> Result<()> {
         // Taken after the first round's segments are built: compressing holds no connection.
@@ -142,7 +149,9 @@ impl SegmentWriter {
                 return Ok(());
             }
             let sealed: Vec<bool> = round.iter().map(|&l| must_seal[l]).collect();
-            let built = self.build(lanes, &pending, &round, &sealed).await?;
+            let built = self
+                .build(lanes, prepared, &pending, &round, &sealed)
+                .await?;
             let conn = match &mut conn {
                 Some(conn) => conn,
                 None => conn.insert(self.store.conn().await?),
@@ -198,44 +207,83 @@ impl SegmentWriter {
         }
     }
 
-    /// One segment per lane of the round, from its pending frames; `sealed[i]`: the payloads
-    /// of the round's i-th lane are sealed.
+    /// One segment per lane of the round, from its pending frames (the prepared one when it
+    /// has exactly those frames and sealing); `sealed[i]`: the round's i-th lane is sealed.
     async fn build(
         &self,
-        lanes: &[LaneFlush],
+        lanes: &[LaneFlush<Prepared>],
+        prepared: &mut [Option<Prepared>],
         pending: &[Vec<usize>],
         round: &[usize],
         sealed: &[bool],
     ) -> Result<Vec<BuiltSegment>> {
         let mut built = Vec::with_capacity(round.len());
         for (&l, &seal) in round.iter().zip(sealed) {
-            let frames: Vec<FusionFrame> = pending[l]
-                .iter()
-                .map(|&f| lanes[l].frames[f].clone())
-                .collect();
-            let bytes: usize = frames
-                .iter()
-                .map(|f| f.payload.len() + f.transaction_id.len())
-                .sum();
-            let level = self.zstd_level;
-            let seal = seal.then(|| (self.encryption.clone(), lanes[l].queue.clone()));
-            let seg = if bytes > INLINE_BUILD_BYTES {
-                tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level, seal))
-                    .await
-                    .map_err(|e| Error::internal(format!("segment build task failed: {e}")))??
+            let fits = |p: &Prepared| p.sealed == seal && pending[l].len() == lanes[l].frames.len();
+            if let Some(ready) = prepared[l].take().filter(fits) {
+                built.push(ready.segment);
+                continue;
+            }
+            let frames: Arc<[FusionFrame]> = if pending[l].len() == lanes[l].frames.len() {
+                lanes[l].frames.clone()
             } else {
-                build_fusion_segment(&frames, level, seal)?
+                pending[l].iter().map(|&f| lanes[l].frames[f].clone()).collect()
             };
-            built.push(seg);
+            let seal = seal.then(|| (self.encryption.clone(), lanes[l].queue.clone()));
+            built.push(build_off_loop(frames, self.zstd_level, seal).await?);
         }
         Ok(built)
     }
 }
 
+/// A segment built ahead by [`SegmentWriter::prepare`], and whether its payloads are sealed.
+pub struct Prepared {
+    sealed: bool,
+    segment: BuiltSegment,
+}
+
 impl BundleWriter for SegmentWriter {
-    fn write(&self, lanes: Vec<LaneFlush>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
+    type Prepared = Prepared;
+
+    fn prepare(
+        &self,
+        queue: &Arc<str>,
+        frames: Arc<[FusionFrame]>,
+    ) -> BoxFuture<'static, Option<Prepared>> {
+        let sealed = self.encryption.wants(queue);
+        if sealed && !self.encryption.has_key() {
+            return Box::pin(async { None }); // the write refuses these frames
+        }
+        let seal = sealed.then(|| (self.encryption.clone(), queue.clone()));
+        let level = self.zstd_level;
+        Box::pin(async move {
+            // A failed build is redone, and reported, by the write.
+            let segment = build_off_loop(frames, level, seal).await.ok()?;
+            Some(Prepared { sealed, segment })
+        })
+    }
+
+    fn write(&self, lanes: Vec<LaneFlush<Prepared>>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
         Box::pin(self.clone().write_bundle(lanes))
     }
+}
+
+/// Builds a segment of `frames`, on the blocking pool when it is large.
+async fn build_off_loop(
+    frames: Arc<[FusionFrame]>,
+    level: i32,
+    seal: Option<(Arc<Encryption>, Arc<str>)>,
+) -> Result<BuiltSegment> {
+    let bytes: usize = frames
+        .iter()
+        .map(|f| f.payload.len() + f.transaction_id.len())
+        .sum();
+    if bytes <= INLINE_BUILD_BYTES {
+        return build_fusion_segment(&frames, level, seal);
+    }
+    tokio::task::spawn_blocking(move || build_fusion_segment(&frames, level, seal))
+        .await
+        .map_err(|e| Error::internal(format!("segment build task failed: {e}")))?
 }
 
 /// One lane's frames still to write and its outcomes, while a committed round settles them.
