@@ -87,6 +87,12 @@ pub const MESSAGES_POPPED: Metric = metric(
     Kind::Counter,
     "Messages delivered by pops through this broker.",
 );
+pub const PUSH_SEGMENTS_PREPARED: Metric = metric(
+    "queen_push_segments_prepared_total",
+    Kind::Counter,
+    "Push segments built and compressed while their partition's previous flush was written \
+     (QUEEN_V2_PUSH_PIPELINE).",
+);
 pub const PG_STATEMENTS: Metric = metric(
     "queen_pg_statements_total",
     Kind::Counter,
@@ -192,6 +198,7 @@ const ALL: &[&Metric] = &[
     &RETENTION_DELETED_SEGMENTS,
     &MESSAGES_PUSHED,
     &MESSAGES_POPPED,
+    &PUSH_SEGMENTS_PREPARED,
     &PG_STATEMENTS,
     &POOL_CONNECTIONS,
     &POOL_MAX,

@@ -46,8 +46,8 @@ use uuid::Uuid;
 use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
 pub use crate::accel::fusion::Failure;
 use crate::accel::fusion::{shard_of, DoneGuard};
-use batch::LaneBatch;
 pub use batch::copy_of;
+use batch::LaneBatch;
 
 /// One message waiting to be written.
 #[derive(Debug, Clone)]

@@ -73,6 +73,8 @@ pub struct Counters {
     pub requests: AtomicU64,
     pub messages_pushed: AtomicU64,
     pub messages_popped: AtomicU64,
+    /// Push segments written as built ahead by the pipeline (accel/push_fusion.rs).
+    pub segments_prepared: AtomicU64,
 }
 
 /// What the retention loop (docs/engine.md §10) did in this broker since it started; only the

@@ -50,6 +50,11 @@ fn read_broker(st: &Engine, s: &Scrape) {
         &[],
         st.counters.messages_popped.load(Relaxed),
     );
+    s.counter(
+        &t::PUSH_SEGMENTS_PREPARED,
+        &[],
+        st.counters.segments_prepared.load(Relaxed),
+    );
     s.counter(&t::PG_STATEMENTS, &[], t::statements_sent());
     let retention = st.retention.snapshot();
     s.counter(

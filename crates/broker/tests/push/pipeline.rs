@@ -5,6 +5,7 @@
 //! requests (each sent after the previous one was answered) in the order it sent them.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use serde_json::{json, Value};
 
@@ -19,6 +20,7 @@ const PAD: usize = 3000;
 
 async fn race(pipeline: bool) {
     let b = common::broker_with(|c| c.push_pipeline = pipeline).await;
+    let counters = b.server.as_ref().expect("running").state.counters.clone();
     let mut producers = Vec::new();
     for p in 0..PRODUCERS {
         let (http, url) = (b.http.clone(), b.at("/api/v1/push"));
@@ -45,6 +47,13 @@ async fn race(pipeline: bool) {
         producer.await.expect("producer");
     }
 
+    let prepared = counters.segments_prepared.load(Ordering::Relaxed);
+    if pipeline {
+        assert!(prepared > 0, "some segment was built ahead");
+    } else {
+        assert_eq!(prepared, 0, "nothing is built ahead with the pipeline off");
+    }
+
     let db = b.sql().await;
     let pid = partition_id(&db, "pipe", "hot").await;
     let mut next = 0;
@@ -56,8 +65,11 @@ async fn race(pipeline: bool) {
         txns.extend(frames.into_iter().map(|f| f.txn));
     }
     assert_eq!(txns.len(), PRODUCERS * REQUESTS * ITEMS, "every item once");
-    let position: HashMap<&str, usize> =
-        txns.iter().enumerate().map(|(k, t)| (t.as_str(), k)).collect();
+    let position: HashMap<&str, usize> = txns
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (t.as_str(), k))
+        .collect();
     assert_eq!(position.len(), txns.len(), "no item twice");
     for p in 0..PRODUCERS {
         let mut after = None;

@@ -47,7 +47,10 @@ impl Run {
     /// `older` and `newer` as one sorted run.
     fn merge(older: Run, newer: Run) -> Run {
         let mut hashes = Vec::with_capacity(older.hashes.len() + newer.hashes.len());
-        let (mut a, mut b) = (older.hashes.iter().peekable(), newer.hashes.iter().peekable());
+        let (mut a, mut b) = (
+            older.hashes.iter().peekable(),
+            newer.hashes.iter().peekable(),
+        );
         while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
             if x <= y {
                 hashes.push(x);
@@ -124,10 +127,7 @@ impl HashRing {
         }
         hashes.into_iter().any(|h| {
             self.hot.binary_search(&h).is_ok()
-                || self
-                    .runs
-                    .iter()
-                    .any(|r| r.hashes.binary_search(&h).is_ok())
+                || self.runs.iter().any(|r| r.hashes.binary_search(&h).is_ok())
         })
     }
 

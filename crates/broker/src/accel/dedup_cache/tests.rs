@@ -313,16 +313,26 @@ fn merged_runs_find_every_hash_and_expire_oldest_first() {
     let mut ring = HashRing::new();
     for b in 0..blocks as u128 {
         let first = b * BLOCK_HASHES as u128;
-        ring.add((first..first + BLOCK_HASHES as u128).map(key), NOW + b as i64);
+        ring.add(
+            (first..first + BLOCK_HASHES as u128).map(key),
+            NOW + b as i64,
+        );
     }
     assert_eq!(ring.hash_count(), blocks * BLOCK_HASHES);
     for i in (0..(blocks * BLOCK_HASHES) as u128).step_by(997) {
         assert!(ring.contains_any([key(i)]), "hash {i} is cached");
     }
-    assert!(!ring.contains_any((0..1000).map(|i| key(i) & !1)), "even keys never were");
+    assert!(
+        !ring.contains_any((0..1000).map(|i| key(i) & !1)),
+        "even keys never were"
+    );
     // The first run holds MAX_RUN_BLOCKS blocks: it goes whole once its newest one expired.
     let newest_of_first = NOW + MAX_RUN_BLOCKS as i64 - 1;
-    assert_eq!(ring.expire(newest_of_first), None, "its newest block is still live");
+    assert_eq!(
+        ring.expire(newest_of_first),
+        None,
+        "its newest block is still live"
+    );
     assert_eq!(ring.expire(newest_of_first + 1), Some(newest_of_first));
     assert_eq!(ring.hash_count(), (blocks - MAX_RUN_BLOCKS) * BLOCK_HASHES);
     assert!(!ring.contains_any([key(0)]));

@@ -378,7 +378,11 @@ async fn a_hot_partition_prepares_its_next_flush_while_one_is_written() {
     let rec = three_big_requests_behind_a_flush(true).await;
     let bundles = rec.bundles.lock().unwrap().clone();
     let p = |n| vec![("p".to_string(), n)];
-    assert_eq!(bundles, vec![p(1), p(2), p(1)], "staged b0+b1, then b2 behind them");
+    assert_eq!(
+        bundles,
+        vec![p(1), p(2), p(1)],
+        "staged b0+b1, then b2 behind them"
+    );
     let used = rec.used.lock().unwrap().clone();
     assert_eq!(used[0], vec![None], "the first flush was not staged");
     assert_eq!(
@@ -403,5 +407,11 @@ async fn without_pipelining_nothing_is_prepared() {
         "everything queued behind the first flush goes next, as one segment"
     );
     assert!(rec.prepared.lock().unwrap().is_empty());
-    assert!(rec.used.lock().unwrap().iter().flatten().all(Option::is_none));
+    assert!(rec
+        .used
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .all(Option::is_none));
 }

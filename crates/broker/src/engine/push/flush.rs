@@ -221,13 +221,20 @@ impl SegmentWriter {
         for (&l, &seal) in round.iter().zip(sealed) {
             let fits = |p: &Prepared| p.sealed == seal && pending[l].len() == lanes[l].frames.len();
             if let Some(ready) = prepared[l].take().filter(fits) {
+                self.effects
+                    .counters
+                    .segments_prepared
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 built.push(ready.segment);
                 continue;
             }
             let frames: Arc<[FusionFrame]> = if pending[l].len() == lanes[l].frames.len() {
                 lanes[l].frames.clone()
             } else {
-                pending[l].iter().map(|&f| lanes[l].frames[f].clone()).collect()
+                pending[l]
+                    .iter()
+                    .map(|&f| lanes[l].frames[f].clone())
+                    .collect()
             };
             let seal = seal.then(|| (self.encryption.clone(), lanes[l].queue.clone()));
             built.push(build_off_loop(frames, self.zstd_level, seal).await?);
