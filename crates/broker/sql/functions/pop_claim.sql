@@ -312,11 +312,15 @@ END $$;
 -- claimable prefix whose pending messages cover the budget; it locks that prefix in one
 -- statement (SKIP LOCKED), reads and splits the budget over its segments in one, and leases
 -- (or, autoAck, commits) it in one. A statement per round instead of a claim per partition:
--- the per-partition loop spent ~0.5 ms of PostgreSQL CPU per claimed partition. Candidates
--- that need the full claim procedure go through log_pop_claim_v1, in their turn: a first
--- contact (no cursor row: creation and seeding), a queue with windowBuffer or
--- delayedProcessing, an expired head (ttl), a row that showed pending but holds no segment
--- (the empty-partition seal). So does every candidate of a pop that may claim one partition.
+-- the per-partition loop spent ~0.5 ms of PostgreSQL CPU per claimed partition. First
+-- contacts (no cursor row) are seeded set-based too: a run of them, at most as many as the pop
+-- could still claim, gets its cursor rows in one statement with log_pop_claim_v1's Step 3
+-- rules (the same try-lock, subscription and partition lock), and the next round reads them
+-- as ordinary candidates; one that got no row (try-lock or partition lock lost) takes the full
+-- procedure. Candidates that need it go through log_pop_claim_v1, in their turn: a queue with
+-- windowBuffer or delayedProcessing, an expired head (ttl), a row that showed pending but
+-- holds no segment (the empty-partition seal). So does every candidate of a pop that may claim
+-- one partition.
 CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
     p_pids bigint[], p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
@@ -346,6 +350,16 @@ DECLARE
     t_attempt int[]; t_until timestamptz[];
     v_locked bigint[]; v_committed bigint[]; v_round_blobs bytea[];
     v_slow int;
+    -- The walk's verdicts (leased, empty) and their candidate indexes: kept only up to a
+    -- candidate the claim statement hands to the full procedure, after which the next round
+    -- walks the rest again.
+    w_states jsonb[];
+    w_idx int[];
+    -- First contacts: where the round's run of them starts, and every one already seeded.
+    v_fresh_at int;
+    v_seeded bigint[] := '{}';
+    v_intent timestamptz;
+    v_intent_read bool := false;
     v_plan_left int;
     v_walked int;
     j int;
@@ -400,9 +414,9 @@ BEGIN
             SELECT p.name, q.name AS qname, p.last_offset, c.lease_expires_at AS lease_until, q.ttl,
                    COALESCE(NULLIF(GREATEST(p_lease_seconds, 0), 0), NULLIF(q.lease_time, 0), 60) AS lease,
                    p.last_offset - c.committed AS pending,
-                   CASE WHEN c.partition_id IS NULL
-                             OR (q.window_buffer > 0 AND NOT p_skip_window)
+                   CASE WHEN (q.window_buffer > 0 AND NOT p_skip_window)
                              OR q.delayed_processing > 0 THEN 'slow'
+                        WHEN c.partition_id IS NULL THEN 'fresh'
                         WHEN c.worker_id IS NOT NULL AND c.lease_expires_at >= v_now THEN 'leased'
                         WHEN p.last_offset <= c.committed THEN 'empty'
                         ELSE 'claim' END AS class
@@ -415,22 +429,34 @@ BEGIN
         -- Walk it in order: verdicts for the leased and the empty, the claimable prefix that
         -- covers the budget, up to the first candidate that needs the full procedure.
         c_idx := '{}'; c_plan := '{}'; c_pid := '{}';
+        w_states := '{}'; w_idx := '{}';
         v_plan_left := v_left;
         v_walked := 0;
+        v_fresh_at := NULL;
+        v_slow := NULL;
         FOR j IN 1 .. COALESCE(cardinality(e_pid), 0) LOOP
             EXIT WHEN v_plan_left <= 0 OR claimed + cardinality(c_idx) >= v_max;
-            IF e_class[j] = 'slow' THEN
+            IF e_class[j] = 'slow' OR (e_class[j] = 'fresh' AND e_pid[j] = ANY (v_seeded)) THEN
                 v_slow_at := v_i + j - 1;
+                EXIT;
+            END IF;
+            IF e_class[j] = 'fresh' THEN
+                -- Claim the prefix first; a round that starts with first contacts seeds them.
+                IF cardinality(c_idx) = 0 THEN
+                    v_fresh_at := j;
+                END IF;
                 EXIT;
             END IF;
             v_walked := j;
             CONTINUE WHEN e_name[j] IS NULL OR e_pid[j] = ANY (c_pid);
             IF e_class[j] = 'leased' THEN
-                v_states := array_append(v_states, jsonb_build_object(
+                w_idx := array_append(w_idx, j);
+                w_states := array_append(w_states, jsonb_build_object(
                     'p', e_name[j], 's', 'leased', 'until', GREATEST(e_until[j], v_now),
                     'lastOff', e_last[j]));
             ELSIF e_class[j] = 'empty' THEN
-                v_states := array_append(v_states, jsonb_build_object(
+                w_idx := array_append(w_idx, j);
+                w_states := array_append(w_states, jsonb_build_object(
                     'p', e_name[j], 's', 'empty', 'lastOff', e_last[j]));
             ELSE
                 c_idx := array_append(c_idx, j);
@@ -439,6 +465,47 @@ BEGIN
                 v_plan_left := v_plan_left - LEAST(e_pending[j], v_plan_left)::int;
             END IF;
         END LOOP;
+
+        IF v_fresh_at IS NOT NULL THEN
+            IF NOT v_intent_read AND p_group <> '__QUEUE_MODE__' THEN
+                SELECT i.r_ts INTO v_intent
+                FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
+                v_intent_read := true;
+            END IF;
+            c_pid := '{}';
+            FOR j IN v_fresh_at .. cardinality(e_pid) LOOP
+                EXIT WHEN e_class[j] IS DISTINCT FROM 'fresh' OR e_pid[j] = ANY (v_seeded)
+                          OR cardinality(c_pid) >= LEAST(v_max - claimed, v_left);
+                c_pid := array_append(c_pid, e_pid[j]);
+            END LOOP;
+            -- log_pop_claim_v1's Step 3 for the run: the same try-lock (exactly one pop
+            -- creates a row), the durable subscription record else the pop's intent
+            -- ('__QUEUE_MODE__' never skips backlog), no row for a partition being deleted.
+            INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+            SELECT f.id, p_group,
+                   CASE WHEN f.ts IS NULL THEN -1
+                        ELSE queen.log_seed_cursor_v1(f.id, f.last_offset, f.log_start, f.ts) END
+            FROM (
+                SELECT p.id, p.last_offset, p.log_start,
+                       CASE WHEN p_group = '__QUEUE_MODE__' THEN NULL
+                            ELSE COALESCE(m.subscription_timestamp, v_intent) END AS ts
+                FROM (SELECT p.id, p.last_offset, p.log_start, p.queue_id
+                      FROM queen.log_partitions p
+                      WHERE p.id = ANY (c_pid)
+                      ORDER BY p.id
+                      FOR KEY SHARE SKIP LOCKED) p
+                LEFT JOIN queen.consumer_groups_metadata m
+                       ON m.consumer_group = p_group AND m.queue_id = p.queue_id
+                      AND m.partition_name = '' AND m.namespace = '' AND m.task = ''
+                WHERE pg_try_advisory_xact_lock(hashtextextended(p.id::text || '/' || p_group, 42))
+                OFFSET 0) f
+            ORDER BY f.id
+            ON CONFLICT DO NOTHING;
+            v_seeded := v_seeded || c_pid;
+            v_states := v_states || w_states;
+            v_i := v_i + v_walked;
+            CONTINUE;
+        END IF;
 
         IF cardinality(c_idx) > 0 THEN
             -- The claim: lock the prefix (a row leased or mid-claim since the read is skipped).
@@ -571,11 +638,16 @@ BEGIN
                     'lastOff', e_last[j]));
             END LOOP;
             IF v_slow IS NOT NULL THEN
+                FOR k IN 1 .. cardinality(w_idx) LOOP
+                    CONTINUE WHEN w_idx[k] >= v_slow;
+                    v_states := array_append(v_states, w_states[k]);
+                END LOOP;
                 v_slow_at := v_i + v_slow - 1;
                 v_i := v_slow_at;
                 CONTINUE;
             END IF;
         END IF;
+        v_states := v_states || w_states;
         v_i := v_i + v_walked;
         IF v_walked = 0 AND v_slow_at <> v_i THEN
             EXIT;
