@@ -110,16 +110,12 @@ async fn first_bundle_started(rec: &Recorder) {
 
 #[tokio::test]
 async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
-    let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 1,
         ..FusionConfig::default()
     };
     let admission = Admission::new(Limits::for_pool(32, 8));
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
-    let f = fusion.clone();
-    let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
-    first_bundle_started(&rec).await;
+    let (rec, open, fusion, first) = behind_one_write(cfg, admission, "p").await;
     let mut tasks = Vec::new();
     for i in 0..10 {
         let f = fusion.clone();
@@ -169,7 +165,6 @@ async fn arrivals_behind_a_flush_coalesce_into_the_next_and_dedup_by_hash() {
 
 #[tokio::test]
 async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
-    let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 4,
         max_inflight: 8,
@@ -181,10 +176,7 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
         budget: 3,
         caps: [1, 1, 1],
     });
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
-    let f = fusion.clone();
-    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
-    first_bundle_started(&rec).await;
+    let (rec, open, fusion, first) = behind_one_write(cfg, admission, "first").await;
     let mut tasks = Vec::new();
     for i in 0..40 {
         let f = fusion.clone();
@@ -234,7 +226,6 @@ type FirstWrite = tokio::task::JoinHandle<Vec<FrameOutcome>>;
 /// One shard, bundles of at most 100 bytes, one permit in all, held by a first write that
 /// waits at the gate: whatever is submitted next queues behind it.
 async fn capped_behind_one_write() -> (Arc<Recorder>, watch::Sender<bool>, PushFusion, FirstWrite) {
-    let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 1,
         max_inflight: 8,
@@ -246,9 +237,19 @@ async fn capped_behind_one_write() -> (Arc<Recorder>, watch::Sender<bool>, PushF
         budget: 3,
         caps: [1, 1, 1],
     });
+    behind_one_write(cfg, admission, "first").await
+}
+
+/// A fusion whose first write (one frame to `partition`) has started and waits at the gate.
+async fn behind_one_write(
+    cfg: FusionConfig,
+    admission: Admission,
+    partition: &'static str,
+) -> (Arc<Recorder>, watch::Sender<bool>, PushFusion, FirstWrite) {
+    let (rec, open) = recorder();
     let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
     let f = fusion.clone();
-    let first = tokio::spawn(async move { f.submit("q", "first", vec![frame("x")]).await });
+    let first = tokio::spawn(async move { f.submit("q", partition, vec![frame("first")]).await });
     first_bundle_started(&rec).await;
     (rec, open, fusion, first)
 }
@@ -329,7 +330,6 @@ fn big_frame(txn: &str, bytes: usize) -> FusionFrame {
 /// Three 40 KiB requests queue behind a held flush of one partition, with pipelining on or
 /// off; returns the recorder once every request settled in order.
 async fn three_big_requests_behind_a_flush(pipeline: bool) -> Arc<Recorder> {
-    let (rec, open) = recorder();
     let cfg = FusionConfig {
         shards: 1,
         pipeline,
@@ -337,10 +337,7 @@ async fn three_big_requests_behind_a_flush(pipeline: bool) -> Arc<Recorder> {
         ..FusionConfig::default()
     };
     let admission = Admission::new(Limits::for_pool(32, 8));
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
-    let f = fusion.clone();
-    let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("first")]).await });
-    first_bundle_started(&rec).await;
+    let (rec, open, fusion, first) = behind_one_write(cfg, admission, "p").await;
     let mut tasks = Vec::new();
     for i in 0..3 {
         let f = fusion.clone();
