@@ -502,9 +502,6 @@ BEGIN
             ORDER BY f.id
             ON CONFLICT DO NOTHING;
             v_seeded := v_seeded || c_pid;
-            v_states := v_states || w_states;
-            v_i := v_i + v_walked;
-            CONTINUE;
         END IF;
 
         IF cardinality(c_idx) > 0 THEN
@@ -637,18 +634,19 @@ BEGIN
                     'p', e_name[j], 's', 'leased', 'until', GREATEST(e_until[j], v_now),
                     'lastOff', e_last[j]));
             END LOOP;
-            IF v_slow IS NOT NULL THEN
-                FOR k IN 1 .. cardinality(w_idx) LOOP
-                    CONTINUE WHEN w_idx[k] >= v_slow;
-                    v_states := array_append(v_states, w_states[k]);
-                END LOOP;
-                v_slow_at := v_i + v_slow - 1;
-                v_i := v_slow_at;
-                CONTINUE;
-            END IF;
         END IF;
-        v_states := v_states || w_states;
+        -- The walk's verdicts, up to a candidate the full procedure takes next.
+        FOR k IN 1 .. cardinality(w_idx) LOOP
+            CONTINUE WHEN w_idx[k] >= v_slow;
+            v_states := array_append(v_states, w_states[k]);
+        END LOOP;
+        IF v_slow IS NOT NULL THEN
+            v_slow_at := v_i + v_slow - 1;
+            v_i := v_slow_at;
+            CONTINUE;
+        END IF;
         v_i := v_i + v_walked;
+        CONTINUE WHEN v_fresh_at IS NOT NULL; -- seeded: the next round reads them
         IF v_walked = 0 AND v_slow_at <> v_i THEN
             EXIT;
         END IF;
