@@ -347,9 +347,12 @@ $$;
 -- partition row in ascending id, then (serial path only) the capped queues' max-size locks.
 --
 -- The common bundle — every segment on its own partition, no capped queue — runs set-based:
--- a fixed handful of statements whatever the number of segments (provision check, lock and
--- read, one probe-allocate-insert statement), so a bundle of 100 one-message segments costs
--- PostgreSQL little more than one segment of 100 messages. Two segments of one partition (the
+-- a fixed handful of statements whatever the number of segments (one check of shape, caps
+-- and presence; lock and read; the probe bounds; the dedup probe, only when some segment
+-- needs one; one allocate-insert statement), so a bundle of 100 one-message segments costs
+-- PostgreSQL little more than one segment of 100 messages. The probe is a statement of its
+-- own because PostgreSQL initialises every node of a plan on each call, run or not: a
+-- vouched one-message push cost ~30 % more while the probe sat inside the append. Two segments of one partition (the
 -- second must see the first's hashes and offsets) or a capped queue (room is counted segment
 -- by segment) take log_push_multi_serial_v1.
 DROP FUNCTION IF EXISTS queen.log_push_multi_v1(text[], text[], int[], bytea[], int8[], bytea[]);
@@ -370,8 +373,14 @@ DECLARE
     v_last int8[];
     v_txns_start int8[];
     v_win int[];
-    v_encrypts bool[];
+    v_refuse bool[];
+    v_distinct int;
+    v_capped bool;
+    v_present int;
     v_now timestamptz;
+    v_vfrom int8[];
+    v_dup_ord int[];
+    v_dup_list jsonb[];
     v_results jsonb;
 BEGIN
     IF cardinality(p_partitions) IS DISTINCT FROM v_n
@@ -385,29 +394,37 @@ BEGIN
     IF v_n IS NULL OR v_n = 0 THEN
         RETURN '[]'::jsonb;
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_queues, p_partitions) AS w(qn, pn)
-               GROUP BY qn, pn HAVING count(*) > 1)
-       OR EXISTS (SELECT 1 FROM queen.queues WHERE name = ANY (p_queues) AND max_queue_size > 0)
-    THEN
-        RETURN queen.log_push_multi_serial_v1(p_queues, p_partitions, p_msg_counts, p_hashes,
-                                              p_verified, p_blobs, p_encrypted);
-    END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_msg_counts, p_hashes) AS c(n, h)
                WHERE n IS NULL OR n < 1 OR octet_length(h) IS DISTINCT FROM 16 * n) THEN
         RAISE EXCEPTION 'log_push_multi_v1: a segment has no messages or not 16 hash bytes each';
     END IF;
-
-    PERFORM queen.log_provision_v1(p_queues, p_partitions);
+    -- Repeated pairs, capped queues and missing partitions, in one statement.
+    SELECT count(DISTINCT (w.qn, w.pn)), COALESCE(bool_or(q.max_queue_size > 0), false),
+           count(k.id)
+    INTO v_distinct, v_capped, v_present
+    FROM unnest(p_queues, p_partitions) AS w(qn, pn)
+    LEFT JOIN queen.queues q ON q.name = w.qn
+    LEFT JOIN LATERAL (
+        SELECT p.id FROM queen.log_partitions p
+        WHERE p.queue_id = q.id AND p.name = w.pn OFFSET 0) k ON true;
+    IF v_distinct < v_n OR v_capped THEN
+        RETURN queen.log_push_multi_serial_v1(p_queues, p_partitions, p_msg_counts, p_hashes,
+                                              p_verified, p_blobs, p_encrypted);
+    END IF;
+    IF v_present < v_n THEN
+        PERFORM queen.log_provision_v1(p_queues, p_partitions);
+    END IF;
     -- Every partition row, locked in ascending id (LockRows sits above the sort), with what
     -- the appends need; a row updated while we waited is re-read in its latest version.
+    -- refuse: the queue is encrypted and this segment is not sealed, so it is refused.
     SELECT array_agg(l.ord), array_agg(l.id), array_agg(l.last_offset),
-           array_agg(l.txns_start), array_agg(l.win), array_agg(l.enc)
-    INTO v_ord, v_pid, v_last, v_txns_start, v_win, v_encrypts
+           array_agg(l.txns_start), array_agg(l.win), array_agg(l.refuse)
+    INTO v_ord, v_pid, v_last, v_txns_start, v_win, v_refuse
     FROM (
-        SELECT r.ord, lp.id, lp.last_offset, lp.txns_start, r.win, r.enc
+        SELECT r.ord, lp.id, lp.last_offset, lp.txns_start, r.win, r.refuse
         FROM (
             SELECT w.ord::int AS ord, k.id, q.dedup_window_seconds AS win,
-                   q.encryption_enabled AS enc
+                   q.encryption_enabled AND NOT COALESCE(p_encrypted[w.ord], false) AS refuse
             FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS w(qn, pn, ord)
             JOIN queen.queues q ON q.name = w.qn
             CROSS JOIN LATERAL (
@@ -418,8 +435,6 @@ BEGIN
         ORDER BY lp.id
         FOR NO KEY UPDATE OF lp) l;
     IF COALESCE(cardinality(v_ord), 0) <> v_n THEN
-        -- Deleted between provisioning and locking: rerun when the name is free (see
-        -- log_lock_partitions_v1).
         RAISE EXCEPTION 'log_push_multi_v1: % of % partitions were deleted while locking',
             v_n - COALESCE(cardinality(v_ord), 0), v_n
             USING ERRCODE = 'serialization_failure';
@@ -427,36 +442,40 @@ BEGIN
     -- After every row lock: created_at is monotone in base_offset per partition.
     v_now := clock_timestamp();
 
-    WITH bounds AS (
-        SELECT s.ord, s.pid, s.last, s.win, s.txns_start,
-               s.enc AND NOT COALESCE(p_encrypted[s.ord], false) AS refuse_plain,
-               p_msg_counts[s.ord] AS cnt, p_hashes[s.ord] AS hashes,
-               -- The probe's lower bound, as in log_push_one_v1.
-               GREATEST(
-                   CASE WHEN p_verified[s.ord] >= 0 AND p_verified[s.ord] <= s.last
-                             AND NOT EXISTS (
-                                 SELECT 1 FROM queen.log_dedup_resets r
-                                 WHERE r.queue_name = p_queues[s.ord]
-                                   AND r.reset_at > v_now - interval '120 seconds')
-                        THEN p_verified[s.ord] ELSE -1 END,
-                   s.txns_start - 1) AS vfrom
-        FROM unnest(v_ord, v_pid, v_last, v_txns_start, v_win, v_encrypts)
-             AS s(ord, pid, last, txns_start, win, enc)
-    ),
-    -- probe: the segment's hashes must be looked for (rows after vfrom can exist).
-    seg AS (
-        SELECT b.*, b.win > 0 AND b.last > b.vfrom AND NOT b.refuse_plain AS probe FROM bounds b
-    ),
+    -- Per segment the lower bound of its dedup probe (as in log_push_one_v1), NULL when it
+    -- needs none: no window, refused, or nothing stored after what the caller vouches for.
+    SELECT array_agg(CASE WHEN s.win > 0 AND NOT s.refuse AND s.last > b.vfrom
+                          THEN b.vfrom END ORDER BY s.i)
+    INTO v_vfrom
+    FROM unnest(v_ord, v_last, v_txns_start, v_win, v_refuse) WITH ORDINALITY
+         AS s(ord, last, txns_start, win, refuse, i)
+    CROSS JOIN LATERAL (SELECT GREATEST(
+        CASE WHEN p_verified[s.ord] >= 0 AND p_verified[s.ord] <= s.last
+                  AND NOT EXISTS (
+                      SELECT 1 FROM queen.log_dedup_resets r
+                      WHERE r.queue_name = p_queues[s.ord]
+                        AND r.reset_at > v_now - interval '120 seconds')
+             THEN p_verified[s.ord] ELSE -1 END,
+        s.txns_start - 1) AS vfrom) b;
+
     -- The authoritative probe: incoming hashes joined on equality (a hash join, whatever the
     -- sizes) with the stored hashes after vfrom of the same segment's partition.
-    dup AS (
+    IF array_remove(v_vfrom, NULL) <> '{}' THEN
+        SELECT array_agg(d.ord), array_agg(d.dups) INTO v_dup_ord, v_dup_list
+        FROM (
         SELECT d.ord, jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
         FROM (
+            WITH seg AS (
+                SELECT s.ord, s.pid, s.win, s.txns_start, s.vfrom, p_msg_counts[s.ord] AS cnt,
+                       p_hashes[s.ord] AS hashes
+                FROM unnest(v_ord, v_pid, v_txns_start, v_win, v_vfrom)
+                     AS s(ord, pid, txns_start, win, vfrom)
+                WHERE s.vfrom IS NOT NULL
+            )
             SELECT inc.ord, inc.idx AS i, min(st.off) AS off
             FROM (
                 SELECT s.ord, u.idx, u.h
                 FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
-                WHERE s.probe
             ) inc
             JOIN (
                 SELECT s.ord, t.base_offset + x.idx AS off, x.h
@@ -476,28 +495,26 @@ BEGIN
                           WHERE position(q.h IN lt.hashes) > 0))
                 ) t
                 CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
-                WHERE s.probe AND t.base_offset + x.idx > s.vfrom
+                WHERE t.base_offset + x.idx > s.vfrom
             ) st ON st.ord = inc.ord AND st.h = inc.h
             GROUP BY inc.ord, inc.idx
         ) d
-        GROUP BY d.ord
-    ),
-    ok AS (
-        SELECT s.ord, s.pid, s.cnt FROM seg s
-        WHERE NOT s.refuse_plain AND NOT EXISTS (SELECT 1 FROM dup WHERE dup.ord = s.ord)
-    ),
-    -- The allocator: as in log_push_one_v1 (last_write_at moves once a second: HOT).
-    alloc AS (
+        GROUP BY d.ord) d;
+    END IF;
+
+    -- The allocator (as in log_push_one_v1; last_write_at moves once a second: HOT) and the
+    -- appends, for every segment neither refused nor duplicate.
+    WITH alloc AS (
         UPDATE queen.log_partitions lp
-        SET last_offset = lp.last_offset + ok.cnt,
+        SET last_offset = lp.last_offset + p_msg_counts[s.ord],
             oldest_live_at = COALESCE(lp.oldest_live_at, v_now),
             oldest_txn_at = COALESCE(lp.oldest_txn_at, v_now),
             last_write_at = CASE WHEN v_now - lp.last_write_at > interval '1 second'
                                  THEN v_now ELSE lp.last_write_at END
-        FROM ok
-        WHERE lp.id = ok.pid
-        RETURNING ok.ord, lp.id AS pid, lp.last_offset - ok.cnt + 1 AS base_offset,
-                  lp.last_offset AS end_offset
+        FROM unnest(v_ord, v_pid, v_refuse) AS s(ord, pid, refuse)
+        WHERE lp.id = s.pid AND NOT s.refuse AND NOT (s.ord = ANY (COALESCE(v_dup_ord, '{}')))
+        RETURNING s.ord, lp.last_offset - p_msg_counts[s.ord] + 1 AS base_offset,
+                  lp.last_offset AS end_offset, lp.id AS pid
     ),
     segments AS (
         INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, created_at, blob)
@@ -508,19 +525,18 @@ BEGIN
         SELECT a.pid, a.base_offset, a.end_offset, v_now, p_hashes[a.ord] FROM alloc a
     )
     SELECT jsonb_agg(CASE
-               WHEN s.refuse_plain THEN
+               WHEN s.refuse THEN
                    jsonb_build_object('status', 'encrypt', 'partitionId', s.pid)
-               WHEN d.ord IS NOT NULL THEN
-                   jsonb_build_object('status', 'duplicate', 'partitionId', s.pid,
-                                      'dups', d.dups)
                WHEN a.ord IS NOT NULL THEN
                    jsonb_build_object('status', 'queued', 'partitionId', s.pid,
                                       'baseOffset', a.base_offset,
                                       'createdAt', queen.log_iso_micros(v_now))
+               WHEN s.ord = ANY (v_dup_ord) THEN
+                   jsonb_build_object('status', 'duplicate', 'partitionId', s.pid,
+                                      'dups', v_dup_list[array_position(v_dup_ord, s.ord)])
            END ORDER BY s.ord)
     INTO v_results
-    FROM seg s
-    LEFT JOIN dup d ON d.ord = s.ord
+    FROM unnest(v_ord, v_pid, v_refuse) AS s(ord, pid, refuse)
     LEFT JOIN alloc a ON a.ord = s.ord;
 
     IF jsonb_array_length(v_results) <> v_n OR v_results @> '[null]'::jsonb THEN
