@@ -276,10 +276,12 @@ impl HotList {
     pub fn ring(&self, queue: &str, group: &str) -> Arc<Ring> {
         self.start_timer();
         let mut rings = lock(&self.shared.rings);
-        let by_group = rings.entry(Arc::from(queue)).or_default();
-        if let Some(ring) = by_group.get(group) {
+        // Looked up by reference first: every re-check of a parked pop lands here, and the
+        // entry API would allocate the queue's key each time.
+        if let Some(ring) = rings.get(queue).and_then(|by_group| by_group.get(group)) {
             return ring.clone();
         }
+        let by_group = rings.entry(Arc::from(queue)).or_default();
         let key: RingKey = (Arc::from(queue), Arc::from(group));
         let ring = Arc::new(Ring {
             key: key.clone(),
