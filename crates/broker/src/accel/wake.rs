@@ -4,7 +4,9 @@
 //! A wake (`wake_queue`, called after a push, an ack release or a seek has committed) is not
 //! delivered inline: it marks the queue and a ticker opens the marked gates, at once when it
 //! was idle and then at most once per 5 ms tick, so a hot queue costs a bounded number of
-//! wake-ups per second rather than one per push. With peer wake on, the same tick hands the
+//! wake-ups per second rather than one per push. Only the first commit after a pop armed its
+//! wait also wakes one waiter of the queue at once (`Gate::parked`), so a consumer that caught
+//! up does not wait for the tick. With peer wake on, the same tick hands the
 //! marked queue names to a [`PeerLink`] (the store floor's dedicated `LISTEN` connection, wired
 //! in by the engine: this module writes no SQL) that sends them to the other brokers and
 //! delivers theirs.
@@ -20,7 +22,7 @@
 //! reach the local caches.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -88,12 +90,35 @@ pub struct WakeGates {
 pub struct Gate {
     notify: Notify,
     hints: Mutex<VecDeque<String>>,
+    /// Waits armed on the gate right now (see [`Gate::parked`]).
+    parked: AtomicUsize,
+    /// A commit already woke one of them at once since a wait was last armed.
+    kicked: AtomicBool,
 }
 
 impl Gate {
     /// Resolves when the gate opens; `enable` it before re-checking so no wake is lost.
     pub fn notified(&self) -> Notified<'_> {
         self.notify.notified()
+    }
+
+    /// Counts a wait, armed (enabled) just before, among the gate's parked ones until the
+    /// guard drops: the first commit after it wakes one waiter at once instead of at the
+    /// next tick.
+    pub fn parked(&self) -> Parked<'_> {
+        self.parked.fetch_add(1, Ordering::AcqRel);
+        self.kicked.store(false, Ordering::Release);
+        Parked { gate: self }
+    }
+
+    /// A commit's wake: one parked waiter at once, if any and none was woken this way since
+    /// the last wait was armed, so a consumer that caught up claims a new message without
+    /// waiting for the tick; the others (other groups, discovery) still wake on the tick.
+    /// Bounded by the number of waits armed, not by the commit rate.
+    fn kick(&self) {
+        if self.parked.load(Ordering::Acquire) > 0 && !self.kicked.swap(true, Ordering::AcqRel) {
+            self.notify.notify_one();
+        }
     }
 
     /// Takes every pending hint, oldest first.
@@ -103,6 +128,17 @@ impl Gate {
 
     fn hint(&self, partition: &str) {
         remember(&mut lock(&self.hints), partition);
+    }
+}
+
+/// A wait counted on its gate (see [`Gate::parked`]).
+pub struct Parked<'a> {
+    gate: &'a Gate,
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.gate.parked.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -348,6 +384,7 @@ impl Shared {
                 for p in partitions {
                     gate.hint(p);
                 }
+                gate.kick();
                 true
             }
             None => false,

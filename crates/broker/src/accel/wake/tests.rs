@@ -139,6 +139,51 @@ async fn a_gate_lives_exactly_as_long_as_its_waiters() {
     assert_eq!(gates.gate_count(), 0);
 }
 
+/// Lets the ticker task run without moving the (paused) clock.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_wakes_one_parked_waiter_at_once_and_the_rest_on_the_tick() {
+    use futures::FutureExt;
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gate = gates.gate("q");
+    // A first wake: the ticker opens it and then waits out its tick.
+    gates.wake_queue("q");
+    settle().await;
+    let (first, second) = (gate.notified(), gate.notified());
+    tokio::pin!(first, second);
+    first.as_mut().enable();
+    let parked_first = gate.parked();
+    second.as_mut().enable();
+    let parked_second = gate.parked();
+    let start = tokio::time::Instant::now();
+    gates.wake_queue("q");
+    gates.wake_queue("q");
+    assert!(first.as_mut().now_or_never().is_some(), "one waiter at once");
+    assert!(
+        second.as_mut().now_or_never().is_none(),
+        "one kick per armed wait, whatever the commits"
+    );
+    tokio::time::timeout(Duration::from_secs(1), second.as_mut())
+        .await
+        .expect("the tick opens the gate for the rest");
+    assert!(start.elapsed() <= TICK, "within one tick");
+    drop((parked_first, parked_second));
+
+    // Nobody parked: a commit leaves no stored wake behind for the next waiter.
+    settle().await;
+    gates.wake_queue("q");
+    settle().await;
+    let late = gate.notified();
+    tokio::pin!(late);
+    late.as_mut().enable();
+    assert!(late.as_mut().now_or_never().is_none(), "no stale permit");
+}
+
 #[tokio::test]
 async fn wakes_of_unpolled_queues_allocate_no_gate() {
     let gates = WakeGates::new(Uuid::now_v7(), None);

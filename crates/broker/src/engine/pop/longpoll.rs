@@ -9,6 +9,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::accel::wake::{Gate, Parked};
 use crate::config::Config;
 
 /// A waiting pop starts no claim with less than this left before its deadline (docs/wire.md §7.6):
@@ -76,14 +77,26 @@ pub enum Woke {
 /// A gate armed before the caller's re-check, so a wake between check and park is not lost.
 pub struct Armed<'a> {
     notified: std::pin::Pin<Box<Notified<'a>>>,
+    /// The wait as counted on its wake gate, so a commit can wake it at once.
+    _parked: Option<Parked<'a>>,
 }
 
 impl<'a> Armed<'a> {
-    /// Arms `notified` (a wake gate's, or a bare `Notify`'s) at once.
+    /// Arms `notified` (a bare `Notify`'s) at once.
     pub fn arm(notified: Notified<'a>) -> Self {
         let mut notified = Box::pin(notified);
         notified.as_mut().enable();
-        Armed { notified }
+        Armed {
+            notified,
+            _parked: None,
+        }
+    }
+
+    /// Arms a wait on a queue's wake gate at once, counted among its parked waits.
+    pub fn on_gate(gate: &'a Gate) -> Self {
+        let mut armed = Self::arm(gate.notified());
+        armed._parked = Some(gate.parked());
+        armed
     }
 
     /// Parks until the gate opens, `interval` passes, `deadline` passes or `closing` is set.

@@ -30,7 +30,7 @@ pub(super) async fn hold_underfull(
     let until = (Instant::now() + window).min(claim_cutoff(deadline));
     let gate = st.wake.gate(queue);
     loop {
-        let armed = Armed::arm(gate.notified());
+        let armed = Armed::on_gate(&gate);
         let pending = {
             let Some(conn) = st.store.conn_before(until).await? else {
                 return Ok(());

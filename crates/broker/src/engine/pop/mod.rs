@@ -206,7 +206,7 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
             return Ok(PopOutcome::Empty);
         }
         // Armed before the attempt: a push landing between the attempt and the park is kept.
-        let armed = gate.as_deref().map(|g| Armed::arm(g.notified()));
+        let armed = gate.as_deref().map(Armed::on_gate);
         let tried = std::mem::take(&mut hints);
         let bounds = (start_by, deadline);
         match attempt(st, req, &fixed, &tried, bounds, &mut closing).await? {
