@@ -163,7 +163,10 @@ async fn a_commit_wakes_one_parked_waiter_at_once_and_the_rest_on_the_tick() {
     let start = tokio::time::Instant::now();
     gates.wake_queue("q");
     gates.wake_queue("q");
-    assert!(first.as_mut().now_or_never().is_some(), "one waiter at once");
+    assert!(
+        first.as_mut().now_or_never().is_some(),
+        "one waiter at once"
+    );
     assert!(
         second.as_mut().now_or_never().is_none(),
         "one kick per armed wait, whatever the commits"
