@@ -352,9 +352,9 @@ $$;
 -- needs one; one allocate-insert statement), so a bundle of 100 one-message segments costs
 -- PostgreSQL little more than one segment of 100 messages. The probe is a statement of its
 -- own because PostgreSQL initialises every node of a plan on each call, run or not: a
--- vouched one-message push cost ~30 % more while the probe sat inside the append. Two segments of one partition (the
--- second must see the first's hashes and offsets) or a capped queue (room is counted segment
--- by segment) take log_push_multi_serial_v1.
+-- vouched one-message push cost ~30 % more while the probe sat inside the append. Two
+-- segments of one partition (the second must see the first's hashes and offsets) or a capped
+-- queue (room is counted segment by segment) take log_push_multi_serial_v1.
 DROP FUNCTION IF EXISTS queen.log_push_multi_v1(text[], text[], int[], bytea[], int8[], bytea[]);
 CREATE OR REPLACE FUNCTION queen.log_push_multi_v1(
     p_queues text[], p_partitions text[], p_msg_counts int[], p_hashes bytea[],
@@ -435,6 +435,8 @@ BEGIN
         ORDER BY lp.id
         FOR NO KEY UPDATE OF lp) l;
     IF COALESCE(cardinality(v_ord), 0) <> v_n THEN
+        -- Deleted between provisioning and locking: rerun when the name is free (see
+        -- log_lock_partitions_v1).
         RAISE EXCEPTION 'log_push_multi_v1: % of % partitions were deleted while locking',
             v_n - COALESCE(cardinality(v_ord), 0), v_n
             USING ERRCODE = 'serialization_failure';
@@ -463,43 +465,45 @@ BEGIN
     IF array_remove(v_vfrom, NULL) <> '{}' THEN
         SELECT array_agg(d.ord), array_agg(d.dups) INTO v_dup_ord, v_dup_list
         FROM (
-        SELECT d.ord, jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
-        FROM (
-            WITH seg AS (
-                SELECT s.ord, s.pid, s.win, s.txns_start, s.vfrom, p_msg_counts[s.ord] AS cnt,
-                       p_hashes[s.ord] AS hashes
-                FROM unnest(v_ord, v_pid, v_txns_start, v_win, v_vfrom)
-                     AS s(ord, pid, txns_start, win, vfrom)
-                WHERE s.vfrom IS NOT NULL
-            )
-            SELECT inc.ord, inc.idx AS i, min(st.off) AS off
+            SELECT d.ord,
+                   jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
             FROM (
-                SELECT s.ord, u.idx, u.h
-                FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
-            ) inc
-            JOIN (
-                SELECT s.ord, t.base_offset + x.idx AS off, x.h
-                FROM seg s
-                CROSS JOIN LATERAL (
-                    SELECT lt.base_offset, lt.hashes FROM queen.log_txns AS lt
-                    WHERE lt.partition_id = s.pid
-                      AND lt.base_offset >= COALESCE(
-                            (SELECT max(f.base_offset) FROM queen.log_txns f
-                             WHERE f.partition_id = s.pid AND f.base_offset <= s.vfrom
-                               AND f.base_offset >= s.txns_start),
-                            s.vfrom + 1)
-                      AND lt.end_offset > s.vfrom
-                      AND lt.created_at >= v_now - make_interval(secs => s.win)
-                      AND (s.cnt > 16 OR EXISTS (
-                          SELECT 1 FROM queen.log_unnest_hashes(s.hashes) AS q
-                          WHERE position(q.h IN lt.hashes) > 0))
-                ) t
-                CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
-                WHERE t.base_offset + x.idx > s.vfrom
-            ) st ON st.ord = inc.ord AND st.h = inc.h
-            GROUP BY inc.ord, inc.idx
-        ) d
-        GROUP BY d.ord) d;
+                WITH seg AS (
+                    SELECT s.ord, s.pid, s.win, s.txns_start, s.vfrom,
+                           p_msg_counts[s.ord] AS cnt, p_hashes[s.ord] AS hashes
+                    FROM unnest(v_ord, v_pid, v_txns_start, v_win, v_vfrom)
+                         AS s(ord, pid, txns_start, win, vfrom)
+                    WHERE s.vfrom IS NOT NULL
+                )
+                SELECT inc.ord, inc.idx AS i, min(st.off) AS off
+                FROM (
+                    SELECT s.ord, u.idx, u.h
+                    FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
+                ) inc
+                JOIN (
+                    SELECT s.ord, t.base_offset + x.idx AS off, x.h
+                    FROM seg s
+                    CROSS JOIN LATERAL (
+                        SELECT lt.base_offset, lt.hashes FROM queen.log_txns AS lt
+                        WHERE lt.partition_id = s.pid
+                          AND lt.base_offset >= COALESCE(
+                                (SELECT max(f.base_offset) FROM queen.log_txns f
+                                 WHERE f.partition_id = s.pid AND f.base_offset <= s.vfrom
+                                   AND f.base_offset >= s.txns_start),
+                                s.vfrom + 1)
+                          AND lt.end_offset > s.vfrom
+                          AND lt.created_at >= v_now - make_interval(secs => s.win)
+                          AND (s.cnt > 16 OR EXISTS (
+                              SELECT 1 FROM queen.log_unnest_hashes(s.hashes) AS q
+                              WHERE position(q.h IN lt.hashes) > 0))
+                    ) t
+                    CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
+                    WHERE t.base_offset + x.idx > s.vfrom
+                ) st ON st.ord = inc.ord AND st.h = inc.h
+                GROUP BY inc.ord, inc.idx
+            ) d
+            GROUP BY d.ord
+        ) d;
     END IF;
 
     -- The allocator (as in log_push_one_v1; last_write_at moves once a second: HOT) and the
