@@ -22,12 +22,13 @@
 //! while this metadata was still trusted.
 //!
 //! Memory: a global byte budget (`QUEEN_DEDUP_CACHE_MB`) with least-recently-used eviction of
-//! partitions, charged with what the cache really holds on the heap: 16 bytes per hash, every
+//! partitions, charged with what the cache really holds on the heap: 8 bytes per hash (its key,
+//! `queen_proto::sidecar::key`; a key shared by two hashes is a hit, which is only a hint), every
 //! allocation as the allocator sizes it, and each partition's slots in the map and the LRU
 //! order with its key's names. A read asks for at most [`Limits::read_hashes`] hashes (the
-//! budget's worth), so hydrating cannot itself hold more than that in flight. A partition that cannot fit even alone, whose read would exceed that
-//! limit, or whose read failed, is "suppressed" (not hydrated, pushes send -1) for
-//! [`SUPPRESS_FOR`].
+//! budget's worth of keys), so hydrating cannot itself hold more than that in flight. A
+//! partition that cannot fit even alone, whose read would exceed that limit, or whose read
+//! failed, is "suppressed" (not hydrated, pushes send -1) for [`SUPPRESS_FOR`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::mem::size_of;
@@ -36,14 +37,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use queen_proto::sidecar::{HashRow, Hydration};
+use queen_proto::sidecar::KEY_LEN;
 
 mod entry;
 mod ring;
 use crate::accel::heap::heap_bytes;
 use entry::{DbClock, Entry, Verdict};
-
-/// Bytes of one hash in the sidecar rows a read answers.
-const SIDECAR_HASH_BYTES: usize = 16;
 
 /// How long partition metadata is trusted without a refresh.
 pub const META_TTL: Duration = Duration::from_secs(30);
@@ -71,10 +70,10 @@ impl Limits {
     }
 
     /// Most hashes one read (all the partitions of one write together) may answer: the
-    /// budget in sidecar bytes (16 per hash). A read is kept whole until it is installed, so
-    /// this bounds what a hydration holds beside the cache; more could not be cached anyway.
+    /// budget in keys (8 bytes each). A read is kept whole until it is installed, so this
+    /// bounds what a hydration holds beside the cache; more could not be cached anyway.
     pub fn read_hashes(&self) -> i64 {
-        i64::try_from(self.budget_bytes / SIDECAR_HASH_BYTES).unwrap_or(i64::MAX)
+        i64::try_from(self.budget_bytes / KEY_LEN).unwrap_or(i64::MAX)
     }
 }
 

@@ -224,8 +224,8 @@ pub struct Config {
     /// PostgreSQL probes only the tail of the dedup window. Off: every push probes the window.
     #[arg(long, env = "QUEEN_DEDUP_CACHE", default_value = "true", value_parser = parse_bool)]
     pub dedup_cache: bool,
-    /// Memory budget of the dedup cache in MiB, charged with its real heap use (about 16 bytes
-    /// per in-window transactionId: 16 × msg/s × window_s / 2²⁰ MiB for a partition); least
+    /// Memory budget of the dedup cache in MiB, charged with its real heap use (about 8 bytes
+    /// per in-window transactionId: 8 × msg/s × window_s / 2²⁰ MiB for a partition); least
     /// recently used partitions are evicted beyond it, and a partition too large for it is
     /// never hydrated (its pushes probe the whole window in SQL, as with the cache off).
     #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 16)]

@@ -255,10 +255,10 @@ async fn a_queue_recreated_by_another_broker_is_probed_in_full() {
 #[tokio::test]
 async fn evictions_under_a_tiny_budget_keep_duplicates_caught() {
     let b = common::broker_with(|cfg| cfg.dedup_cache_mb = 1).await;
-    // 2 × 36 k hashes (16 bytes each) do not fit 1 MiB together.
+    // 2 × 72 k hashes (8 bytes each in the cache) do not fit 1 MiB together.
     let mut originals = HashMap::new();
     for partition in ["e1", "e2"] {
-        for chunk in 0..4 {
+        for chunk in 0..8 {
             let txns = common::txns(&format!("{partition}-{chunk}"), 9_000);
             let answers = push(&b, "dc.evict", partition, &txns).await;
             if chunk == 0 {

@@ -95,9 +95,10 @@ async fn a_hydrated_partition_counts_hits_and_a_duplicate_counts_a_hint_and_a_mi
 #[tokio::test]
 async fn a_tiny_budget_evicts_and_holds_at_most_its_bytes() {
     let b = common::broker_with(|cfg| cfg.dedup_cache_mb = 1).await;
-    // 40 k hashes of 16 bytes fill more than half of 1 MiB: two partitions cannot stay.
+    // 80 k hashes of 8 bytes (their keys) fill more than half of 1 MiB: two partitions
+    // cannot stay.
     for partition in ["a", "b"] {
-        for chunk in 0..4 {
+        for chunk in 0..8 {
             let txns = common::txns(&format!("{partition}{chunk}"), 10_000);
             push(&b, "dm.evict", partition, &txns).await;
         }
@@ -117,10 +118,10 @@ async fn a_tiny_budget_evicts_and_holds_at_most_its_bytes() {
 #[tokio::test]
 async fn a_partition_larger_than_the_budget_is_read_no_further_and_probed_in_sql() {
     let b = common::broker_with(|cfg| cfg.dedup_cache_mb = 1).await;
-    // Written by another broker: 70 k in-window hashes, more than a 1 MiB read may hold
-    // (65 536 of 16 bytes).
+    // Written by another broker: 140 k in-window hashes, more than a 1 MiB read may hold
+    // (131 072 keys of 8 bytes).
     let writer = b.sibling(|cfg| cfg.dedup_cache = false).await;
-    for chunk in 0..7 {
+    for chunk in 0..14 {
         push(
             &writer,
             "dm.big",

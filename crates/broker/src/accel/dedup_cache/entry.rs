@@ -7,17 +7,15 @@ use std::mem::size_of;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::ring::{hash_key, HashRing};
-use super::{HashRow, Hydration};
+use super::ring::HashRing;
+use super::Hydration;
 use crate::accel::heap::heap_bytes;
+use queen_proto::hash::HASH_LEN;
+use queen_proto::sidecar::keys;
 
 /// Clock-skew slack of expiry, matching the 5 s the hydration read adds
 /// (sql/functions/dedup_cache.sql).
 const SKEW_SLACK_US: i64 = 5_000_000;
-
-pub fn hashes_of(bytes: &[u8]) -> impl Iterator<Item = u128> + '_ {
-    bytes.chunks_exact(16).filter_map(hash_key)
-}
 
 /// An estimate of the database clock that never runs ahead of it: the newest database
 /// timestamp seen plus the local time elapsed since it was received.
@@ -86,15 +84,14 @@ impl Entry {
             || self.seen_upto > self.verified_upto
     }
 
-    /// Adds the hashes of `row` at offsets above `verified_upto` (a straddling row comes
-    /// whole from SQL). Window 0 disables dedup: nothing to remember.
-    pub fn add_row(&mut self, row: &HashRow) {
+    /// Adds the keys of offsets `base..` committed at `created_us`, those above `verified_upto`
+    /// (a straddling row comes whole from SQL). Window 0 disables dedup: nothing to remember.
+    fn add(&mut self, base: i64, keys: impl Iterator<Item = u64>, created_us: i64) {
         if self.window_s == Some(0) {
             return;
         }
-        let skip = usize::try_from(self.verified_upto + 1 - row.base).unwrap_or(0);
-        self.ring
-            .add(hashes_of(&row.hashes).skip(skip), row.created_us);
+        let skip = usize::try_from(self.verified_upto + 1 - base).unwrap_or(0);
+        self.ring.add(keys.skip(skip), created_us);
     }
 
     /// Takes in a read of the rows after `verified_upto` (a hydration when it is -1).
@@ -103,7 +100,7 @@ impl Entry {
         self.window_s = Some(h.window_s);
         self.meta_at = started;
         for row in &h.rows {
-            self.add_row(row);
+            self.add(row.base, row.keys.iter().copied(), row.created_us);
         }
         self.verified_upto = self.verified_upto.max(h.last);
         self.seen_upto = self.seen_upto.max(h.last);
@@ -114,17 +111,13 @@ impl Entry {
     /// Extends with a commit of `hashes` at `base` if it starts right after `verified_upto`;
     /// returns whether it did. Any later start leaves the entry behind.
     pub fn extend(&mut self, base: i64, hashes: &[u8], created_us: i64) -> bool {
-        let count = i64::try_from(hashes.len() / 16).unwrap_or(i64::MAX);
+        let count = i64::try_from(hashes.len() / HASH_LEN).unwrap_or(i64::MAX);
         let end = base.saturating_add(count - 1);
         self.seen_upto = self.seen_upto.max(end);
         if base != self.verified_upto + 1 {
             return false;
         }
-        self.add_row(&HashRow {
-            base,
-            created_us,
-            hashes: hashes.to_vec(),
-        });
+        self.add(base, keys(hashes), created_us);
         self.verified_upto = end;
         true
     }
@@ -147,7 +140,7 @@ impl Entry {
         if self.window_s == Some(0) {
             return Verdict::Unsafe; // no dedup at all: SQL probes nothing either way
         }
-        if self.ring.contains_any(hashes_of(hashes)) {
+        if self.ring.contains_any(keys(hashes)) {
             return Verdict::Hit;
         }
         if self.verified_upto < 0 {

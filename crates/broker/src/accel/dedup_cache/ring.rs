@@ -1,11 +1,12 @@
-//! One partition's cached hashes (docs/engine.md §4.2 storage): a ring of immutable sorted runs,
-//! oldest first, plus one hot buffer that takes new hashes and is sealed into a run of one
-//! block (about 4096 hashes) when full. Runs of equal size at the back merge, like a binary
-//! counter, up to [`MAX_RUN_BLOCKS`] blocks: a lookup binary-searches a handful of runs
-//! rather than every block (a full 16 MiB cache is 256 blocks, and a 700-message segment
-//! looked up 700 × 256 times took milliseconds). Expiry drops whole runs, never single
-//! hashes, so it is a pop from the front; a merged run stays until its newest hash expires,
-//! which only keeps hashes longer than needed.
+//! One partition's cached hash keys (docs/engine.md §4.2 storage; a key is the first 8 bytes
+//! of a hash, `queen_proto::sidecar::key`): a ring of immutable sorted runs, oldest first, plus
+//! one hot buffer that takes new keys and is sealed into a run of one block (about 4096 keys)
+//! when full. Runs of equal size at the back merge, like a binary counter, up to
+//! [`MAX_RUN_BLOCKS`] blocks: a lookup binary-searches a handful of runs rather than every
+//! block (a full 16 MiB cache is 512 blocks, and a 700-message segment looked up in each of 256
+//! took milliseconds). Expiry drops whole runs, never single keys, so it is a pop from the
+//! front; a merged run stays until its newest key expires, which only keeps keys longer than
+//! needed.
 
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -13,7 +14,7 @@ use std::mem::size_of;
 use crate::accel::heap::heap_bytes;
 
 /// Bytes the ring holds per cached hash.
-const HASH_BYTES: usize = size_of::<u128>();
+const KEY_BYTES: usize = size_of::<u64>();
 
 /// Hashes per sealed block (a block holds at least this many: a segment is never split).
 pub const BLOCK_HASHES: usize = 4096;
@@ -21,22 +22,17 @@ pub const BLOCK_HASHES: usize = 4096;
 /// Blocks a run grows to by merging at most: bounds how long expired hashes stay.
 pub const MAX_RUN_BLOCKS: usize = 32;
 
-/// A transactionId hash as stored: the 16 sidecar bytes read big-endian.
-pub fn hash_key(bytes: &[u8]) -> Option<u128> {
-    <[u8; 16]>::try_from(bytes).ok().map(u128::from_be_bytes)
-}
-
 pub struct HashRing {
     runs: VecDeque<Run>,
     /// The newest hashes; sorted only while `hot_sorted` holds.
-    hot: Vec<u128>,
+    hot: Vec<u64>,
     hot_sorted: bool,
     /// Newest commit time (µs, database clock) among the hot hashes; `i64::MIN` when empty.
     hot_newest_us: i64,
 }
 
 struct Run {
-    hashes: Box<[u128]>,
+    hashes: Box<[u64]>,
     /// Blocks merged into this run.
     blocks: usize,
     /// Newest commit time among the run's hashes (µs, database clock).
@@ -80,8 +76,8 @@ impl HashRing {
         }
     }
 
-    /// Adds one segment's hashes (16 bytes each), committed at `created_us`.
-    pub fn add(&mut self, hashes: impl IntoIterator<Item = u128>, created_us: i64) {
+    /// Adds one segment's hash keys, committed at `created_us`.
+    pub fn add(&mut self, hashes: impl IntoIterator<Item = u64>, created_us: i64) {
         let before = self.hot.len();
         self.hot.extend(hashes);
         if self.hot.len() == before {
@@ -120,7 +116,7 @@ impl HashRing {
 
     /// Whether any of `hashes` is cached. Sorts the hot buffer first if adds left it
     /// unsorted (a stable sort merges the sorted prefix with the new run in linear time).
-    pub fn contains_any(&mut self, hashes: impl IntoIterator<Item = u128>) -> bool {
+    pub fn contains_any(&mut self, hashes: impl IntoIterator<Item = u64>) -> bool {
         if !self.hot_sorted {
             self.hot.sort();
             self.hot_sorted = true;
@@ -159,12 +155,12 @@ impl HashRing {
     /// Heap bytes held: the hot buffer at its capacity, the run slots at theirs, each run's
     /// keys, and the allocator's header on each of those allocations.
     pub fn bytes(&self) -> usize {
-        heap_bytes(self.hot.capacity() * HASH_BYTES)
+        heap_bytes(self.hot.capacity() * KEY_BYTES)
             + heap_bytes(self.runs.capacity() * size_of::<Run>())
             + self
                 .runs
                 .iter()
-                .map(|r| heap_bytes(r.hashes.len() * HASH_BYTES))
+                .map(|r| heap_bytes(r.hashes.len() * KEY_BYTES))
                 .sum::<usize>()
     }
 }

@@ -13,14 +13,17 @@ fn limits() -> Limits {
     Limits::with_budget_mb(64)
 }
 
-/// 16-byte sidecar of the given hash values.
-fn sidecar(hashes: &[u128]) -> Vec<u8> {
-    hashes.iter().flat_map(|h| h.to_be_bytes()).collect()
+/// A 16-byte sidecar of hashes whose keys (first 8 bytes) are the given values; the other 8
+/// bytes are the key's complement, so equal keys mean equal hashes unless a test says otherwise.
+fn sidecar(keys: &[u64]) -> Vec<u8> {
+    keys.iter()
+        .flat_map(|k| k.to_be_bytes().into_iter().chain((!k).to_be_bytes()))
+        .collect()
 }
 
 /// A hydration of partition `pid` (window `window_s`) read at `NOW`, one row per
 /// `(base, created_us, hashes)`.
-fn hydration(pid: i64, window_s: i32, rows: &[(i64, i64, Vec<u128>)]) -> Hydration {
+fn hydration(pid: i64, window_s: i32, rows: &[(i64, i64, Vec<u64>)]) -> Hydration {
     let last = rows
         .last()
         .map_or(-1, |(base, _, h)| base + h.len() as i64 - 1);
@@ -35,7 +38,7 @@ fn hydration(pid: i64, window_s: i32, rows: &[(i64, i64, Vec<u128>)]) -> Hydrati
             .map(|(base, created_us, h)| HashRow {
                 base: *base,
                 created_us: *created_us,
-                hashes: sidecar(h),
+                keys: h.clone(),
             })
             .collect(),
     }
@@ -68,6 +71,18 @@ fn vouches_for_absent_hashes_and_hints_on_present_ones() {
     );
     let m = cache.metrics();
     assert_eq!((Some(m.vouched_pushes), Some(m.hits)), (Some(1), Some(1)));
+}
+
+#[test]
+fn a_hash_sharing_only_its_key_with_a_cached_one_is_a_hit_not_a_vouch() {
+    let cache = hydrated(limits(), hydration(7, 3600, &[(0, NOW, vec![10])]));
+    cache.committed("q", "p", 7, 1, &sidecar(&[11]), NOW);
+    // Same first 8 bytes as the hash at offset 1, different last 8: another transactionId.
+    let mut twin = sidecar(&[11]);
+    twin[15] ^= 1;
+    assert_eq!(cache.plan("q", "p", &twin, true), Plan::Send(-1));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[12]), true), Plan::Send(1));
+    assert_eq!(cache.metrics().hits, 1);
 }
 
 #[test]
@@ -175,7 +190,7 @@ fn a_missing_partition_is_learned_from_its_first_commit() {
 
 #[test]
 fn expiry_drops_whole_blocks_past_window_and_slack_and_stays_sound() {
-    let old: Vec<u128> = (0..BLOCK_HASHES as u128).collect();
+    let old: Vec<u64> = (0..BLOCK_HASHES as u64).collect();
     let n = old.len() as i64;
     let rows = [(0, NOW - 100 * SEC, old), (n, NOW, vec![1_000_000])];
     let cache = hydrated(limits(), hydration(7, 10, &rows));
@@ -207,8 +222,8 @@ fn window_zero_partitions_hold_no_hashes() {
 }
 
 /// `hashes` distinct values starting at `from`, as one row at offset 0.
-fn rows_of(from: u128, hashes: usize) -> Vec<(i64, i64, Vec<u128>)> {
-    vec![(0, NOW, (from..from + hashes as u128).collect())]
+fn rows_of(from: u64, hashes: usize) -> Vec<(i64, i64, Vec<u64>)> {
+    vec![(0, NOW, (from..from + hashes as u64).collect())]
 }
 
 #[test]
@@ -223,13 +238,13 @@ fn the_budget_evicts_least_recently_used_partitions() {
         },
     );
     for (i, p) in ["a", "b", "c"].iter().enumerate() {
-        let t = ticket(cache.plan("q", p, &sidecar(&[u128::MAX]), true));
-        let h = hydration(i as i64, 3600, &rows_of(10_000 * i as u128, 5000));
+        let t = ticket(cache.plan("q", p, &sidecar(&[u64::MAX]), true));
+        let h = hydration(i as i64, 3600, &rows_of(10_000 * i as u64, 5000));
         cache.install("q", p, t, Some(h));
         if *p == "b" {
             // "a" is used again, so "b" is the least recently used when "c" arrives.
             assert_eq!(
-                cache.plan("q", "a", &sidecar(&[u128::MAX]), true),
+                cache.plan("q", "a", &sidecar(&[u64::MAX]), true),
                 Plan::Send(4999)
             );
         }
@@ -288,14 +303,14 @@ fn a_disabled_cache_always_asks_for_the_full_probe() {
 #[test]
 fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
     let mut ring = HashRing::new();
-    for base in (0..3 * BLOCK_HASHES as u128).step_by(100) {
+    for base in (0..3 * BLOCK_HASHES as u64).step_by(100) {
         ring.add((base..base + 100).rev(), NOW);
     }
     assert_eq!(ring.hash_count(), 12_300);
     for probe in [0, 4095, 4096, 9000, 12_299] {
         assert!(ring.contains_any([probe]), "{probe} is cached");
     }
-    assert!(!ring.contains_any([12_300, u128::MAX]));
+    assert!(!ring.contains_any([12_300, u64::MAX]));
     assert_eq!(
         ring.expire(NOW),
         None,
@@ -308,18 +323,18 @@ fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
 #[test]
 fn merged_runs_find_every_hash_and_expire_oldest_first() {
     // Pseudo-random hashes (odd multiples), each block a second apart.
-    let key = |i: u128| i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1;
+    let key = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let blocks = 2 * MAX_RUN_BLOCKS + 3;
     let mut ring = HashRing::new();
-    for b in 0..blocks as u128 {
-        let first = b * BLOCK_HASHES as u128;
+    for b in 0..blocks as u64 {
+        let first = b * BLOCK_HASHES as u64;
         ring.add(
-            (first..first + BLOCK_HASHES as u128).map(key),
+            (first..first + BLOCK_HASHES as u64).map(key),
             NOW + b as i64,
         );
     }
     assert_eq!(ring.hash_count(), blocks * BLOCK_HASHES);
-    for i in (0..(blocks * BLOCK_HASHES) as u128).step_by(997) {
+    for i in (0..(blocks * BLOCK_HASHES) as u64).step_by(997) {
         assert!(ring.contains_any([key(i)]), "hash {i} is cached");
     }
     assert!(
@@ -336,19 +351,19 @@ fn merged_runs_find_every_hash_and_expire_oldest_first() {
     assert_eq!(ring.expire(newest_of_first + 1), Some(newest_of_first));
     assert_eq!(ring.hash_count(), (blocks - MAX_RUN_BLOCKS) * BLOCK_HASHES);
     assert!(!ring.contains_any([key(0)]));
-    assert!(ring.contains_any([key((MAX_RUN_BLOCKS * BLOCK_HASHES) as u128)]));
+    assert!(ring.contains_any([key((MAX_RUN_BLOCKS * BLOCK_HASHES) as u64)]));
 }
 
 /// A stand-in for one partition's sidecar in PostgreSQL: rows in offset order.
 #[derive(Default)]
 struct Truth {
-    rows: Vec<(i64, Vec<u128>)>,
-    offsets: HashMap<u128, i64>,
+    rows: Vec<(i64, Vec<u64>)>,
+    offsets: HashMap<u64, i64>,
     last: i64,
 }
 
 impl Truth {
-    fn append(&mut self, hs: Vec<u128>) -> i64 {
+    fn append(&mut self, hs: Vec<u64>) -> i64 {
         let base = self.last + 1;
         for (k, h) in hs.iter().enumerate() {
             self.offsets.insert(*h, base + k as i64);
@@ -360,7 +375,7 @@ impl Truth {
 
     /// What `log_dedup_hydrate_v1` answers: the rows ending after `after`, one snapshot.
     fn read(&self, pid: i64, after: i64) -> Hydration {
-        let rows: Vec<(i64, i64, Vec<u128>)> = self
+        let rows: Vec<(i64, i64, Vec<u64>)> = self
             .rows
             .iter()
             .filter(|(base, hs)| base + hs.len() as i64 - 1 > after)
@@ -411,8 +426,8 @@ fn racing_writers_readers_and_evictions_never_vouch_for_a_stored_hash() {
                         // A writer: allocate under the "partition lock", report after it,
                         // so reports of different writers arrive in any order.
                         let n = rng.gen_range(1..20);
-                        let first = next_hash.fetch_add(n, Relaxed) as u128;
-                        let hs: Vec<u128> = (first..first + u128::from(n)).collect();
+                        let first = next_hash.fetch_add(n, Relaxed) as u64;
+                        let hs: Vec<u64> = (first..first + u64::from(n)).collect();
                         let base = lock(&truths[p]).append(hs.clone());
                         cache.committed("q", &name, p as i64, base, &sidecar(&hs), NOW);
                         continue;
@@ -421,9 +436,9 @@ fn racing_writers_readers_and_evictions_never_vouch_for_a_stored_hash() {
                     let probe = {
                         let t = lock(&truths[p]);
                         match t.rows.len() {
-                            0 => u128::MAX,
+                            0 => u64::MAX,
                             n if rng.gen_bool(0.5) => t.rows[rng.gen_range(0..n)].1[0],
-                            _ => u128::MAX - 1,
+                            _ => u64::MAX - 1,
                         }
                     };
                     let mut plan = cache.plan("q", &name, &sidecar(&[probe]), true);

@@ -1,14 +1,15 @@
 //! The typed call of `queen.log_dedup_hydrate_v1` (sql/functions/dedup_cache.sql): the sidecar rows
 //! the dedup cache hydrates or catches up from, for many partitions in one snapshot. The answer
-//! is read as a stream, one sidecar row per message, and kept only up to a hash limit, so a
-//! read never holds more than that (nor leaves a connection's buffers sized for more).
+//! is read as a stream, one sidecar row per message, each row turned into the cache's 8-byte keys
+//! as it arrives and kept only up to a hash limit, so a read never holds more than that (nor
+//! leaves a connection's buffers sized for more).
 
 use deadpool_postgres::GenericClient;
 use futures::{pin_mut, TryStreamExt};
 use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
-use queen_proto::sidecar::{HashRow, Hydration};
+use queen_proto::sidecar::{self, HashRow, Hydration};
 
 /// One partition to read: rows committed after offset `after` (-1: all in the window).
 pub struct HydrateAsk<'a> {
@@ -75,10 +76,10 @@ pub async fn hydrate(
             continue; // a partition with no row in its range
         };
         let running: i64 = row.try_get(9)?;
-        let hashes: Vec<u8> = row.try_get(8)?;
-        let n = hash_count(&hashes);
+        let keys: Vec<u64> = sidecar::keys(row.try_get(8)?).collect();
+        let n = key_count(&keys);
         if running > max_hashes || kept.saturating_add(n) > max_hashes {
-            kept -= h.rows.iter().map(|r| hash_count(&r.hashes)).sum::<i64>();
+            kept -= h.rows.iter().map(|r| key_count(&r.keys)).sum::<i64>();
             *slot = Hydrated::TooLarge;
             continue;
         }
@@ -86,13 +87,12 @@ pub async fn hydrate(
         h.rows.push(HashRow {
             base,
             created_us: row.try_get(7)?,
-            hashes,
+            keys,
         });
     }
     Ok(out)
 }
 
-/// Hashes in a sidecar row's bytes (16 each).
-fn hash_count(hashes: &[u8]) -> i64 {
-    i64::try_from(hashes.len() / 16).unwrap_or(i64::MAX)
+fn key_count(keys: &[u64]) -> i64 {
+    i64::try_from(keys.len()).unwrap_or(i64::MAX)
 }
