@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use queen_proto::sidecar::{HashRow, Hydration};
 use queen_proto::sidecar::KEY_LEN;
+pub use queen_proto::sidecar::{HashRow, Hydration};
 
 mod entry;
 mod ring;
