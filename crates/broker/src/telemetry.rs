@@ -150,8 +150,9 @@ pub const DEDUP_CACHE_EVENTS: Metric = metric(
     "queen_dedup_cache_events_total",
     Kind::Counter,
     "What the dedup cache did, by event: hydration, catch_up, eviction (a partition dropped \
-     for the budget), suppression (a partition too large to cache, left to SQL for a while), \
-     fetch_error, invalidation, duplicate_hint (an incoming hash found cached).",
+     for the budget), suppression (a partition too large to cache, left uncached for a while), \
+     scan (a push to such a partition looked for its hashes in one read of the window), \
+     fetch_error, invalidation, duplicate_hint (an incoming hash found cached or scanned).",
 );
 pub const DATABASE_UP: Metric = metric(
     "queen_database_up",

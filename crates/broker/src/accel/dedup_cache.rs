@@ -85,6 +85,10 @@ pub enum Plan {
     /// Read the partition's hash rows after `ticket.after` first, [`DedupCache::install`]
     /// them, then plan again.
     Fetch(Ticket),
+    /// The partition is too large to cache: look for the segment's hashes in a read of its
+    /// whole window that keeps nothing, and send what [`DedupCache::scanned`] makes of it.
+    /// Asked for whatever `may_fetch` says: it is the one read such a push makes.
+    Scan,
 }
 
 /// A read the cache asked for; hand it back with the rows.
@@ -149,8 +153,16 @@ struct State {
     next_epoch: u64,
     /// Sum of the slots' `bytes`.
     used: usize,
-    suppressed: HashMap<Key, Instant>,
+    suppressed: HashMap<Key, Suppressed>,
     clock: DbClock,
+}
+
+/// A partition left unhydrated until `until`: one too large for the budget (`oversized`, its
+/// pushes scan) or whose read failed (its pushes take the full-window probe).
+#[derive(Clone, Copy)]
+struct Suppressed {
+    until: Instant,
+    oversized: bool,
 }
 
 /// A cached partition as the global state sees it: its entry and its last measured size.
@@ -173,6 +185,7 @@ struct Stats {
     invalidations: AtomicU64,
     evictions: AtomicU64,
     suppressions: AtomicU64,
+    scans: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -199,7 +212,7 @@ impl DedupCache {
         match plan {
             Plan::Send(v) if v >= 0 => bump(&self.stats.vouched),
             Plan::Send(_) => bump(&self.stats.full_probes),
-            Plan::Fetch(_) => {}
+            Plan::Fetch(_) | Plan::Scan => {}
         }
         plan
     }
@@ -216,11 +229,12 @@ impl DedupCache {
         };
         let (shared, db_now) = {
             let mut st = lock(&self.state);
-            if let Some(&until) = st.suppressed.get(key) {
-                if now < until {
-                    return Plan::Send(-1);
-                }
-                st.suppressed.remove(key);
+            if let Some(&s) = st.suppressed.get(key) {
+                match (now < s.until, s.oversized) {
+                    (true, true) => return Plan::Scan,
+                    (true, false) => return Plan::Send(-1),
+                    (false, _) => st.suppressed.remove(key),
+                };
             }
             let Some(shared) = st.touch(key) else {
                 return fetch(-1, 0);
@@ -303,6 +317,31 @@ impl DedupCache {
         }
     }
 
+    /// The `p_verified` of a segment after its [`Plan::Scan`]: `found` if one of its hashes
+    /// is in the window (a hint: -1, SQL finds the original), else the scanned `window`'s
+    /// last offset, below which none is (`None`: no such partition, nothing to vouch). The
+    /// read covered every row SQL could still probe: its `since` is the window's start when
+    /// it ran, and the push's probe runs later.
+    pub fn scanned(&self, found: bool, window: Option<&Hydration>) -> i64 {
+        bump(&self.stats.scans);
+        if let Some(h) = window {
+            lock(&self.state).clock.observe(h.now_us, Instant::now());
+        }
+        let verified = match window {
+            Some(h) if !found && h.window_s > 0 => h.last,
+            _ => -1,
+        };
+        match (found, verified) {
+            (true, _) => bump(&self.stats.hits),
+            (false, v) if v >= 0 => bump(&self.stats.vouched),
+            _ => {}
+        }
+        if verified < 0 {
+            bump(&self.stats.full_probes);
+        }
+        verified
+    }
+
     /// A read asked for by [`plan`](Self::plan) failed (the push goes on with -1): the
     /// partition is suppressed for a while, so a read that keeps failing (say, one that
     /// outlasts the statement timeout) is not retried by every push.
@@ -311,7 +350,7 @@ impl DedupCache {
         let key = key(queue, partition);
         let mut st = lock(&self.state);
         st.remove(&key);
-        st.suppress(key, &self.limits, Instant::now());
+        st.suppress(key, false, &self.limits, Instant::now());
     }
 
     /// A read asked for by [`plan`](Self::plan) found more rows than [`Limits::read_hashes`]:
@@ -321,7 +360,7 @@ impl DedupCache {
         let key = key(queue, partition);
         let mut st = lock(&self.state);
         st.remove(&key);
-        st.suppress(key, &self.limits, Instant::now());
+        st.suppress(key, true, &self.limits, Instant::now());
     }
 
     /// Most hashes a read for this cache may answer (see [`Limits::read_hashes`]).
@@ -409,6 +448,7 @@ impl DedupCache {
             invalidations: n(&s.invalidations),
             evictions: n(&s.evictions),
             suppressions: n(&s.suppressions),
+            scans: n(&s.scans),
         }
     }
 }
@@ -432,6 +472,7 @@ pub struct DedupSnapshot {
     pub invalidations: u64,
     pub evictions: u64,
     pub suppressions: u64,
+    pub scans: u64,
 }
 
 impl State {
@@ -512,9 +553,10 @@ impl State {
     }
 
     /// Leaves `key` unhydrated for `limits.suppress_for`.
-    fn suppress(&mut self, key: Key, limits: &Limits, now: Instant) {
-        self.suppressed.retain(|_, until| *until > now);
-        self.suppressed.insert(key, now + limits.suppress_for);
+    fn suppress(&mut self, key: Key, oversized: bool, limits: &Limits, now: Instant) {
+        self.suppressed.retain(|_, s| s.until > now);
+        let until = now + limits.suppress_for;
+        self.suppressed.insert(key, Suppressed { until, oversized });
     }
 
     /// Evicts least recently used partitions until the cache fits its budget; suppresses
@@ -529,7 +571,7 @@ impl State {
                 None => {
                     bump(&stats.suppressions);
                     self.remove(key);
-                    self.suppress(key.clone(), limits, now);
+                    self.suppress(key.clone(), true, limits, now);
                     return;
                 }
             }

@@ -164,6 +164,7 @@ fn render_dedup(d: &DedupSnapshot) -> Value {
         "invalidations": d.invalidations,
         "evictions": d.evictions,
         "suppressions": d.suppressions,
+        "scans": d.scans,
     })
 }
 

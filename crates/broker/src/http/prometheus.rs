@@ -104,6 +104,7 @@ fn read_dedup(d: &DedupSnapshot, s: &Scrape) {
         ("catch_up", d.catch_ups),
         ("eviction", d.evictions),
         ("suppression", d.suppressions),
+        ("scan", d.scans),
         ("fetch_error", d.fetch_errors),
         ("invalidation", d.invalidations),
         ("duplicate_hint", d.hits),

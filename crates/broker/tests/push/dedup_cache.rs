@@ -36,7 +36,7 @@ pub(crate) async fn push(
 }
 
 /// Pushes one message; returns its answer.
-async fn push_one(b: &TestBroker, queue: &str, partition: &str, txn: &str) -> Value {
+pub(crate) async fn push_one(b: &TestBroker, queue: &str, partition: &str, txn: &str) -> Value {
     push(b, queue, partition, &[txn.to_string()])
         .await
         .remove(0)
@@ -56,7 +56,7 @@ fn counter(m: &Value, name: &str) -> u64 {
 }
 
 /// Asserts every answer is `duplicate` with the id `originals` holds for its transactionId.
-fn assert_duplicates_of(answers: &[Value], originals: &HashMap<String, String>) {
+pub(crate) fn assert_duplicates_of(answers: &[Value], originals: &HashMap<String, String>) {
     for a in answers {
         let txn = a["transaction_id"].as_str().unwrap_or_default();
         assert_eq!(a["status"], "duplicate", "{txn} is a duplicate: {a}");
@@ -69,7 +69,7 @@ fn assert_duplicates_of(answers: &[Value], originals: &HashMap<String, String>) 
 }
 
 /// transactionId -> message id of queued answers.
-fn ids_of(answers: &[Value]) -> HashMap<String, String> {
+pub(crate) fn ids_of(answers: &[Value]) -> HashMap<String, String> {
     answers
         .iter()
         .inspect(|a| assert_eq!(a["status"], "queued", "{a}"))

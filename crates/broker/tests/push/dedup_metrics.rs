@@ -1,14 +1,17 @@
 //! The dedup cache's counters as operators read them (`dedupCache` of `/metrics` and the
 //! `queen_dedup_cache_*` / `queen_accelerator_*` series of `/metrics/prometheus`) move as the
 //! cache works: a hydration on first use, vouched pushes counted as hits once hydrated, a
-//! duplicate as a hint and a full probe, evictions and the bytes held under a tiny budget.
+//! duplicate as a hint and a full probe, evictions and the bytes held under a tiny budget, and
+//! the scans of a partition too large to cache.
+
+use std::collections::HashMap;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common;
 use crate::common::TestBroker;
-use crate::dedup_cache::push;
+use crate::dedup_cache::{assert_duplicates_of, ids_of, push, push_one};
 
 /// The `dedupCache` object of `/metrics`.
 async fn cache_json(b: &TestBroker) -> Value {
@@ -116,35 +119,33 @@ async fn a_tiny_budget_evicts_and_holds_at_most_its_bytes() {
 }
 
 #[tokio::test]
-async fn a_partition_larger_than_the_budget_is_read_no_further_and_probed_in_sql() {
+async fn a_partition_larger_than_the_budget_is_scanned_not_cached() {
     let b = common::broker_with(|cfg| cfg.dedup_cache_mb = 1).await;
     // Written by another broker: 140 k in-window hashes, more than a 1 MiB read may hold
     // (131 072 keys of 8 bytes).
     let writer = b.sibling(|cfg| cfg.dedup_cache = false).await;
+    let mut originals = HashMap::new();
     for chunk in 0..14 {
-        push(
-            &writer,
-            "dm.big",
-            "p",
-            &common::txns(&format!("x{chunk}"), 10_000),
-        )
-        .await;
+        let txns = common::txns(&format!("x{chunk}"), 10_000);
+        originals.extend(ids_of(&push(&writer, "dm.big", "p", &txns).await[..8]));
     }
-    let items = json!({ "items": [
-        { "queue": "dm.big", "partition": "p", "transactionId": "x3-7", "payload": {} },
-        { "queue": "dm.big", "partition": "p", "transactionId": "fresh", "payload": {} },
-    ]});
-    let (status, answers) = b.post("/api/v1/push", &items).await;
-    assert_eq!(status, StatusCode::CREATED, "{answers}");
-    assert_eq!(answers[0]["status"], "duplicate", "{answers}");
-    assert_eq!(answers[1]["status"], "queued", "{answers}");
+    let answers = push(&b, "dm.big", "p", &["x3-7".into(), "fresh".into()]).await;
+    assert_duplicates_of(&answers[..1], &originals);
+    assert_eq!(answers[1]["status"], "queued", "{answers:?}");
     let m = cache_json(&b).await;
     assert_eq!(n(&m, "suppressions"), 1, "{m}");
     assert_eq!((n(&m, "partitions"), n(&m, "bytes")), (0, 0), "{m}");
-    assert!(n(&m, "fullProbePushes") >= 1, "{m}");
-    assert_eq!(
-        n(&m, "vouchedPushes"),
-        0,
-        "a suppressed partition never vouches: {m}"
-    );
+    // A segment with a duplicate writes nothing; its fresh frames go again, scanned again.
+    let scanned = (n(&m, "scans"), n(&m, "hits"), n(&m, "vouchedPushes"));
+    assert_eq!(scanned, (2, 1, 1), "{m}");
+    // The window's oldest hash is scanned too; a fresh push is vouched for by its scan.
+    assert_duplicates_of(&[push_one(&b, "dm.big", "p", "x0-0").await], &originals);
+    let fresh = push_one(&b, "dm.big", "p", "fresh-2").await;
+    assert_eq!(fresh["status"], "queued", "{fresh}");
+    let again = push_one(&b, "dm.big", "p", "fresh-2").await;
+    assert_eq!(again["status"], "duplicate", "{again}");
+    let m = cache_json(&b).await;
+    let scanned = (n(&m, "scans"), n(&m, "hits"), n(&m, "vouchedPushes"));
+    assert_eq!(scanned, (5, 3, 2), "{m}");
+    assert_eq!(n(&m, "suppressions"), 1, "one read found it too large: {m}");
 }

@@ -47,7 +47,7 @@ fn hydration(pid: i64, window_s: i32, rows: &[(i64, i64, Vec<u64>)]) -> Hydratio
 fn ticket(plan: Plan) -> Ticket {
     match plan {
         Plan::Fetch(t) => t,
-        Plan::Send(v) => panic!("expected a fetch, got Send({v})"),
+        other => panic!("expected a fetch, got {other:?}"),
     }
 }
 
@@ -269,11 +269,46 @@ fn a_partition_larger_than_the_budget_is_suppressed_for_a_while() {
     let cache = DedupCache::new(true, small);
     let t = ticket(cache.plan("q", "p", &sidecar(&[1]), true));
     cache.install("q", "p", t, Some(hydration(1, 3600, &rows_of(0, 1000))));
-    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Send(-1));
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Scan);
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[1]), false),
+        Plan::Scan,
+        "a scan is the one read such a push makes"
+    );
     let m = cache.metrics();
     assert_eq!((Some(m.suppressions), Some(m.bytes)), (Some(1), Some(0)));
     std::thread::sleep(Duration::from_millis(80));
     assert_eq!(ticket(cache.plan("q", "p", &sidecar(&[1]), true)).after, -1);
+    cache.too_large("q", "p");
+    assert_eq!(cache.plan("q", "p", &sidecar(&[1]), true), Plan::Scan);
+}
+
+#[test]
+fn a_scan_vouches_below_the_window_it_read_unless_it_found_a_hash() {
+    let cache = DedupCache::new(true, limits());
+    let window = hydration(1, 3600, &rows_of(0, 1000));
+    assert_eq!(cache.scanned(false, Some(&window)), 999);
+    assert_eq!(
+        cache.scanned(true, None),
+        -1,
+        "found: SQL finds the original"
+    );
+    assert_eq!(
+        cache.scanned(false, None),
+        -1,
+        "no partition: nothing to vouch for"
+    );
+    let off = hydration(1, 0, &[]);
+    assert_eq!(
+        cache.scanned(false, Some(&off)),
+        -1,
+        "window 0: no probe either way"
+    );
+    let m = cache.metrics();
+    assert_eq!(
+        (m.scans, m.vouched_pushes, m.hits, m.full_probe_pushes),
+        (4, 1, 1, 3)
+    );
 }
 
 #[test]

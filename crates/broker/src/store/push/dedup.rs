@@ -4,9 +4,12 @@
 //! as it arrives and kept only up to a hash limit, so a read never holds more than that (nor
 //! leaves a connection's buffers sized for more).
 
+use std::collections::HashSet;
+
 use deadpool_postgres::GenericClient;
 use futures::{pin_mut, TryStreamExt};
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, RowStream};
 
 use crate::error::{Error, Result};
 use queen_proto::sidecar::{self, HashRow, Hydration};
@@ -36,38 +39,14 @@ pub async fn hydrate(
     asks: &[HydrateAsk<'_>],
     max_hashes: i64,
 ) -> Result<Vec<Hydrated>> {
-    let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
-    let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
-    let after: Vec<i64> = asks.iter().map(|a| a.after).collect();
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_base, r_created, r_hashes, \
-         r_running FROM queen.log_dedup_hydrate_v1($1, $2, $3, $4)",
-    )
-    .await?;
-    let params: [&(dyn ToSql + Sync); 4] = [&queues, &partitions, &after, &max_hashes];
-    let rows = db.query_raw(&stmt, params).await?;
+    let rows = read(db, asks, max_hashes).await?;
     pin_mut!(rows);
     let mut out: Vec<Hydrated> = (0..asks.len()).map(|_| Hydrated::Missing).collect();
     let mut kept: i64 = 0;
     while let Some(row) = rows.try_next().await? {
-        let ord: i32 = row.try_get(0)?;
-        let slot = usize::try_from(ord)
-            .ok()
-            .and_then(|o| o.checked_sub(1))
-            .and_then(|i| out.get_mut(i))
-            .ok_or_else(|| {
-                Error::internal(format!("log_dedup_hydrate_v1 answered ordinal {ord}"))
-            })?;
+        let slot = &mut out[ask_of(&row, asks.len())?];
         if let Hydrated::Missing = slot {
-            *slot = Hydrated::Rows(Hydration {
-                pid: row.try_get(1)?,
-                window_s: row.try_get(2)?,
-                last: row.try_get(3)?,
-                since_us: row.try_get(4)?,
-                now_us: row.try_get(5)?,
-                rows: Vec::new(),
-            });
+            *slot = Hydrated::Rows(window_of(&row)?);
         }
         let Hydrated::Rows(h) = slot else {
             continue; // already too large: the rest of its rows are dropped as they come
@@ -91,6 +70,92 @@ pub async fn hydrate(
         });
     }
     Ok(out)
+}
+
+/// What a scan found for one ask.
+#[derive(Debug)]
+pub enum Scanned {
+    /// The partition does not exist.
+    Missing,
+    /// One of the wanted keys is in the window.
+    Found,
+    /// None is: the window read, its rows not kept (`rows` is empty).
+    Clear(Hydration),
+}
+
+/// Reads the whole in-window range of each ask (`after` as in [`hydrate`]) as a stream and
+/// looks for `wanted[i]`'s keys in ask i's rows, keeping nothing but the verdict: the dedup
+/// check of a partition too large to cache, done here rather than by exploding every row
+/// in SQL. Holds one sidecar row at a time.
+pub async fn scan(
+    db: &impl GenericClient,
+    asks: &[HydrateAsk<'_>],
+    wanted: &[HashSet<u64>],
+) -> Result<Vec<Scanned>> {
+    let rows = read(db, asks, i64::MAX - 1).await?;
+    pin_mut!(rows);
+    let mut out: Vec<Scanned> = (0..asks.len()).map(|_| Scanned::Missing).collect();
+    while let Some(row) = rows.try_next().await? {
+        let i = ask_of(&row, asks.len())?;
+        if let Scanned::Missing = out[i] {
+            out[i] = Scanned::Clear(window_of(&row)?);
+        }
+        let Scanned::Clear(_) = out[i] else {
+            continue; // found already
+        };
+        let Some(hashes) = row.try_get::<_, Option<&[u8]>>(8)? else {
+            continue; // a partition with no row in its range
+        };
+        let set = wanted
+            .get(i)
+            .ok_or_else(|| Error::internal("scan: fewer key sets than asks"))?;
+        if sidecar::keys(hashes).any(|k| set.contains(&k)) {
+            out[i] = Scanned::Found;
+        }
+    }
+    Ok(out)
+}
+
+/// The answer of `log_dedup_hydrate_v1` for `asks`, at most `max_hashes + 1` hashes' rows per
+/// partition, as a stream.
+async fn read(
+    db: &impl GenericClient,
+    asks: &[HydrateAsk<'_>],
+    max_hashes: i64,
+) -> Result<RowStream> {
+    let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
+    let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
+    let after: Vec<i64> = asks.iter().map(|a| a.after).collect();
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_base, r_created, r_hashes, \
+         r_running FROM queen.log_dedup_hydrate_v1($1, $2, $3, $4)",
+    )
+    .await?;
+    let params: [&(dyn ToSql + Sync); 4] = [&queues, &partitions, &after, &max_hashes];
+    Ok(db.query_raw(&stmt, params).await?)
+}
+
+/// The index of the ask a row answers.
+fn ask_of(row: &Row, asks: usize) -> Result<usize> {
+    let ord: i32 = row.try_get(0)?;
+    usize::try_from(ord)
+        .ok()
+        .and_then(|o| o.checked_sub(1))
+        .filter(|&i| i < asks)
+        .ok_or_else(|| Error::internal(format!("log_dedup_hydrate_v1 answered ordinal {ord}")))
+}
+
+/// A partition's window as its first row describes it, with no rows yet.
+fn window_of(row: &Row) -> Result<Hydration> {
+    Ok(Hydration {
+        pid: row.try_get(1)?,
+        window_s: row.try_get(2)?,
+        last: row.try_get(3)?,
+        since_us: row.try_get(4)?,
+        now_us: row.try_get(5)?,
+        rows: Vec::new(),
+    })
 }
 
 fn key_count(keys: &[u64]) -> i64 {
