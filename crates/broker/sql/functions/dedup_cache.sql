@@ -20,6 +20,8 @@
 -- p_max_hashes + 1 rows are read per partition, so a partition with more than p_max_hashes
 -- in its range shows a running count above it, and the broker leaves it uncached.
 -- Timestamps travel as µs since the epoch. One statement, one snapshot: STABLE SQL.
+-- The same read, with p_after -1 and no practical hash limit, is the broker's scan of a
+-- partition too large to cache: it looks for a push's hashes in the rows and keeps none.
 DROP FUNCTION IF EXISTS queen.log_dedup_hydrate_v1(text[], text[], int8[]);
 CREATE OR REPLACE FUNCTION queen.log_dedup_hydrate_v1(
     p_queues text[], p_partitions text[], p_after int8[], p_max_hashes int8)

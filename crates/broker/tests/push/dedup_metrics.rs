@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::common;
 use crate::common::TestBroker;

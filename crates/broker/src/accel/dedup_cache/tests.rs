@@ -462,7 +462,7 @@ fn racing_writers_readers_and_evictions_never_vouch_for_a_stored_hash() {
                         // so reports of different writers arrive in any order.
                         let n = rng.gen_range(1..20);
                         let first = next_hash.fetch_add(n, Relaxed) as u64;
-                        let hs: Vec<u64> = (first..first + u64::from(n)).collect();
+                        let hs: Vec<u64> = (first..first + n).collect();
                         let base = lock(&truths[p]).append(hs.clone());
                         cache.committed("q", &name, p as i64, base, &sidecar(&hs), NOW);
                         continue;
