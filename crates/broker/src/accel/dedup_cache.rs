@@ -28,7 +28,8 @@
 //! order with its key's names. A read asks for at most [`Limits::read_hashes`] hashes (the
 //! budget's worth of keys), so hydrating cannot itself hold more than that in flight. A
 //! partition that cannot fit even alone, whose read would exceed that limit, or whose read
-//! failed, is "suppressed" (not hydrated, pushes send -1) for [`SUPPRESS_FOR`].
+//! failed, is "suppressed" (not hydrated) for [`SUPPRESS_FOR`]: pushes to one too large scan
+//! its window instead ([`Plan::Scan`]), pushes after a failed read send -1.
 
 use std::collections::{BTreeMap, HashMap};
 use std::mem::size_of;
