@@ -343,6 +343,17 @@ impl DedupCache {
         verified
     }
 
+    /// A scan of (queue, partition) counted `hashes` in its window: while that is more than a
+    /// read may hold, the partition stays suppressed (scanning) for another
+    /// [`SUPPRESS_FOR`], rather than being found too large again by a hydration read of the
+    /// budget's worth of keys that is thrown away.
+    pub fn still_oversized(&self, queue: &str, partition: &str, hashes: i64) {
+        if hashes > self.limits.read_hashes() {
+            let mut st = lock(&self.state);
+            st.suppress(key(queue, partition), true, &self.limits, Instant::now());
+        }
+    }
+
     /// A read asked for by [`plan`](Self::plan) failed (the push goes on with -1): the
     /// partition is suppressed for a while, so a read that keeps failing (say, one that
     /// outlasts the statement timeout) is not retried by every push.

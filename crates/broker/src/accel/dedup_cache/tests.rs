@@ -284,6 +284,29 @@ fn a_partition_larger_than_the_budget_is_suppressed_for_a_while() {
 }
 
 #[test]
+fn a_scan_that_still_counts_too_many_hashes_keeps_the_partition_scanning() {
+    let short = Limits {
+        budget_bytes: 4096,
+        suppress_for: Duration::from_millis(200),
+        ..limits()
+    };
+    let cache = DedupCache::new(true, short);
+    cache.too_large("q", "p");
+    std::thread::sleep(Duration::from_millis(120));
+    // Past the first suppression's end at the next check, within the extended one.
+    cache.still_oversized("q", "p", short.read_hashes() + 1);
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(
+        cache.plan("q", "p", &sidecar(&[1]), true),
+        Plan::Scan,
+        "no hydration read only to find it too large again"
+    );
+    cache.still_oversized("q", "p", short.read_hashes());
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(ticket(cache.plan("q", "p", &sidecar(&[1]), true)).after, -1);
+}
+
+#[test]
 fn a_scan_vouches_below_the_window_it_read_unless_it_found_a_hash() {
     let cache = DedupCache::new(true, limits());
     let window = hydration(1, 3600, &rows_of(0, 1000));

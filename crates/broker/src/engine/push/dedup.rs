@@ -88,7 +88,10 @@ async fn scan_windows(
                 verified[i] = match answer {
                     Scanned::Missing => cache.scanned(false, None),
                     Scanned::Found => cache.scanned(true, None),
-                    Scanned::Clear(window) => cache.scanned(false, Some(&window)),
+                    Scanned::Clear { window, hashes } => {
+                        cache.still_oversized(segs[i].queue, segs[i].partition, hashes);
+                        cache.scanned(false, Some(&window))
+                    }
                 };
             }
         }

@@ -79,8 +79,9 @@ pub enum Scanned {
     Missing,
     /// One of the wanted keys is in the window.
     Found,
-    /// None is: the window read, its rows not kept (`rows` is empty).
-    Clear(Hydration),
+    /// None is: the window read, its rows not kept (`rows` is empty), and how many hashes
+    /// it held.
+    Clear { window: Hydration, hashes: i64 },
 }
 
 /// Reads the whole in-window range of each ask (`after` as in [`hydrate`]) as a stream and
@@ -98,14 +99,16 @@ pub async fn scan(
     while let Some(row) = rows.try_next().await? {
         let i = ask_of(&row, asks.len())?;
         if let Scanned::Missing = out[i] {
-            out[i] = Scanned::Clear(window_of(&row)?);
+            let window = window_of(&row)?;
+            out[i] = Scanned::Clear { window, hashes: 0 };
         }
-        let Scanned::Clear(_) = out[i] else {
+        let Scanned::Clear { hashes: seen, .. } = &mut out[i] else {
             continue; // found already
         };
         let Some(hashes) = row.try_get::<_, Option<&[u8]>>(8)? else {
             continue; // a partition with no row in its range
         };
+        *seen = row.try_get(9)?;
         let set = wanted
             .get(i)
             .ok_or_else(|| Error::internal("scan: fewer key sets than asks"))?;
