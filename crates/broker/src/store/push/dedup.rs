@@ -93,6 +93,9 @@ pub async fn scan(
     asks: &[HydrateAsk<'_>],
     wanted: &[HashSet<u64>],
 ) -> Result<Vec<Scanned>> {
+    if wanted.len() != asks.len() {
+        return Err(Error::internal("scan: one key set per ask"));
+    }
     let rows = read(db, asks, i64::MAX - 1).await?;
     pin_mut!(rows);
     let mut out: Vec<Scanned> = (0..asks.len()).map(|_| Scanned::Missing).collect();
@@ -109,10 +112,7 @@ pub async fn scan(
             continue; // a partition with no row in its range
         };
         *seen = row.try_get(9)?;
-        let set = wanted
-            .get(i)
-            .ok_or_else(|| Error::internal("scan: fewer key sets than asks"))?;
-        if sidecar::keys(hashes).any(|k| set.contains(&k)) {
+        if sidecar::keys(hashes).any(|k| wanted[i].contains(&k)) {
             out[i] = Scanned::Found;
         }
     }
