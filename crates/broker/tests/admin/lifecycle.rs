@@ -143,9 +143,12 @@ async fn acknowledged_pushes_survive_broker_and_postgres_crashes() {
     }
 
     // Crash the broker (no graceful shutdown) and PostgreSQL (no checkpoint): the next boot
-    // must recover a stale postmaster.pid and replay the WAL.
-    // PostgreSQL dies first, so the broker's parent-death signal cannot shut it down cleanly.
+    // must recover a stale postmaster.pid and replay the WAL. The broker is frozen first so
+    // its supervisor cannot restart PostgreSQL in between (a restarted cluster would then
+    // stop cleanly on the parent-death signal), and PostgreSQL dies before the broker so
+    // that signal finds nothing to shut down.
     let pg_pid = postmaster_pid(&dir).expect("embedded PostgreSQL is running");
+    unsafe { libc::kill(queen.id() as i32, libc::SIGSTOP) };
     unsafe { libc::kill(pg_pid, libc::SIGKILL) };
     wait_gone(pg_pid).await;
     queen.kill().unwrap();
