@@ -134,7 +134,9 @@ $$;
 --   last_offset, or for 120 s after the queue's window was raised or the queue deleted
 --   (queen.log_dedup_resets, migrations/0001_baseline.sql): a broker's cached knowledge may
 --   predate that change.
--- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here).
+-- p_pid / p_window: pre-resolved partition id and dedup window (NULL: resolve/provision here);
+--   p_pid alone: the window is read through the id, and a partition deleted since answers
+--   {"status":"gone"} (nothing written; the caller pushes by name).
 -- p_encrypted: every payload of p_blob is an encryption envelope (docs/engine.md §3.1).
 --
 -- Result: {"status":"queued","partitionId":P,"baseOffset":B,"createdAt":"…"} or
@@ -182,7 +184,16 @@ BEGIN
             octet_length(p_hashes), p_msg_count;
     END IF;
 
-    IF v_pid IS NULL OR v_window IS NULL THEN
+    IF v_pid IS NOT NULL AND v_window IS NULL THEN
+        -- The partition id alone (a broker's lone-segment flush, docs/engine.md §4.4): no
+        -- provisioning, and 'gone' when the id no longer names (p_queue, p_partition).
+        SELECT q.dedup_window_seconds INTO v_window
+        FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+        WHERE lp.id = v_pid AND lp.name = p_partition AND q.name = p_queue;
+        IF NOT FOUND THEN
+            RETURN jsonb_build_object('status', 'gone', 'partitionId', v_pid);
+        END IF;
+    ELSIF v_pid IS NULL OR v_window IS NULL THEN
         PERFORM queen.log_provision_v1(ARRAY[p_queue], ARRAY[p_partition]);
         SELECT lp.id, q.dedup_window_seconds INTO v_pid, v_window
         FROM queen.queues q
@@ -209,7 +220,8 @@ BEGIN
         SELECT last_offset, txns_start INTO v_last, v_txns_start
         FROM queen.log_partitions WHERE id = v_pid FOR NO KEY UPDATE;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
+            RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid
+                USING ERRCODE = 'serialization_failure';
         END IF;
         v_now := clock_timestamp();
         v_from := COALESCE(p_verified, -1);
@@ -279,7 +291,8 @@ BEGIN
     WHERE id = v_pid
     RETURNING last_offset INTO v_last;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid;
+        RAISE EXCEPTION 'log_push_one_v1: partition % vanished during the push', v_pid
+            USING ERRCODE = 'serialization_failure';
     END IF;
     IF v_now IS NULL THEN
         v_now := clock_timestamp();  -- window 0: the update above took the row lock

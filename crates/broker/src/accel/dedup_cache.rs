@@ -375,6 +375,22 @@ impl DedupCache {
         st.suppress(key, true, &self.limits, Instant::now());
     }
 
+    /// The partition id a cached (queue, partition) had at its last read or commit: what lets a
+    /// lone segment be pushed by id. Possibly stale (the partition deleted since); the SQL
+    /// checks it.
+    pub fn partition_id(&self, queue: &str, partition: &str) -> Option<i64> {
+        if !self.enabled {
+            return None;
+        }
+        let shared = lock(&self.state)
+            .entries
+            .get(&key(queue, partition))?
+            .entry
+            .clone();
+        let pid = lock(&shared).pid;
+        pid
+    }
+
     /// Most hashes a read for this cache may answer (see [`Limits::read_hashes`]).
     pub fn read_hashes(&self) -> i64 {
         self.limits.read_hashes()

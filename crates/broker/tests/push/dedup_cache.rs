@@ -2,9 +2,9 @@
 //! duplicates are still caught — across requests, across two brokers racing on one partition,
 //! after a window raise or a queue re-creation done by another broker, under a budget that
 //! forces evictions, and when transactions and binary pushes write the same partition — and
-//! their answers carry the original ids; `/metrics` shows the tail-only probe (a vouched
-//! push) is taken. The last test prints the cost of a push beside a partition holding 100 k
-//! in-window hashes, cache off vs on.
+//! their answers carry the original ids; a lone push by a partition id gone stale still lands;
+//! `/metrics` shows the tail-only probe (a vouched push) is taken. The last test prints the
+//! cost of a push beside a partition holding 100 k in-window hashes, cache off vs on.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -250,6 +250,83 @@ async fn a_queue_recreated_by_another_broker_is_probed_in_full() {
     let reborn = push(&b, "dc.re", "p", &common::txns("y", 8)).await;
     let again = push_one(&a, "dc.re", "p", "y-0").await;
     assert_duplicates_of(&[again], &ids_of(&reborn));
+}
+
+/// A lone segment goes by the partition id the cache holds (docs/engine.md §4.4); that id went
+/// stale when another broker re-created the queue, and the push still lands, once, in the new
+/// partition.
+#[tokio::test]
+async fn a_lone_push_by_a_stale_partition_id_lands_in_the_new_partition() {
+    let a = common::broker().await;
+    let b = a.sibling(|_| {}).await;
+    for n in 0..3 {
+        push_one(&a, "dc.gone", "p", &format!("old-{n}")).await;
+    }
+    let (status, body) = b.delete("/api/v1/resources/queues/dc.gone").await;
+    assert!(status.is_success(), "delete: {body}");
+    let fresh = push_one(&a, "dc.gone", "p", "fresh").await;
+    assert_eq!(fresh["status"], "queued", "{fresh}");
+    let popped = common::pop(&b, "dc.gone", Some("p"), None, 10, "")
+        .await
+        .expect("the new partition holds the push");
+    assert_eq!(popped.txns(), vec!["fresh".to_string()]);
+    let again = push_one(&a, "dc.gone", "p", "fresh").await;
+    assert_duplicates_of(&[again], &ids_of(&[fresh]));
+}
+
+/// `log_push_one_v1` addressed by id alone answers `gone`, writing nothing, when the id names
+/// another partition or none; the right id appends at the next offset.
+#[tokio::test]
+async fn a_push_by_an_id_that_names_another_partition_is_gone() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    push_one(&b, "dc.id", "p1", "a").await;
+    push_one(&b, "dc.id", "p2", "b").await;
+    let pid = |name: &'static str| {
+        let db = &db;
+        async move {
+            db.query_one(
+                "SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+                 WHERE q.name = 'dc.id' AND p.name = $1",
+                &[&name],
+            )
+            .await
+            .expect("partition id")
+            .get::<_, i64>(0)
+        }
+    };
+    let (p1, p2) = (pid("p1").await, pid("p2").await);
+    let hash = queen_proto::hash::txn_hash("c").to_vec();
+    let push_by_id = |id: i64| {
+        let (db, hash) = (&db, &hash);
+        async move {
+            db.query_one(
+                "SELECT queen.log_push_one_v1('dc.id', 'p2', 1, $1, -1, '\\x00'::bytea, $2, NULL)",
+                &[hash, &id],
+            )
+            .await
+            .expect("push by id")
+            .get::<_, Value>(0)
+        }
+    };
+    for wrong in [p1, p2 + 1_000_000] {
+        let answer = push_by_id(wrong).await;
+        assert_eq!(answer["status"], "gone", "{answer}");
+    }
+    let lasts: Vec<i64> = db
+        .query(
+            "SELECT last_offset FROM queen.log_partitions WHERE id = ANY($1) ORDER BY id",
+            &[&vec![p1, p2]],
+        )
+        .await
+        .expect("offsets")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(lasts, vec![0, 0], "a gone push writes nothing");
+    let answer = push_by_id(p2).await;
+    assert_eq!(answer["status"], "queued", "{answer}");
+    assert_eq!(answer["baseOffset"], 1);
 }
 
 #[tokio::test]
