@@ -64,6 +64,7 @@ const MIGRATIONS: &[Migration] = &[
 /// The function files, in replay order: a SQL-language function is checked against the
 /// functions it calls when created, so callees come first.
 const FUNCTIONS: &[FunctionFile] = &[
+    functions!("provision.sql"),
     functions!("push.sql"),
     functions!("queues.sql"),
     functions!("pop_claim.sql"),

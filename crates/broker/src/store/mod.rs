@@ -58,8 +58,9 @@ pub(crate) async fn prepare(
 }
 
 /// Runs one autocommit statement, again when it fails with `serialization_failure`: the push
-/// SQL raises that when a queue delete committed under it (sql/functions/push.sql), in which case
-/// nothing was written and the next run finds the name free. Only for single statements
+/// SQL raises that when a queue delete committed under it (sql/functions/push.sql,
+/// provision.sql), in which case nothing was written and the next run finds the name free (or,
+/// pushed by partition id, answers that the id is gone). Only for single statements
 /// outside an explicit transaction, whose failure leaves nothing behind.
 pub async fn retry_conflicts<T, F, Fut>(
     mut call: F,
