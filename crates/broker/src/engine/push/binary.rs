@@ -12,8 +12,9 @@
 //! - no frame of the group repeats a transactionId of the request (the group is the only one
 //!   for its (queue, partition) in the request, and its transactionIds are distinct);
 //! - the group becomes its own segment: it is written straight through
-//!   `queen.log_push_multi_v1` (all such groups of a request in one transaction) instead of
-//!   joining push fusion, which would merge it with other frames;
+//!   `queen.log_push_multi_v1` (all such groups of a request in one transaction; a lone one by
+//!   partition id through `log_push_one_v1`) instead of joining push fusion, which would merge
+//!   it with other frames;
 //! - no frame duplicates stored data: the SQL probe says so under the partition lock, and a
 //!   segment it reports as `duplicate` wrote nothing.
 //!
@@ -42,7 +43,7 @@ use crate::engine::push::{self, check_item, spool, PushItem, PushResult};
 use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::push::{push_multi, SegmentResult, SegmentWrite};
+use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// One group of a binary body, decoded into push items.
 pub struct DecodedGroup {
@@ -200,8 +201,8 @@ pub async fn push_envelope(
         .collect()
 }
 
-/// Writes the `direct` groups' client blobs as their own segments in one
-/// `log_push_multi_v1` call and fills their results. Returns the groups whose segment the
+/// Writes the `direct` groups' client blobs as their own segments in one statement
+/// (`CommitEffects::write`) and fills their results. Returns the groups whose segment the
 /// SQL refused (duplicate, encrypt or full: nothing of them was written). A database failure fails
 /// the groups' items, as it does on the fusion path.
 async fn store_as_sent(
@@ -236,7 +237,7 @@ async fn store_as_sent(
     let written = async {
         let _permit = state.admission.acquire(Lane::Push).await;
         let conn = state.store.conn().await?;
-        let written = push_multi(&conn, &writes).await;
+        let written = state.commit_effects().write(&conn, &writes).await;
         state.store.charge(&conn, SegmentWrite::load(&writes));
         written
     }

@@ -1,6 +1,6 @@
-//! The step that follows every committed write of segments, shared by the three push paths
-//! (push fusion's flushes, binary groups stored as sent, transactions), and how a write that
-//! did not commit is reported.
+//! The write of a round of segments and the step that follows every committed one, shared by
+//! the push paths (push fusion's flushes, binary groups stored as sent; transactions share the
+//! step), and how a write that did not commit is reported.
 //!
 //! Once PostgreSQL committed a write, its answer is the write's outcome: what comes after
 //! (telling the dedup cache, waking parked pops, counting) cannot fail, and trouble in any
@@ -16,10 +16,10 @@ use crate::accel::push_fusion::{Failure, FrameOutcome};
 use crate::accel::wake::WakeGates;
 use crate::engine::push::dedup::report_commits;
 use crate::engine::Counters;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
-use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::push::{push_multi, push_one, SegmentResult, SegmentWrite};
 
 /// What a committed write touches; cheap to clone (the fusion's writer keeps one).
 #[derive(Clone)]
@@ -31,6 +31,25 @@ pub struct CommitEffects {
 }
 
 impl CommitEffects {
+    /// Writes `writes` in one transaction: a lone segment whose partition id the dedup cache
+    /// holds by that id (`log_push_one_v1`: no provisioning, no bundle bookkeeping, about half
+    /// the PostgreSQL time of a bundle of one); anything else, or an id that is gone, as a
+    /// bundle (`log_push_multi_v1`).
+    pub async fn write(
+        &self,
+        db: &impl deadpool_postgres::GenericClient,
+        writes: &[SegmentWrite<'_>],
+    ) -> Result<Vec<SegmentResult>> {
+        if let [lone] = writes {
+            if let Some(pid) = self.dedup.partition_id(lone.queue, lone.partition) {
+                if let Some(result) = push_one(db, lone, pid).await? {
+                    return Ok(vec![result]);
+                }
+            }
+        }
+        push_multi(db, writes).await
+    }
+
     /// Records a committed write: `results` are PostgreSQL's answers for `segs`, in order.
     /// The dedup cache learns each stored segment (its entries stay extendable past it), the
     /// hot-list rings of those queues mark the partitions and pops parked on them wake (both

@@ -1,5 +1,6 @@
 //! The write side of push fusion: turns a bundle of per-partition frame lists into segments,
-//! appends them with one `queen.log_push_multi_v1` call per round, and settles every frame.
+//! appends them with one statement per round (`queen.log_push_multi_v1`, or `log_push_one_v1`
+//! by id for a lone segment: `CommitEffects::write`), and settles every frame.
 //!
 //! A segment the SQL probe reports as `duplicate` wrote nothing; its duplicate frames settle
 //! with the original's id (read back from the covering segment) and the survivors are
@@ -36,7 +37,7 @@ use crate::engine::push::dedup::verified_offsets;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::error::{Error, Result};
 use crate::log_limit::Tally;
-use crate::store::push::{push_multi, push_one, segment_at, DupFrame, SegmentResult, SegmentWrite};
+use crate::store::push::{segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
 
 /// How often the coalescing summary is logged (when there was traffic).
@@ -174,7 +175,7 @@ impl SegmentWriter {
             for (write, verified) in writes.iter_mut().zip(verified) {
                 write.verified = verified;
             }
-            let results = self.write_round(&*conn, &writes).await;
+            let results = self.effects.write(&*conn, &writes).await;
             self.store.charge(conn, SegmentWrite::load(&writes));
             let results = results?;
             // Committed: from here on nothing may fail the round's frames.
@@ -205,24 +206,6 @@ impl SegmentWriter {
                 }
             }
         }
-    }
-
-    /// The round's one statement: a lone segment whose partition id the dedup cache knows is
-    /// pushed by id (`log_push_one_v1`: no provisioning, no bundle bookkeeping, about half the
-    /// PostgreSQL time of a bundle of one); anything else, or an id that is gone, as a bundle.
-    async fn write_round(
-        &self,
-        db: &impl deadpool_postgres::GenericClient,
-        writes: &[SegmentWrite<'_>],
-    ) -> Result<Vec<SegmentResult>> {
-        if let [lone] = writes {
-            if let Some(pid) = self.effects.dedup.partition_id(lone.queue, lone.partition) {
-                if let Some(result) = push_one(db, lone, pid).await? {
-                    return Ok(vec![result]);
-                }
-            }
-        }
-        push_multi(db, writes).await
     }
 
     /// One segment per lane of the round, from its pending frames (the prepared one when it
