@@ -87,11 +87,11 @@ async fn concurrent_acks_fuse_and_each_request_gets_its_own_verdict() {
         );
     }
     let (registry, fusion) = (registry_metrics(&b).await, fusion_metrics(&b).await);
-    let multi = calls(&db, "log_ack_multi_v1").await;
+    let multi = flushes(&db).await;
     let by_hash = calls(&db, "log_ack_by_hash_v1").await;
     let pairs = *pairs.lock().unwrap() as i64;
     println!(
-        "fusion: {} acks in {} commits of {} rows ({multi} log_ack_multi_v1 calls), {} hits, \
+        "fusion: {} acks in {} commits of {} rows ({multi} positional statements), {} hits, \
          {by_hash} hash resolutions for {pairs} duplicate pairs",
         fusion["acks"], fusion["commits"], fusion["rows"], registry["hits"]
     );
@@ -152,7 +152,7 @@ async fn acks_behind_a_flush_in_flight_commit_together() {
         "one flush alone, then all the others in one"
     );
     let db = b.sql().await;
-    assert_eq!(calls(&db, "log_ack_multi_v1").await, 2);
+    assert_eq!(flushes(&db).await, 2);
 }
 
 /// Installs a trigger that runs `action` inside a fused flush (and nowhere else).
@@ -160,7 +160,8 @@ async fn sabotage_flushes(db: &tokio_postgres::Client, action: &str) {
     db.batch_execute(&format!(
         "CREATE FUNCTION queen.test_sabotage() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-           IF current_query() LIKE '%log_ack_multi_v1%' THEN {action}; END IF;
+           IF current_query() LIKE '%log_ack_multi_v1%'
+              OR current_query() LIKE '%log_ack_at_v1%' THEN {action}; END IF;
            RETURN NEW;
          END $$;
          CREATE TRIGGER test_sabotage BEFORE UPDATE ON queen.log_consumers

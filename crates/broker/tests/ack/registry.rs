@@ -51,7 +51,7 @@ async fn a_full_batch_completed_ack_is_one_positional_cover() {
         0,
         "no hash resolution"
     );
-    assert_eq!(calls(&db, "log_ack_multi_v1").await, 1, "one fused commit");
+    assert_eq!(flushes(&db).await, 1, "one fused commit");
     // The rest of the partition is still there for the next pop.
     let rest = pop(&b, "fast", Some("p"), G, 3, "")
         .await

@@ -192,6 +192,13 @@ pub async fn calls(db: &tokio_postgres::Client, function: &str) -> i64 {
     .get(0)
 }
 
+/// Positional commits of ack fusion sent as top-level statements: one per flush, a lone row's
+/// as `log_ack_at_v1`, a larger flush's as `log_ack_multi_v1` (with fusion on, every cover
+/// goes through fusion, so these count its flushes).
+pub async fn flushes(db: &tokio_postgres::Client) -> i64 {
+    calls(db, "log_ack_multi_v1").await + calls(db, "log_ack_at_v1").await
+}
+
 /// Every popped message of `popped` acked with `status`.
 pub fn ack_all(popped: &Popped, status: &str) -> Vec<Value> {
     popped
