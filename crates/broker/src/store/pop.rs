@@ -2,8 +2,9 @@
 //! `(meta jsonb, blobs bytea[])` (the hot-list's list claim also a verdict per candidate), and
 //! the cheap probes a pop runs before them.
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
@@ -221,10 +222,18 @@ pub struct ListVerdict {
     #[serde(rename = "s")]
     pub state: String,
     /// `leased`: until when; `took`: the lease's end (absent for autoAck).
-    pub until: Option<String>,
+    #[serde(default, deserialize_with = "iso")]
+    pub until: Option<DateTime<Utc>>,
     /// The partition's last offset as the claim read it.
     #[serde(rename = "lastOff")]
     pub last_offset: Option<i64>,
+}
+
+/// A timestamp as `to_jsonb` renders it; one that does not parse counts as absent.
+fn iso<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<DateTime<Utc>>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?
+        .as_deref()
+        .and_then(queen_proto::time::parse_iso))
 }
 
 /// The hot-list's claim: the named partitions of `queue`, in the given order, under the
@@ -247,6 +256,102 @@ pub async fn pop_list(
     let states = serde_json::from_value(states)
         .map_err(|e| Error::internal(format!("{FUNCTION} answered unexpected states: {e}")))?;
     Ok((answer, states))
+}
+
+/// The claim of one partition by id (`log_pop_claim_v1`): what `log_pop_list_v1` runs for a
+/// lone candidate, without resolving names or rendering JSON in PostgreSQL. `None` when `pid`
+/// no longer names (queue, partition): the caller claims by name.
+pub async fn pop_by_id(
+    db: &impl GenericClient,
+    pid: i64,
+    queue: &str,
+    partition: &str,
+    a: &ClaimArgs<'_>,
+) -> Result<Option<(PopAnswer, ListVerdict)>> {
+    const SQL: &str = "SELECT c.r_state, c.r_until, c.r_attempt, c.r_last_off, c.r_partition, \
+                              c.r_queue, c.r_bases, c.r_starts, c.r_takes, c.r_counts, \
+                              c.r_created, c.r_blobs, \
+                              (SELECT q.min_pop_wait_time FROM queen.queues q WHERE q.name = c.r_queue) \
+                       FROM queen.log_pop_claim_v1($1, $2, $3, $4, $5, $6, $7, $8, false) c";
+    let stmt = crate::store::prepare(db, SQL).await?;
+    let row = db
+        .query_one(
+            &stmt,
+            &[
+                &pid,
+                &a.group,
+                &a.budget,
+                &a.lease_seconds,
+                &a.lease_id,
+                &a.auto_ack,
+                &a.sub_mode,
+                &a.sub_from,
+            ],
+        )
+        .await?;
+    let named: (Option<String>, Option<String>) = (row.try_get(4)?, row.try_get(5)?);
+    if named != (Some(partition.to_string()), Some(queue.to_string())) {
+        return Ok(None);
+    }
+    let verdict = ListVerdict {
+        partition: partition.to_string(),
+        state: row.try_get(0)?,
+        until: row.try_get(1)?,
+        last_offset: row.try_get(3)?,
+    };
+    let min_wait: Option<i32> = row.try_get(12)?;
+    let mut answer = PopAnswer {
+        partitions: Vec::new(),
+        min_pop_wait_ms: min_wait.map(i64::from),
+        blobs: Vec::new(),
+    };
+    if verdict.state == "took" {
+        let segments = claimed_segments(&row)?;
+        answer.blobs = row.try_get(11)?;
+        if segments.len() != answer.blobs.len() {
+            return Err(Error::internal(format!(
+                "log_pop_claim_v1 answered {} segments but {} blobs",
+                segments.len(),
+                answer.blobs.len()
+            )));
+        }
+        answer.partitions.push(ClaimedPartition {
+            partition: verdict.partition.clone(),
+            partition_id: pid,
+            queue: queue.to_string(),
+            delivery_attempt: row.try_get::<_, Option<i32>>(2)?.unwrap_or(1),
+            lease_expires_at: (!a.auto_ack)
+                .then_some(verdict.until)
+                .flatten()
+                .map(|t| t.timestamp_micros()),
+            segments,
+        });
+    }
+    Ok(Some((answer, verdict)))
+}
+
+/// The segment descriptors of a `log_pop_claim_v1` row (its aligned arrays, columns 6–10).
+fn claimed_segments(row: &tokio_postgres::Row) -> Result<Vec<ClaimedSegment>> {
+    let bases: Vec<i64> = row.try_get(6)?;
+    let starts: Vec<i32> = row.try_get(7)?;
+    let takes: Vec<i32> = row.try_get(8)?;
+    let counts: Vec<i32> = row.try_get(9)?;
+    let created: Vec<DateTime<Utc>> = row.try_get(10)?;
+    let n = bases.len();
+    if [starts.len(), takes.len(), counts.len(), created.len()] != [n; 4] {
+        return Err(Error::internal(
+            "log_pop_claim_v1 answered segment arrays of different lengths",
+        ));
+    }
+    Ok((0..n)
+        .map(|i| ClaimedSegment {
+            base: bases[i],
+            start_idx: starts[i],
+            take: takes[i],
+            msg_count: counts[i],
+            created_at: created[i].timestamp_micros(),
+        })
+        .collect())
 }
 
 /// Every queue whose labels match (`""` matches any).

@@ -217,6 +217,131 @@ async fn another_brokers_commits_and_acks_reach_this_brokers_ring() {
     assert_eq!(again.txns(), txns("n", 2));
 }
 
+/// Top-level SELECTs this test's database ran whose text contains `needle` (the harness's
+/// cluster preloads `pg_stat_statements`; each test has a database of its own).
+async fn statements_with(db: &tokio_postgres::Client, needle: &str) -> i64 {
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .expect("pg_stat_statements");
+    db.query_one(
+        "SELECT COALESCE(sum(s.calls), 0)::bigint
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database() AND s.toplevel
+           AND s.query LIKE 'SELECT %' AND strpos(s.query, $1) > 0",
+        &[&needle],
+    )
+    .await
+    .expect("statement counts")
+    .get(0)
+}
+
+/// The claim by id and the list claim, as the broker sends them.
+const BY_ID: &str = "FROM queen.log_pop_claim_v1(";
+const LIST: &str = "FROM queen.log_pop_list_v1(";
+
+/// A message as both paths must render it: everything but the request's own lease and group.
+fn delivered(reply: &Reply) -> Vec<Value> {
+    reply
+        .messages()
+        .into_iter()
+        .map(|mut m| {
+            let fields = m.as_object_mut().expect("a message is an object");
+            fields.remove("leaseId");
+            fields.remove("consumerGroup");
+            m
+        })
+        .collect()
+}
+
+/// A pop that may claim one partition takes its ring candidate by id (docs/engine.md §7):
+/// the answer is the one the SQL path renders for the same messages (offsets, createdAt,
+/// partitionId, delivery attempts after a nack), and no list claim runs.
+#[tokio::test]
+async fn a_pop_of_one_partition_claims_its_candidate_by_id() {
+    let ring = common::broker().await;
+    let sql = ring.sibling(|cfg| cfg.hotlist = false).await;
+    let db = ring.sql().await;
+    push_txns(&ring, "byid", "p", &txns("m", 5)).await;
+    for round in 0..3 {
+        let on = support::pop(&ring, "byid", "consumerGroup=on&batch=2").await;
+        let off = support::pop(&sql, "byid", "consumerGroup=off&batch=2").await;
+        on.assert_delivered();
+        off.assert_delivered();
+        assert_eq!(delivered(&on), delivered(&off), "round {round}");
+        if round == 0 {
+            // A nack redelivers the same messages with the next attempt number.
+            for (b, group, r) in [(&ring, "on", &on), (&sql, "off", &off)] {
+                let items = r
+                    .messages()
+                    .iter()
+                    .map(|m| common::ack_item(m, "retry"))
+                    .collect();
+                for a in common::ack_batch(b, Some(group), items).await {
+                    assert_eq!(a["success"], true, "{a}");
+                }
+            }
+            continue;
+        }
+        support::ack_all(&ring, "on", &on).await;
+        support::ack_all(&sql, "off", &off).await;
+    }
+    assert!(
+        statements_with(&db, BY_ID).await >= 3,
+        "the ring's pops went by id"
+    );
+    assert_eq!(statements_with(&db, LIST).await, 0, "no list claim ran");
+}
+
+/// The ring's id of a partition goes stale when another broker deletes its queue and the
+/// partition is created again: the claim by id finds no such partition and the pop claims by
+/// name instead, delivering from the new partition; the next pop goes by the new id.
+#[tokio::test]
+async fn a_stale_partition_id_falls_back_to_the_claim_by_name() {
+    // No peer notifications and no reseed on the floor: nothing corrects the id first.
+    let quiet = |cfg: &mut Config| {
+        cfg.peer_wake = PeerWake::Off;
+        cfg.hotlist_reseed_ms = 600_000;
+    };
+    let ring = common::broker_with(quiet).await;
+    let other = ring.sibling(quiet).await;
+    let db = ring.sql().await;
+    push_txns(&ring, "stale", "p", &txns("old", 1)).await;
+    let old = support::pop(&ring, "stale", "consumerGroup=g&batch=5").await;
+    old.assert_delivered();
+    support::ack_all(&ring, "g", &old).await;
+    let by_id = statements_with(&db, BY_ID).await;
+    assert!(by_id >= 1, "the first pop went by id");
+
+    let (status, body) = other.delete("/api/v1/resources/queues/stale").await;
+    assert!(status.is_success(), "delete: {body}");
+    // This broker's own push marks the ring; nothing told it the old partition is gone.
+    push_txns(&ring, "stale", "p", &txns("fresh", 1)).await;
+    let fresh = support::pop(&ring, "stale", "consumerGroup=g&batch=5").await;
+    fresh.assert_delivered();
+    assert_eq!(fresh.txns(), txns("fresh", 1));
+    assert_ne!(
+        fresh.messages()[0]["partitionId"],
+        old.messages()[0]["partitionId"]
+    );
+    assert_eq!(
+        statements_with(&db, BY_ID).await,
+        by_id + 1,
+        "tried by the old id"
+    );
+    assert_eq!(statements_with(&db, LIST).await, 1, "then by name");
+    support::ack_all(&ring, "g", &fresh).await;
+
+    push_txns(&ring, "stale", "p", &txns("next", 1)).await;
+    let next = support::pop(&ring, "stale", "consumerGroup=g&batch=5").await;
+    assert_eq!(next.txns(), txns("next", 1));
+    assert_eq!(
+        statements_with(&db, BY_ID).await,
+        by_id + 2,
+        "by the new id"
+    );
+    assert_eq!(statements_with(&db, LIST).await, 1);
+}
+
 /// A private cluster that loads `pg_stat_statements` (the harness's cluster does not), with one
 /// database per broker: the statements a broker runs are counted exactly, and no other test's
 /// work or autovacuum run on the shared cluster lands in the counts.

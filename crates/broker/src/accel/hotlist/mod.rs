@@ -15,6 +15,7 @@
 //! `unserved_trim` is dropped (the next pop finds it cold and reseeds), so a passive broker
 //! keeps nothing. The ring of one (queue, group) is `ring.rs`.
 
+mod names;
 mod poppers;
 pub mod ring;
 #[cfg(test)]
@@ -32,6 +33,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::accel::wake::{PeerObserver, WakeGates};
+use names::{Names, PartitionNames};
 use poppers::Poppers;
 use ring::{Effect, Poll, RingState};
 pub use ring::{RingCounts, Verdict};
@@ -65,14 +67,12 @@ pub struct HotList {
 
 /// queue → group → ring.
 type Rings = HashMap<Arc<str>, HashMap<Arc<str>, Arc<Ring>>>;
-/// A partition's (queue, partition) names.
-type Names = (Arc<str>, Arc<str>);
 
 struct Shared {
     cfg: HotListConfig,
     rings: Mutex<Rings>,
-    /// partition id → names, learned from claims and reseeds: an ack names only the id.
-    names: Mutex<HashMap<i64, Names>>,
+    /// Partition ids and names, learned from claims and reseeds.
+    names: Mutex<PartitionNames>,
     wheel: Wheel,
     /// Opens the wake gate of a queue whose ring found work for parked pops.
     gates: Weak<WakeGates>,
@@ -347,17 +347,21 @@ impl HotList {
         }
     }
 
-    /// Remembers which (queue, partition) a partition id is, for the acks that name only it.
+    /// Remembers which (queue, partition) a partition id is, for the acks that name only it
+    /// and the pops that claim it by id.
     pub fn learn(&self, partition_id: i64, queue: &str, partition: &str) {
-        lock(&self.shared.names)
-            .entry(partition_id)
-            .or_insert_with(|| (Arc::from(queue), Arc::from(partition)));
+        lock(&self.shared.names).learn(partition_id, queue, partition);
+    }
+
+    /// The id last learned for (queue, partition); possibly stale (see `names.rs`).
+    pub fn partition_id(&self, queue: &str, partition: &str) -> Option<i64> {
+        lock(&self.shared.names).id_of(queue, partition)
     }
 
     /// An ack released `group`'s lease on the partition; `pending`: data is left behind the
     /// cursor. Answers the (queue, partition) names when known here, for the peers.
     pub fn released(&self, partition_id: i64, group: &str, pending: bool) -> Option<Names> {
-        let (queue, partition) = lock(&self.shared.names).get(&partition_id).cloned()?;
+        let (queue, partition) = lock(&self.shared.names).names_of(partition_id)?;
         self.release_named(&queue, &partition, group, pending);
         Some((queue, partition))
     }
@@ -399,7 +403,7 @@ impl HotList {
     /// Forgets a deleted queue: its rings and its partitions' names.
     pub fn forget(&self, queue: &str) {
         self.drop_rings(queue, None);
-        lock(&self.shared.names).retain(|_, (q, _)| &**q != queue);
+        lock(&self.shared.names).retain_queues(|q| q != queue);
     }
 
     /// How many partitions the ring of (queue, group) holds per state (all zero without a
@@ -532,7 +536,7 @@ impl Shared {
         // Names serve acks reporting to a ring: without one, an ack of an unknown id wakes
         // its whole queue instead (engine/ack). Kept only for queues with rings, the map
         // stays bounded by the partitions pops still serve, not every one ever claimed.
-        lock(&self.names).retain(|_, (queue, _)| rings.contains_key(queue));
+        lock(&self.names).retain_queues(|queue| rings.contains_key(queue));
         self.stats.trimmed.fetch_add(dropped, Ordering::Relaxed);
     }
 }

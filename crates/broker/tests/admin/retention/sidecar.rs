@@ -124,6 +124,13 @@ fn add_txns_reads(node: &Value, reads: &mut Reads) {
     }
 }
 
+/// What a call on the purged partition read against the same call on a fresh one: the same
+/// give or take two rows and two pages (the planner may pick another index path after an
+/// autoanalyze between the two calls; the unpurged history is 150 rows).
+fn about_as_much(deep: Reads, fresh: Reads) -> bool {
+    deep.rows <= fresh.rows + 2 && deep.buffers <= fresh.buffers + 2
+}
+
 #[tokio::test]
 async fn the_sidecar_purge_bounds_what_acks_and_dedup_probes_read() {
     const HISTORY: usize = 150;
@@ -184,24 +191,16 @@ async fn the_sidecar_purge_bounds_what_acks_and_dedup_probes_read() {
         "{answer}"
     );
     let (fresh_ack, _) = session.ack(fresh, "x").await;
-    assert_eq!(
-        deep_ack.rows, fresh_ack.rows,
-        "{deep_ack:?} vs {fresh_ack:?}"
-    );
     assert!(
-        deep_ack.buffers <= fresh_ack.buffers + 2,
+        about_as_much(deep_ack, fresh_ack),
         "{deep_ack:?} vs {fresh_ack:?}"
     );
 
     let (deep_probe, answer) = session.probe("deep", "old", "x").await;
     assert_eq!(answer["status"], "duplicate", "{answer}");
     let (fresh_probe, _) = session.probe("deep", "fresh", "x").await;
-    assert_eq!(
-        deep_probe.rows, fresh_probe.rows,
-        "{deep_probe:?} vs {fresh_probe:?}"
-    );
     assert!(
-        deep_probe.buffers <= fresh_probe.buffers + 2,
+        about_as_much(deep_probe, fresh_probe),
         "{deep_probe:?} vs {fresh_probe:?}"
     );
 }
