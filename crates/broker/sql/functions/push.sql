@@ -120,27 +120,30 @@ BEGIN
 
     IF v_pid IS NOT NULL AND v_window IS NULL THEN
         -- The partition id alone (a broker's lone-segment flush, docs/engine.md §4.4): no
-        -- provisioning, and 'gone' when the id no longer names (p_queue, p_partition).
-        SELECT q.dedup_window_seconds INTO v_window
+        -- provisioning, and 'gone' when the id no longer names (p_queue, p_partition). The
+        -- queue's row is read here, once, with the id's check.
+        SELECT q.dedup_window_seconds, q.id, q.max_queue_size, q.encryption_enabled
+        INTO v_window, v_qid, v_max, v_encrypt
         FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
         WHERE lp.id = v_pid AND lp.name = p_partition AND q.name = p_queue;
         IF NOT FOUND THEN
             RETURN jsonb_build_object('status', 'gone', 'partitionId', v_pid);
         END IF;
-    ELSIF v_pid IS NULL OR v_window IS NULL THEN
-        PERFORM queen.log_provision_v1(ARRAY[p_queue], ARRAY[p_partition]);
-        SELECT lp.id, q.dedup_window_seconds INTO v_pid, v_window
-        FROM queen.queues q
-        JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = p_partition
-        WHERE q.name = p_queue;
-        IF v_pid IS NULL THEN
-            RAISE EXCEPTION 'log_push_one_v1: partition %/% vanished during the push',
-                p_queue, p_partition;
+    ELSE
+        IF v_pid IS NULL OR v_window IS NULL THEN
+            PERFORM queen.log_provision_v1(ARRAY[p_queue], ARRAY[p_partition]);
+            SELECT lp.id, q.dedup_window_seconds INTO v_pid, v_window
+            FROM queen.queues q
+            JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = p_partition
+            WHERE q.name = p_queue;
+            IF v_pid IS NULL THEN
+                RAISE EXCEPTION 'log_push_one_v1: partition %/% vanished during the push',
+                    p_queue, p_partition;
+            END IF;
         END IF;
+        SELECT id, max_queue_size, encryption_enabled INTO v_qid, v_max, v_encrypt
+        FROM queen.queues WHERE name = p_queue;
     END IF;
-
-    SELECT id, max_queue_size, encryption_enabled INTO v_qid, v_max, v_encrypt
-    FROM queen.queues WHERE name = p_queue;
     IF v_encrypt AND NOT COALESCE(p_encrypted, false) THEN
         RETURN jsonb_build_object('status', 'encrypt', 'partitionId', v_pid);
     END IF;
