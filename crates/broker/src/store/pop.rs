@@ -51,6 +51,22 @@ impl ClaimArgs<'_> {
             &self.sub_from,
         ]
     }
+
+    /// The parameters of a claim of one partition, in their SQL order: `target` names it
+    /// (queue and partition for `log_pop_specific_v1`, the id for `log_pop_claim_v1`), then
+    /// the lease, budget and first-contact settings both take alike.
+    fn one_params<'p>(&'p self, target: &[&'p (dyn ToSql + Sync)]) -> Vec<&'p (dyn ToSql + Sync)> {
+        let lease: [&'p (dyn ToSql + Sync); 7] = [
+            &self.group,
+            &self.budget,
+            &self.lease_seconds,
+            &self.lease_id,
+            &self.auto_ack,
+            &self.sub_mode,
+            &self.sub_from,
+        ];
+        target.iter().copied().chain(lease).collect()
+    }
 }
 
 /// The claims of one call, with the blobs in segment order.
@@ -181,17 +197,7 @@ pub async fn pop_specific(
         db,
         "log_pop_specific_v1",
         "SELECT meta, blobs FROM queen.log_pop_specific_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[
-            &queue,
-            &partition,
-            &a.group,
-            &a.budget,
-            &a.lease_seconds,
-            &a.lease_id,
-            &a.auto_ack,
-            &a.sub_mode,
-            &a.sub_from,
-        ],
+        &a.one_params(&[&queue, &partition]),
     )
     .await
 }
@@ -274,21 +280,7 @@ pub async fn pop_by_id(
                               (SELECT q.min_pop_wait_time FROM queen.queues q WHERE q.name = c.r_queue) \
                        FROM queen.log_pop_claim_v1($1, $2, $3, $4, $5, $6, $7, $8, false) c";
     let stmt = crate::store::prepare(db, SQL).await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &pid,
-                &a.group,
-                &a.budget,
-                &a.lease_seconds,
-                &a.lease_id,
-                &a.auto_ack,
-                &a.sub_mode,
-                &a.sub_from,
-            ],
-        )
-        .await?;
+    let row = db.query_one(&stmt, &a.one_params(&[&pid])).await?;
     let named: (Option<String>, Option<String>) = (row.try_get(4)?, row.try_get(5)?);
     if named != (Some(partition.to_string()), Some(queue.to_string())) {
         return Ok(None);

@@ -175,21 +175,9 @@ pub async fn fusion_metrics(b: &TestBroker) -> Value {
 }
 
 /// Top-level calls, in this test's database, of `SELECT queen.<function>(…)`: what the broker
-/// asked PostgreSQL, read from `pg_stat_statements` (the test cluster preloads it).
+/// asked PostgreSQL, read from `pg_stat_statements`.
 pub async fn calls(db: &tokio_postgres::Client, function: &str) -> i64 {
-    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .await
-        .expect("pg_stat_statements");
-    db.query_one(
-        "SELECT COALESCE(sum(s.calls), 0)::bigint
-         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-         WHERE d.datname = current_database() AND s.toplevel
-           AND s.query LIKE 'SELECT queen.' || $1 || '(%'",
-        &[&function],
-    )
-    .await
-    .expect("statement calls")
-    .get(0)
+    crate::common::statement_calls(db, &format!("SELECT queen.{function}(%")).await
 }
 
 /// Positional commits of ack fusion sent as top-level statements: one per flush, a lone row's

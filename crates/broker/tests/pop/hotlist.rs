@@ -217,27 +217,9 @@ async fn another_brokers_commits_and_acks_reach_this_brokers_ring() {
     assert_eq!(again.txns(), txns("n", 2));
 }
 
-/// Top-level SELECTs this test's database ran whose text contains `needle` (the harness's
-/// cluster preloads `pg_stat_statements`; each test has a database of its own).
-async fn statements_with(db: &tokio_postgres::Client, needle: &str) -> i64 {
-    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .await
-        .expect("pg_stat_statements");
-    db.query_one(
-        "SELECT COALESCE(sum(s.calls), 0)::bigint
-         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-         WHERE d.datname = current_database() AND s.toplevel
-           AND s.query LIKE 'SELECT %' AND strpos(s.query, $1) > 0",
-        &[&needle],
-    )
-    .await
-    .expect("statement counts")
-    .get(0)
-}
-
-/// The claim by id and the list claim, as the broker sends them.
-const BY_ID: &str = "FROM queen.log_pop_claim_v1(";
-const LIST: &str = "FROM queen.log_pop_list_v1(";
+/// `LIKE` patterns of the claim by id and the list claim, as the broker sends them.
+const BY_ID: &str = "SELECT %FROM queen.log_pop_claim_v1(%";
+const LIST: &str = "SELECT %FROM queen.log_pop_list_v1(%";
 
 /// A message as both paths must render it: everything but the request's own lease and group.
 fn delivered(reply: &Reply) -> Vec<Value> {
@@ -286,10 +268,14 @@ async fn a_pop_of_one_partition_claims_its_candidate_by_id() {
         support::ack_all(&sql, "off", &off).await;
     }
     assert!(
-        statements_with(&db, BY_ID).await >= 3,
+        common::statement_calls(&db, BY_ID).await >= 3,
         "the ring's pops went by id"
     );
-    assert_eq!(statements_with(&db, LIST).await, 0, "no list claim ran");
+    assert_eq!(
+        common::statement_calls(&db, LIST).await,
+        0,
+        "no list claim ran"
+    );
 }
 
 /// The ring's id of a partition goes stale when another broker deletes its queue and the
@@ -309,7 +295,7 @@ async fn a_stale_partition_id_falls_back_to_the_claim_by_name() {
     let old = support::pop(&ring, "stale", "consumerGroup=g&batch=5").await;
     old.assert_delivered();
     support::ack_all(&ring, "g", &old).await;
-    let by_id = statements_with(&db, BY_ID).await;
+    let by_id = common::statement_calls(&db, BY_ID).await;
     assert!(by_id >= 1, "the first pop went by id");
 
     let (status, body) = other.delete("/api/v1/resources/queues/stale").await;
@@ -324,22 +310,22 @@ async fn a_stale_partition_id_falls_back_to_the_claim_by_name() {
         old.messages()[0]["partitionId"]
     );
     assert_eq!(
-        statements_with(&db, BY_ID).await,
+        common::statement_calls(&db, BY_ID).await,
         by_id + 1,
         "tried by the old id"
     );
-    assert_eq!(statements_with(&db, LIST).await, 1, "then by name");
+    assert_eq!(common::statement_calls(&db, LIST).await, 1, "then by name");
     support::ack_all(&ring, "g", &fresh).await;
 
     push_txns(&ring, "stale", "p", &txns("next", 1)).await;
     let next = support::pop(&ring, "stale", "consumerGroup=g&batch=5").await;
     assert_eq!(next.txns(), txns("next", 1));
     assert_eq!(
-        statements_with(&db, BY_ID).await,
+        common::statement_calls(&db, BY_ID).await,
         by_id + 2,
         "by the new id"
     );
-    assert_eq!(statements_with(&db, LIST).await, 1);
+    assert_eq!(common::statement_calls(&db, LIST).await, 1);
 }
 
 /// A private cluster that loads `pg_stat_statements` (the harness's cluster does not), with one

@@ -303,6 +303,24 @@ pub async fn counts(db: &tokio_postgres::Client, tables: &[&str]) -> Vec<i64> {
     out
 }
 
+/// Top-level statements whose text is `LIKE pattern` that ran in `db`'s own database, summed
+/// over their calls: what a broker asked PostgreSQL, from `pg_stat_statements` (the embedded
+/// cluster preloads it where the installation ships it; each test has a database of its own).
+pub async fn statement_calls(db: &tokio_postgres::Client, pattern: &str) -> i64 {
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .expect("pg_stat_statements");
+    db.query_one(
+        "SELECT COALESCE(sum(s.calls), 0)::bigint
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database() AND s.toplevel AND s.query LIKE $1",
+        &[&pattern],
+    )
+    .await
+    .expect("statement calls")
+    .get(0)
+}
+
 // Helpers the feature tests share (ack, pop, binary wire); their own modules re-export them.
 
 /// Creates or reconfigures `queue` with `options` (wire names, e.g. `{"retryLimit": 0}`).
