@@ -328,9 +328,10 @@ async fn a_stale_partition_id_falls_back_to_the_claim_by_name() {
     assert_eq!(common::statement_calls(&db, LIST).await, 1);
 }
 
-/// A private cluster that loads `pg_stat_statements` (the harness's cluster does not), with one
-/// database per broker: the statements a broker runs are counted exactly, and no other test's
-/// work or autovacuum run on the shared cluster lands in the counts.
+/// A private cluster that always loads `pg_stat_statements` (the harness's cluster loads it
+/// only where the installation ships it), with one database per broker: the statements a
+/// broker runs are counted exactly, and no other test's work or autovacuum run on the shared
+/// cluster lands in the counts.
 async fn counting_cluster() -> (EmbeddedPg, tokio_postgres::Client, PathBuf) {
     let dir = PathBuf::from(format!("/tmp/queen-test/idle-cost-{}", std::process::id()));
     let mut opts = EmbeddedOptions::new(&dir);
