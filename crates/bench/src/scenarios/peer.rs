@@ -97,21 +97,28 @@ struct Searched {
 /// pgmq has no partitions: e2e cells that differ only in our partition count are one pgmq
 /// workload (the same consumers on one queue). Each cell reports the best stable rate any
 /// search of its workload found, so a search that settled low after pgmq collapsed in one
-/// attempt does not stand for pgmq's best (BENCHMARKS.md, twelfth session).
+/// attempt does not stand for pgmq's best (BENCHMARKS.md, twelfth session). Only stable,
+/// verified rows count; a cell whose own row failed verification keeps it (a loss is reported).
 fn best_per_workload(searched: &[Searched]) -> Vec<Row> {
+    let sound = |s: &&Searched| s.row.stable_backlog == Some(true) && !s.row.failed();
     searched
         .iter()
         .map(|own| {
-            let best = searched
-                .iter()
-                .filter(|s| s.consumers == own.consumers)
-                .max_by(|a, b| a.row.msgs_per_s.total_cmp(&b.row.msgs_per_s))
-                .unwrap_or(own);
+            let best = if own.row.failed() {
+                own
+            } else {
+                searched
+                    .iter()
+                    .filter(|s| s.consumers == own.consumers)
+                    .filter(sound)
+                    .max_by(|a, b| a.row.msgs_per_s.total_cmp(&b.row.msgs_per_s))
+                    .unwrap_or(own)
+            };
             let mut row = best.row.clone();
             if best.row.cell != own.row.cell {
                 row.cell = own.row.cell.clone();
                 row.notes.push(format!(
-                    "the same pgmq workload as {}, whose search found more; this cell's own: {:.0} msg/s",
+                    "the same pgmq workload as {}, whose search found the higher stable rate; this cell's own: {:.0} msg/s",
                     best.row.cell, own.row.msgs_per_s
                 ));
             }
@@ -460,7 +467,18 @@ mod tests {
     fn searched(cell: &str, consumers: u32, msgs_per_s: f64) -> Searched {
         let mut row = Row::new("peer-e2e", cell.to_string(), "pgmq");
         row.msgs_per_s = msgs_per_s;
+        row.stable_backlog = Some(true);
         Searched { consumers, row }
+    }
+
+    #[test]
+    fn an_overloaded_search_never_stands_for_the_workload() {
+        let mut overloaded = searched("part-100 cg-1", 10, 13_110.0);
+        overloaded.row.stable_backlog = Some(false);
+        let rows = best_per_workload(&[searched("part-10 cg-1", 10, 4_949.0), overloaded]);
+        let got: Vec<f64> = rows.iter().map(|r| r.msgs_per_s).collect();
+        assert_eq!(got, [4_949.0, 4_949.0]);
+        assert!(rows[0].notes.is_empty());
     }
 
     #[test]
