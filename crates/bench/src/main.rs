@@ -50,7 +50,7 @@ struct Cli {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ceiling,push,e2e,drain,latency,idle,peer"
+        default_value = "ceiling,push,spread,e2e,drain,latency,idle,peer"
     )]
     scenario: Vec<Scenario>,
     /// Use a running broker instead of starting one (needs --pg-url).
@@ -225,6 +225,7 @@ async fn run(cli: Cli) -> Result<bool> {
         let result = match s {
             Scenario::Ceiling => scenarios::ceiling::run(&mut ctx).await,
             Scenario::Push => scenarios::push::run(&mut ctx).await,
+            Scenario::Spread => scenarios::spread::run(&ctx).await,
             Scenario::E2e => scenarios::e2e::run(&mut ctx).await,
             Scenario::Drain => scenarios::drain::run(&mut ctx).await,
             Scenario::Latency => scenarios::e2e::run_latency(&mut ctx).await,
@@ -270,7 +271,8 @@ async fn run(cli: Cli) -> Result<bool> {
         println!("{comparison}");
     }
     let targets = scenarios
-        .contains(&Scenario::Push)
+        .iter()
+        .any(|s| matches!(s, Scenario::Push | Scenario::Spread))
         .then(|| targets::lines(&rows, &memory));
     if let Some(lines) = &targets {
         println!(

@@ -2,6 +2,8 @@
 //! content size (or, from older writers, raw frames). The official Python framed-pop decoder
 //! stops at the first zstd frame, so a blob is never a concatenation of zstd frames.
 
+use std::cell::RefCell;
+
 use thiserror::Error;
 use zstd::zstd_safe;
 
@@ -44,10 +46,27 @@ pub fn compress(frames: &[u8], level: i32) -> Vec<u8> {
     let range = zstd::compression_level_range();
     let level = level.clamp(*range.start(), *range.end());
     let mut out = Vec::with_capacity(zstd_safe::compress_bound(frames.len()));
-    match zstd_safe::compress(&mut out, frames, level) {
+    let done = if frames.len() <= REUSED_CONTEXT_MAX_BYTES {
+        REUSED_CONTEXT.with(|cctx| cctx.borrow_mut().compress(&mut out, frames, level))
+    } else {
+        zstd_safe::compress(&mut out, frames, level)
+    };
+    match done {
         Ok(_) => out,
         Err(_) => frames.to_vec(),
     }
+}
+
+/// Inputs up to this size are compressed with the thread's [`REUSED_CONTEXT`]; larger ones
+/// with a context of their own, so no thread keeps a workspace sized for a large segment.
+const REUSED_CONTEXT_MAX_BYTES: usize = 128 * 1024;
+
+thread_local! {
+    /// A fresh context per call mapped and zeroed a new workspace every time: for segments of
+    /// one message that cost more than the compression (page faults led the broker's profile
+    /// of pushes spread over many partitions). The context keeps no data between calls.
+    static REUSED_CONTEXT: RefCell<zstd_safe::CCtx<'static>> =
+        RefCell::new(zstd_safe::CCtx::create());
 }
 
 /// The frames of a stored blob: a zstd frame (content size required, at most `max` bytes,
@@ -114,6 +133,18 @@ mod tests {
             assert_eq!(zstd_safe::find_frame_compressed_size(&blob), Ok(blob.len()));
             assert_eq!(decompress(&blob, data.len()), Ok(data.clone()));
             assert_eq!(decompress_sized(&blob, data.len()), Ok(data));
+        }
+    }
+
+    #[test]
+    fn the_reused_context_carries_nothing_between_calls() {
+        let inputs = [frames(5000), b"x".to_vec(), frames(20), frames(30_000), Vec::new()];
+        for level in [1, 19, 3, -5] {
+            for data in &inputs {
+                let mut fresh = Vec::with_capacity(zstd_safe::compress_bound(data.len()));
+                zstd_safe::compress(&mut fresh, data, level).expect("one-shot");
+                assert_eq!(compress(data, level), fresh, "level {level}, {} bytes", data.len());
+            }
         }
     }
 

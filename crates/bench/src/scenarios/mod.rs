@@ -29,6 +29,9 @@ use crate::target::Target;
 pub enum Scenario {
     Ceiling,
     Push,
+    /// 100-item pushes over 100 partitions of a 10 000-partition queue against 10 of 10, and
+    /// the first push that creates those partitions.
+    Spread,
     E2e,
     /// A pre-pushed backlog drained by autopilot consumers: 10 000 shallow vs 10 deep
     /// partitions.

@@ -4,7 +4,7 @@
 //! and resource use, and an open-loop phase at 80 % of that rate measures latency from the
 //! scheduled instant (at 100 % any jitter queues without bound, so latency there says nothing
 //! but "saturated"). Verified by comparing the messages the broker stored with the pushes it
-//! acknowledged as `queued`. The cells with many partitions per request follow (`spread.rs`).
+//! acknowledged as `queued`. The cells with many partitions per request are `spread.rs`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +43,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
             rows.push(row);
         }
     }
-    rows.extend(super::spread::run(ctx).await?);
     Ok(rows)
 }
 
