@@ -138,12 +138,23 @@ mod tests {
 
     #[test]
     fn the_reused_context_carries_nothing_between_calls() {
-        let inputs = [frames(5000), b"x".to_vec(), frames(20), frames(30_000), Vec::new()];
+        let inputs = [
+            frames(5000),
+            b"x".to_vec(),
+            frames(20),
+            frames(30_000),
+            Vec::new(),
+        ];
         for level in [1, 19, 3, -5] {
             for data in &inputs {
                 let mut fresh = Vec::with_capacity(zstd_safe::compress_bound(data.len()));
                 zstd_safe::compress(&mut fresh, data, level).expect("one-shot");
-                assert_eq!(compress(data, level), fresh, "level {level}, {} bytes", data.len());
+                assert_eq!(
+                    compress(data, level),
+                    fresh,
+                    "level {level}, {} bytes",
+                    data.len()
+                );
             }
         }
     }

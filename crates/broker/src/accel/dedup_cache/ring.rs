@@ -2,9 +2,9 @@
 //! of a hash, `queen_proto::sidecar::key`): a ring of immutable sorted runs, oldest first, plus
 //! one hot buffer that takes new keys and is sealed into a run of one block (about 4096 keys)
 //! when full. Runs of equal size at the back merge, like a binary counter, up to
-//! [`MAX_RUN_BLOCKS`] blocks: a lookup binary-searches a handful of runs rather than every
-//! block (a full 16 MiB cache is 512 blocks, and a 700-message segment looked up in each of 256
-//! took milliseconds). Expiry drops whole runs, never single keys, so it is a pop from the
+//! [`MAX_RUN_BLOCKS`] blocks: a lookup searches a handful of runs rather than every block (a
+//! full 16 MiB cache is 512 blocks, and a 700-message segment looked up in each of 256 took
+//! milliseconds), each through a table of the run's hashes by their top bits. Expiry drops whole runs, never single keys, so it is a pop from the
 //! front; a merged run stays until its newest key expires, which only keeps keys longer than
 //! needed.
 
@@ -33,13 +33,51 @@ pub struct HashRing {
 
 struct Run {
     hashes: Box<[u64]>,
+    /// `starts[b]..starts[b + 1]` are the positions of the hashes whose top bits are `b`.
+    starts: Box<[u32]>,
+    /// Right shift that leaves a hash's top bits: `64 - log2(starts.len() - 1)`.
+    shift: u32,
     /// Blocks merged into this run.
     blocks: usize,
     /// Newest commit time among the run's hashes (µs, database clock).
     newest_us: i64,
 }
 
+/// Hashes per bucket of a run's [`Run::starts`] table, on average (rounded to a power of two
+/// of buckets). The table costs 4 bytes per this many 8-byte keys.
+const HASHES_PER_BUCKET: usize = 8;
+
 impl Run {
+    /// A run of `hashes`, sorted, with its bucket table. Keys are hash prefixes, uniform over
+    /// `u64`, so a bucket holds a handful: a lookup costs two cache misses, not the twenty of
+    /// a bisection of the run (ten times faster on a full cache of 16 runs).
+    fn new(hashes: Box<[u64]>, blocks: usize, newest_us: i64) -> Run {
+        let bits = (hashes.len() / HASHES_PER_BUCKET).max(1).ilog2();
+        let shift = 64 - bits;
+        let mut starts = vec![0u32; (1 << bits) + 1];
+        for &h in hashes.iter() {
+            starts[bucket(h, shift) + 1] += 1;
+        }
+        for b in 1..starts.len() {
+            starts[b] += starts[b - 1];
+        }
+        Run {
+            hashes,
+            starts: starts.into_boxed_slice(),
+            shift,
+            blocks,
+            newest_us,
+        }
+    }
+
+    /// Bisects the hash's bucket only: keys chosen to share top bits cost a bisection of
+    /// the run at worst.
+    fn contains(&self, h: u64) -> bool {
+        let b = bucket(h, self.shift);
+        let (from, to) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        self.hashes[from..to].binary_search(&h).is_ok()
+    }
+
     /// `older` and `newer` as one sorted run.
     fn merge(older: Run, newer: Run) -> Run {
         let mut hashes = Vec::with_capacity(older.hashes.len() + newer.hashes.len());
@@ -58,12 +96,17 @@ impl Run {
         }
         hashes.extend(a);
         hashes.extend(b);
-        Run {
-            hashes: hashes.into_boxed_slice(),
-            blocks: older.blocks + newer.blocks,
-            newest_us: older.newest_us.max(newer.newest_us),
-        }
+        Run::new(
+            hashes.into_boxed_slice(),
+            older.blocks + newer.blocks,
+            older.newest_us.max(newer.newest_us),
+        )
     }
+}
+
+/// The bucket of `h`: its top `64 - shift` bits (none when `shift` is 64).
+fn bucket(h: u64, shift: u32) -> usize {
+    h.checked_shr(shift).unwrap_or(0) as usize
 }
 
 impl HashRing {
@@ -89,11 +132,8 @@ impl HashRing {
             // The next hot buffer grows on demand: most partitions never fill one.
             let mut sealed = std::mem::take(&mut self.hot);
             sealed.sort_unstable();
-            self.runs.push_back(Run {
-                hashes: sealed.into_boxed_slice(),
-                blocks: 1,
-                newest_us: self.hot_newest_us,
-            });
+            self.runs
+                .push_back(Run::new(sealed.into_boxed_slice(), 1, self.hot_newest_us));
             self.hot_sorted = true;
             self.hot_newest_us = i64::MIN;
             self.merge_back();
@@ -121,10 +161,9 @@ impl HashRing {
             self.hot.sort();
             self.hot_sorted = true;
         }
-        hashes.into_iter().any(|h| {
-            self.hot.binary_search(&h).is_ok()
-                || self.runs.iter().any(|r| r.hashes.binary_search(&h).is_ok())
-        })
+        hashes
+            .into_iter()
+            .any(|h| self.hot.binary_search(&h).is_ok() || self.runs.iter().any(|r| r.contains(h)))
     }
 
     /// Drops every run whose newest hash was committed before `cutoff_us`, and the hot
@@ -160,7 +199,10 @@ impl HashRing {
             + self
                 .runs
                 .iter()
-                .map(|r| heap_bytes(r.hashes.len() * KEY_BYTES))
+                .map(|r| {
+                    heap_bytes(r.hashes.len() * KEY_BYTES)
+                        + heap_bytes(r.starts.len() * size_of::<u32>())
+                })
                 .sum::<usize>()
     }
 }

@@ -412,6 +412,29 @@ fn merged_runs_find_every_hash_and_expire_oldest_first() {
     assert!(ring.contains_any([key((MAX_RUN_BLOCKS * BLOCK_HASHES) as u64)]));
 }
 
+#[test]
+fn runs_find_hashes_at_bucket_edges_and_hashes_sharing_their_top_bits() {
+    // Pseudo-random keys, keys at both ends of the range, and a crowd in one bucket.
+    let random = (1..3 * BLOCK_HASHES as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let edges = [0, 1, u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) - 1];
+    let crowd = (0..2 * BLOCK_HASHES as u64).map(|i| (0xabcd << 48) | (i * 7));
+    let stored: Vec<u64> = random.chain(edges).chain(crowd).collect();
+    let mut ring = HashRing::new();
+    for chunk in stored.chunks(1000) {
+        ring.add(chunk.iter().copied(), NOW);
+    }
+    let set: std::collections::HashSet<u64> = stored.iter().copied().collect();
+    for &h in &stored {
+        assert!(ring.contains_any([h]), "{h:#x} is cached");
+    }
+    let near = stored
+        .iter()
+        .flat_map(|&h| [h.wrapping_add(1), h.wrapping_sub(1)]);
+    for h in near.filter(|h| !set.contains(h)) {
+        assert!(!ring.contains_any([h]), "{h:#x} never was");
+    }
+}
+
 /// A stand-in for one partition's sidecar in PostgreSQL: rows in offset order.
 #[derive(Default)]
 struct Truth {
