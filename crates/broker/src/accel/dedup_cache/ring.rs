@@ -4,9 +4,9 @@
 //! when full. Runs of equal size at the back merge, like a binary counter, up to
 //! [`MAX_RUN_BLOCKS`] blocks: a lookup searches a handful of runs rather than every block (a
 //! full 16 MiB cache is 512 blocks, and a 700-message segment looked up in each of 256 took
-//! milliseconds), each through a table of the run's hashes by their top bits. Expiry drops whole runs, never single keys, so it is a pop from the
-//! front; a merged run stays until its newest key expires, which only keeps keys longer than
-//! needed.
+//! milliseconds), each through a table of the run's hashes by their top bits. Expiry drops
+//! whole runs, never single keys, so it is a pop from the front; a merged run stays until its
+//! newest key expires, which only keeps keys longer than needed.
 
 use std::collections::VecDeque;
 use std::mem::size_of;
