@@ -49,7 +49,7 @@ const HASHES_PER_BUCKET: usize = 8;
 
 impl Run {
     /// A run of `hashes`, sorted, with its bucket table. Keys are hash prefixes, uniform over
-    /// `u64`, so a bucket holds a handful: a lookup costs two cache misses, not the twenty of
+    /// `u64`, so a bucket holds a handful: a lookup costs two cache misses, not the seventeen of
     /// a bisection of the run (ten times faster on a full cache of 16 runs).
     fn new(hashes: Box<[u64]>, blocks: usize, newest_us: i64) -> Run {
         let bits = (hashes.len() / HASHES_PER_BUCKET).max(1).ilog2();
