@@ -2,7 +2,7 @@
 //! detection, catch-up, metadata refresh, expiry, budget eviction and suppression. The SQL
 //! side (hydration read, probe honouring p_verified) is covered by tests/push/dedup_cache.rs.
 
-use super::ring::{HashRing, BLOCK_HASHES, MAX_RUN_BLOCKS};
+use super::ring::{HashRing, BLOCK_HASHES, HOT_TAIL_MAX, MAX_RUN_BLOCKS};
 use super::*;
 
 const SEC: i64 = 1_000_000;
@@ -376,6 +376,28 @@ fn the_ring_seals_blocks_and_finds_hashes_in_all_of_them() {
     );
     assert_eq!(ring.expire(NOW + 1), Some(NOW));
     assert_eq!(ring.hash_count(), 0);
+}
+
+#[test]
+fn one_key_adds_between_lookups_are_found_in_the_hot_tail_and_prefix() {
+    // One-message segments, each looked up right after: the hot buffer's unsorted tail is
+    // searched as it grows past HOT_TAIL_MAX, is merged into the prefix, and is sealed.
+    let key = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut ring = HashRing::new();
+    let mut added = Vec::new();
+    for i in 0..(BLOCK_HASHES + 5 * HOT_TAIL_MAX) as u64 {
+        ring.add([key(i)], NOW);
+        added.push(key(i));
+        assert!(ring.contains_any([key(i)]), "the newest key {i}");
+        assert!(!ring.contains_any([key(i) & !1]), "even keys never were");
+        if i % 7 == 0 {
+            for &k in added.iter().step_by(61) {
+                assert!(ring.contains_any([k]), "an older key {k}");
+            }
+        }
+    }
+    assert_eq!(ring.hash_count(), added.len());
+    assert!(added.iter().all(|&k| ring.contains_any([k])));
 }
 
 #[test]
