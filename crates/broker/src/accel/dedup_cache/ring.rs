@@ -24,10 +24,8 @@ pub const BLOCK_HASHES: usize = 4096;
 /// Blocks a run grows to by merging at most: bounds how long expired hashes stay.
 pub const MAX_RUN_BLOCKS: usize = 32;
 
-/// Unsorted hot hashes a lookup scans before it sorts them into the prefix. Re-sorting the
-/// whole buffer per lookup cost 5 % of the broker's CPU with one-message segments over 100
-/// partitions (each a linear merge of up to [`BLOCK_HASHES`] keys); now that work is paid
-/// once per this many keys, and the scan of the tail stays within a few cache lines.
+/// Unsorted hot hashes a lookup scans before it sorts them into the prefix: the merge of up
+/// to [`BLOCK_HASHES`] keys is paid once per this many adds, not per lookup (docs/engine.md §4.2).
 pub const HOT_TAIL_MAX: usize = 32;
 
 pub struct HashRing {
