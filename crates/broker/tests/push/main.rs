@@ -17,3 +17,4 @@ mod faults;
 mod json;
 mod pipeline;
 mod spool;
+mod vouched;

@@ -19,7 +19,7 @@ use crate::engine::Counters;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
-use crate::store::push::{push_multi, push_one, SegmentResult, SegmentWrite};
+use crate::store::push::{push_multi, push_one, push_vouched, SegmentResult, SegmentWrite};
 
 /// What a committed write touches; cheap to clone (the fusion's writer keeps one).
 #[derive(Clone)]
@@ -33,8 +33,10 @@ pub struct CommitEffects {
 impl CommitEffects {
     /// Writes `writes` in one transaction: a lone segment whose partition id the dedup cache
     /// holds by that id (`log_push_one_v1`: no provisioning, no bundle bookkeeping, about half
-    /// the PostgreSQL time of a bundle of one); anything else, or an id that is gone, as a
-    /// bundle (`log_push_multi_v1`).
+    /// the PostgreSQL time of a bundle of one); a bundle whose every partition id the cache
+    /// holds and vouches for as the vouched statement, which writes only when nothing but
+    /// the appends is due; anything else, or when those decline, as a bundle
+    /// (`log_push_multi_v1`).
     pub async fn write(
         &self,
         db: &impl deadpool_postgres::GenericClient,
@@ -46,8 +48,28 @@ impl CommitEffects {
                     return Ok(vec![result]);
                 }
             }
+        } else if let Some(pids) = self.vouched_ids(writes) {
+            if let Some(results) = push_vouched(db, writes, &pids).await? {
+                return Ok(results);
+            }
         }
         push_multi(db, writes).await
+    }
+
+    /// The partition ids of `writes` when the dedup cache holds every one, distinct, and
+    /// vouches for each segment (a segment it does not vouch for needs the function's probe).
+    fn vouched_ids(&self, writes: &[SegmentWrite<'_>]) -> Option<Vec<i64>> {
+        let pids = writes
+            .iter()
+            .map(|w| match w.verified >= 0 {
+                true => self.dedup.partition_id(w.queue, w.partition),
+                false => None,
+            })
+            .collect::<Option<Vec<i64>>>()?;
+        let mut sorted = pids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        (sorted.len() == pids.len()).then_some(pids)
     }
 
     /// Records a committed write: `results` are PostgreSQL's answers for `segs`, in order.
