@@ -10,13 +10,13 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use queen_broker::engine::push::segment::build_segment;
-use queen_proto::frame::Frame;
 use queen_proto::push_bin::encode_push_precompressed;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common;
 use crate::common::TestBroker;
+use crate::vouched::frames_of;
 use crate::wire::{batch, item, post_bin};
 
 /// Pushes `txns` to (queue, partition) in one request; returns the per-item answers.
@@ -451,19 +451,7 @@ async fn fill(db: &tokio_postgres::Client, segments: usize, per: usize) -> HashM
     for s in 0..segments {
         let txns: Vec<String> = (0..per).map(|k| format!("fill-{s}-{k}")).collect();
         let minted: Vec<uuid::Uuid> = txns.iter().map(|_| queen_proto::new_v7()).collect();
-        let frames: Vec<Frame<'_>> = txns
-            .iter()
-            .zip(&minted)
-            .map(|(t, id)| Frame {
-                flags: 0,
-                message_id: *id.as_bytes(),
-                trace_id: None,
-                transaction_id: t,
-                producer_sub: None,
-                payload: b"1",
-            })
-            .collect();
-        let seg = build_segment(&frames, 3).expect("segment");
+        let seg = build_segment(&frames_of(&txns, &minted), 3).expect("segment");
         counts.push(seg.msg_count);
         hashes.push(seg.hashes);
         verified.push((s * per) as i64 - 1);

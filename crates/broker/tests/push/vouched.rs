@@ -52,9 +52,13 @@ async fn stored(db: &tokio_postgres::Client, pid: i64) -> (i64, i64) {
 fn segment(tag: &str, n: usize) -> BuiltSegment {
     let txns: Vec<String> = (0..n).map(|k| format!("{tag}-{k}")).collect();
     let ids: Vec<uuid::Uuid> = txns.iter().map(|_| queen_proto::new_v7()).collect();
-    let frames: Vec<Frame<'_>> = txns
-        .iter()
-        .zip(&ids)
+    build_segment(&frames_of(&txns, &ids), 3).expect("segment")
+}
+
+/// Frames of payload `1`, one per (transactionId, message id).
+pub(crate) fn frames_of<'a>(txns: &'a [String], ids: &[uuid::Uuid]) -> Vec<Frame<'a>> {
+    txns.iter()
+        .zip(ids)
         .map(|(t, id)| Frame {
             flags: 0,
             message_id: *id.as_bytes(),
@@ -63,8 +67,7 @@ fn segment(tag: &str, n: usize) -> BuiltSegment {
             producer_sub: None,
             payload: b"1",
         })
-        .collect();
-    build_segment(&frames, 3).expect("segment")
+        .collect()
 }
 
 /// One write per segment, vouching for `verified[i]`.
