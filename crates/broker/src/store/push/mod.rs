@@ -117,7 +117,6 @@ const PUSH_VOUCHED: &str = include_str!("../../../sql/statements/push_vouched.sq
 /// Appends every segment, `segs[i]` to the partition known by id `pids[i]`, in one statement
 /// that writes only if no segment needs what only [`push_multi`] does (a dedup probe, a cap,
 /// sealing, provisioning; see the statement's header). `None`: one did, nothing was written.
-/// About a third cheaper for PostgreSQL than `log_push_multi_v1` on small bundles.
 pub async fn push_vouched(
     db: &impl GenericClient,
     segs: &[SegmentWrite<'_>],
