@@ -282,8 +282,10 @@ pub struct Config {
     /// glibc's mmap threshold in KiB, fixed at boot: allocations this large are mapped and
     /// unmapped on their own instead of coming from the heap, so buffers freed after a burst
     /// leave the broker's RSS (glibc otherwise raises the threshold as large blocks are freed,
-    /// up to 32 MiB). 0 keeps glibc's dynamic default; `MALLOC_MMAP_THRESHOLD_` overrides.
-    #[arg(long, env = "QUEEN_MALLOC_MMAP_THRESHOLD_KB", default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=32 * 1024))]
+    /// up to 32 MiB). 256 keeps a pop's decompressed segment and its rendered answer (a batch of
+    /// 100 one-KiB messages) on the heap, which the periodic trim returns (docs/performance.md
+    /// §7.2). 0 keeps glibc's dynamic default; `MALLOC_MMAP_THRESHOLD_` overrides.
+    #[arg(long, env = "QUEEN_MALLOC_MMAP_THRESHOLD_KB", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=32 * 1024))]
     pub malloc_mmap_threshold_kb: usize,
     /// Period in ms at which glibc's `malloc_trim` hands the heap arenas' free pages back to
     /// the kernel (docs/performance.md §7.2): memory freed after a burst otherwise stays in the
