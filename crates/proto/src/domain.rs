@@ -3,10 +3,9 @@
 
 use std::fmt;
 
-use serde_json::Value;
-
 use crate::ids::new_v7;
 use crate::name::{check_id, NameError};
+use crate::scalar::Scalar;
 
 /// A partition's id: a non-negative `bigint` (`queen.log_partitions.id`). On the JSON wire it
 /// is a decimal string (docs/wire.md "Ids"); an id that is not a decimal id fails (§8.1).
@@ -38,17 +37,13 @@ impl PartitionId {
 
     /// A JSON `partitionId`: a decimal string (as pops render it) or a non-negative integer.
     /// `Ok(None)` when it is missing: absent, `null` or `""`.
-    pub fn from_json(value: Option<&Value>) -> Result<Option<Self>, NotAPartitionId> {
+    pub fn from_json(value: &Scalar<'_>) -> Result<Option<Self>, NotAPartitionId> {
         match value {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.is_empty() => Ok(None),
-            Some(Value::String(s)) => PartitionId::parse(s).map(Some),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .and_then(PartitionId::new)
-                .map(Some)
-                .ok_or(NotAPartitionId),
-            Some(_) => Err(NotAPartitionId),
+            Scalar::Null => Ok(None),
+            Scalar::Str(s) if s.is_empty() => Ok(None),
+            Scalar::Str(s) => PartitionId::parse(s).map(Some),
+            Scalar::Int(n) => PartitionId::new(*n).map(Some).ok_or(NotAPartitionId),
+            Scalar::Bool(_) | Scalar::Other => Err(NotAPartitionId),
         }
     }
 }
@@ -102,7 +97,7 @@ impl fmt::Display for LeaseId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn one_rule_for_partition_ids() {
@@ -120,12 +115,13 @@ mod tests {
         ] {
             assert_eq!(PartitionId::parse(bad), Err(NotAPartitionId), "{bad:?}");
         }
-        let from = |v: Value| PartitionId::from_json(Some(&v)).map(|p| p.map(PartitionId::get));
+        let from =
+            |v: Value| PartitionId::from_json(&Scalar::from(&v)).map(|p| p.map(PartitionId::get));
         assert_eq!(from(json!("17")), Ok(Some(17)));
         assert_eq!(from(json!(17)), Ok(Some(17)));
         assert_eq!(from(json!("")), Ok(None));
         assert_eq!(from(Value::Null), Ok(None));
-        assert_eq!(PartitionId::from_json(None), Ok(None));
+        assert_eq!(PartitionId::from_json(&Scalar::Null), Ok(None));
         for bad in [json!(-3), json!(1.5), json!([1]), json!("-1"), json!(true)] {
             assert_eq!(from(bad.clone()), Err(NotAPartitionId), "{bad}");
         }

@@ -14,6 +14,7 @@ pub mod name;
 pub mod pop_framed;
 pub mod push_bin;
 mod reader;
+pub mod scalar;
 pub mod segment;
 pub mod sidecar;
 pub mod tenant;

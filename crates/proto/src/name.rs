@@ -16,6 +16,7 @@ use std::ops::Deref;
 
 use thiserror::Error;
 
+use crate::scalar::Scalar;
 use crate::wire::MAX_NAME_BYTES;
 
 /// Why a client string was refused; `field` is the request field it came from.
@@ -67,14 +68,13 @@ impl Name {
 
     /// An optional name from a JSON value: absent, `null` or `""` is `None`; any other
     /// non-string is refused rather than read as absent.
-    pub fn from_json(
-        field: &'static str,
-        value: Option<&serde_json::Value>,
-    ) -> Result<Option<Name>, NameError> {
+    pub fn from_json(field: &'static str, value: &Scalar<'_>) -> Result<Option<Name>, NameError> {
         match value {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) => Name::optional(field, Some(s)),
-            Some(_) => Err(NameError::NotAString { field }),
+            Scalar::Null => Ok(None),
+            Scalar::Str(s) => Name::optional(field, Some(s)),
+            Scalar::Bool(_) | Scalar::Int(_) | Scalar::Other => {
+                Err(NameError::NotAString { field })
+            }
         }
     }
 
@@ -160,20 +160,24 @@ mod tests {
 
     #[test]
     fn json_names() {
-        assert_eq!(Name::from_json("g", None), Ok(None));
-        assert_eq!(Name::from_json("g", Some(&json!(null))), Ok(None));
-        assert_eq!(Name::from_json("g", Some(&json!(""))), Ok(None));
+        let from = |v: serde_json::Value| Name::from_json("g", &Scalar::from(&v));
+        assert_eq!(Name::from_json("g", &Scalar::Null), Ok(None));
+        assert_eq!(from(json!(null)), Ok(None));
+        assert_eq!(from(json!("")), Ok(None));
         assert_eq!(
-            Name::from_json("g", Some(&json!("x"))).map(|n| n.map(Name::into_string)),
+            from(json!("x")).map(|n| n.map(Name::into_string)),
             Ok(Some("x".into()))
         );
-        for bad in [json!(1), json!(true), json!(["g"]), json!({"g": 1})] {
-            assert_eq!(
-                Name::from_json("g", Some(&bad)),
-                Err(NameError::NotAString { field: "g" })
-            );
+        for bad in [
+            json!(1),
+            json!(1.5),
+            json!(true),
+            json!(["g"]),
+            json!({"g": 1}),
+        ] {
+            assert_eq!(from(bad), Err(NameError::NotAString { field: "g" }));
         }
-        assert!(Name::from_json("g", Some(&json!(" g"))).is_err());
+        assert!(from(json!(" g")).is_err());
     }
 
     #[test]

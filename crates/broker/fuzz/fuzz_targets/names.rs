@@ -8,6 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use queen_proto::name::{check_id, check_text};
+use queen_proto::scalar::Scalar;
 use queen_proto::time::{accepted_range, iso_micros, parse_iso};
 use queen_proto::wire::MAX_NAME_BYTES;
 use queen_proto::Name;
@@ -20,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     // Any JSON document in a name field: a string goes through the rule, null is absent,
     // anything else is refused.
     if let Ok(v) = serde_json::from_slice::<Value>(data) {
-        let got = Name::from_json("consumerGroup", Some(&v));
+        let got = Name::from_json("consumerGroup", &Scalar::from(&v));
         match &v {
             Value::Null => assert_eq!(got, Ok(None)),
             Value::String(s) => assert_eq!(got, Name::optional("consumerGroup", Some(s))),

@@ -6,6 +6,7 @@
 use crate::engine::tenant::{self, Tenant};
 use serde_json::{Map, Value};
 
+use queen_proto::scalar::Scalar;
 use queen_proto::Name;
 
 use crate::engine::encryption::KEY_VARIABLE;
@@ -177,7 +178,7 @@ fn invalid(option: &str, reason: &str) -> Error {
 fn validate(wire: &'static str, kind: Kind, value: &Value) -> Result<Value> {
     match kind {
         // A label is a name (discovery pops look it up); "" clears it.
-        Kind::Label => match Name::from_json(wire, Some(value)) {
+        Kind::Label => match Name::from_json(wire, &Scalar::from(value)) {
             Ok(_) => Ok(value.clone()),
             Err(e) => Err(invalid(wire, &e.to_string())),
         },

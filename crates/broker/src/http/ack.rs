@@ -2,24 +2,70 @@
 //! Parsing and rendering only; the decisions live in `engine::ack` and SQL.
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use queen_proto::name::{check_id, check_text};
+use queen_proto::scalar::{ObjectOr, Scalar};
 use queen_proto::wire::QUEUE_MODE;
 use queen_proto::{LeaseId, Name, PartitionId};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::engine::ack::{self, Ack, AckOutcome, AckStatus};
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::auth::CallerTenant;
-use crate::http::extract::{json_body, RawBody};
+use crate::http::extract::{json_body, json_object, RawBody};
 
 pub fn routes() -> Router<Engine> {
     Router::new()
         .route("/api/v1/ack", post(ack_one))
         .route("/api/v1/ack/batch", post(ack_batch))
+}
+
+/// One acknowledgment object as the client wrote it, read straight from the body (no
+/// `Value` tree per item); `parse_ack` decides what each field means.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct AckItem<'a> {
+    #[serde(borrow)]
+    transaction_id: Scalar<'a>,
+    #[serde(borrow)]
+    partition_id: Scalar<'a>,
+    #[serde(borrow)]
+    status: Scalar<'a>,
+    #[serde(borrow)]
+    error: Scalar<'a>,
+    #[serde(borrow)]
+    lease_id: Scalar<'a>,
+    #[serde(borrow)]
+    pub(crate) consumer_group: Scalar<'a>,
+}
+
+/// `{"acknowledgments":[…],"consumerGroup"}`; the array is read once its shape is known.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AckBatch<'a> {
+    #[serde(borrow)]
+    acknowledgments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    consumer_group: Scalar<'a>,
+}
+
+/// One element of the answer, in request order.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AckAnswer<'a> {
+    index: usize,
+    /// Echoed as sent (`null` when absent or not a scalar).
+    transaction_id: &'a Scalar<'a>,
+    success: bool,
+    error: Option<String>,
+    lease_released: bool,
+    dlq: bool,
+    noop: bool,
 }
 
 /// `{"transactionId","partitionId","status","error","consumerGroup","leaseId"}` → a
@@ -28,13 +74,10 @@ async fn ack_one(
     State(st): State<Engine>,
     CallerTenant(tenant): CallerTenant,
     RawBody(body): RawBody,
-) -> Result<Json<Value>> {
-    let item: Value = json_body(&body)?;
-    let Some(obj) = item.as_object() else {
-        return Err(Error::bad("bad body: expected a JSON object"));
-    };
-    let group = group_name(obj.get("consumerGroup"))?;
-    answer(&st, std::slice::from_ref(&item), &group, &tenant).await
+) -> Result<Response> {
+    let item: AckItem<'_> = json_object(&body)?;
+    let group = group_name(&item.consumer_group)?;
+    answer(&st, &[ObjectOr::Object(item)], &group, &tenant).await
 }
 
 /// `{"acknowledgments":[…],"consumerGroup"}` → one answer element per acknowledgment.
@@ -42,103 +85,108 @@ async fn ack_batch(
     State(st): State<Engine>,
     CallerTenant(tenant): CallerTenant,
     RawBody(body): RawBody,
-) -> Result<Json<Value>> {
-    let request: Value = json_body(&body)?;
-    let Some(items) = request.get("acknowledgments").and_then(Value::as_array) else {
-        return Err(Error::bad("bad body: acknowledgments must be an array"));
+) -> Result<Response> {
+    let request: AckBatch<'_> = json_object(&body)?;
+    let items: Vec<ObjectOr<AckItem<'_>>> = match request.acknowledgments {
+        Some(raw) if raw.get().starts_with('[') => json_body(raw.get().as_bytes())?,
+        _ => return Err(Error::bad("bad body: acknowledgments must be an array")),
     };
-    let group = group_name(request.get("consumerGroup"))?;
-    answer(&st, items, &group, &tenant).await
+    let group = group_name(&request.consumer_group)?;
+    answer(&st, &items, &group, &tenant).await
 }
 
 /// Applies the well-formed items and renders every item, malformed ones included, in
 /// request order. HTTP 200 even when items are refused.
-async fn answer(st: &Engine, items: &[Value], group: &str, tenant: &Tenant) -> Result<Json<Value>> {
-    let parsed: Vec<std::result::Result<Ack, String>> =
-        items.iter().map(|item| parse_ack(item, group)).collect();
+async fn answer(
+    st: &Engine,
+    items: &[ObjectOr<AckItem<'_>>],
+    group: &str,
+    tenant: &Tenant,
+) -> Result<Response> {
+    let parsed: Vec<std::result::Result<Ack, String>> = items
+        .iter()
+        .map(|item| match item {
+            ObjectOr::Object(item) => parse_ack(item, group),
+            ObjectOr::NotObject => Err("acknowledgment is not a JSON object".into()),
+        })
+        .collect();
     let valid: Vec<Ack> = parsed
         .iter()
         .filter_map(|p| p.as_ref().ok().cloned())
         .collect();
     let mut applied = ack::acknowledge(st, &valid, tenant).await?.into_iter();
-    let rendered = items
+    let rendered: Vec<AckAnswer<'_>> = items
         .iter()
-        .zip(&parsed)
+        .zip(parsed)
         .enumerate()
         .map(|(index, (item, parsed))| {
             let outcome = match parsed {
                 Ok(_) => applied.next().unwrap_or_default(),
-                Err(e) => AckOutcome::refused(e.clone()),
+                Err(e) => AckOutcome::refused(e),
             };
-            let txn = item.get("transactionId").cloned().unwrap_or(Value::Null);
-            render_outcome(index, txn, &outcome)
+            let transaction_id = match item {
+                ObjectOr::Object(item) => &item.transaction_id,
+                ObjectOr::NotObject => &Scalar::Null,
+            };
+            AckAnswer::new(index, transaction_id, outcome)
         })
         .collect();
-    Ok(Json(Value::Array(rendered)))
+    Ok(Json(rendered).into_response())
 }
 
-fn render_outcome(index: usize, transaction_id: Value, o: &AckOutcome) -> Value {
-    json!({
-        "index": index,
-        "transactionId": transaction_id,
-        "success": o.success,
-        "error": o.error,
-        "leaseReleased": o.lease_released,
-        "dlq": o.dlq,
-        "noop": o.noop,
-    })
+impl<'a> AckAnswer<'a> {
+    fn new(index: usize, transaction_id: &'a Scalar<'a>, o: AckOutcome) -> Self {
+        AckAnswer {
+            index,
+            transaction_id,
+            success: o.success,
+            error: o.error,
+            lease_released: o.lease_released,
+            dlq: o.dlq,
+            noop: o.noop,
+        }
+    }
 }
 
 /// The consumer group of a request: null, absent or empty means queue mode; anything else
 /// must be a name by the same rule as the pop's `consumerGroup` (never trimmed).
-pub(crate) fn group_name(value: Option<&Value>) -> Result<String> {
+pub(crate) fn group_name(value: &Scalar<'_>) -> Result<String> {
     Ok(Name::from_json("consumerGroup", value)?
         .map_or_else(|| QUEUE_MODE.to_string(), Name::into_string))
 }
 
 /// One acknowledgement object, or the per-item error that refuses it.
-pub(crate) fn parse_ack(item: &Value, group: &str) -> std::result::Result<Ack, String> {
-    let Some(obj) = item.as_object() else {
-        return Err("acknowledgment is not a JSON object".into());
-    };
-    let transaction_id = match obj.get("transactionId") {
-        Some(Value::String(t)) if !t.is_empty() => t.clone(),
+pub(crate) fn parse_ack(item: &AckItem<'_>, group: &str) -> std::result::Result<Ack, String> {
+    let transaction_id = match item.transaction_id.as_str() {
+        Some(t) if !t.is_empty() => t,
         _ => return Err("transactionId is missing".into()),
     };
-    check_id("transactionId", &transaction_id).map_err(|e| e.to_string())?;
-    let error = obj.get("error").and_then(Value::as_str).map(str::to_string);
-    if let Some(text) = &error {
+    check_id("transactionId", transaction_id).map_err(|e| e.to_string())?;
+    let error = item.error.as_str();
+    if let Some(text) = error {
         check_text("error", text).map_err(|e| e.to_string())?;
     }
-    let lease_id = obj
-        .get("leaseId")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let lease_id = item.lease_id.as_str().unwrap_or_default();
     let lease_id = LeaseId::parse("leaseId", lease_id).map_err(|e| e.to_string())?;
-    let partition_id = match PartitionId::from_json(obj.get("partitionId")) {
+    let partition_id = match PartitionId::from_json(&item.partition_id) {
         Ok(Some(id)) => id,
         Ok(None) => return Err("partitionId is missing".into()),
         Err(_) => return Err("partitionId is not a partition id".into()),
     };
-    let status = match obj.get("status") {
+    let status = match &item.status {
         // The clients map True/False to completed/failed; accept the booleans too.
-        Some(Value::Bool(ok)) => {
-            if *ok {
-                AckStatus::Completed
-            } else {
-                AckStatus::Failed
-            }
-        }
-        Some(Value::String(text)) => AckStatus::normalise(Some(text)),
-        None | Some(Value::Null) => AckStatus::Completed,
+        Scalar::Bool(true) => AckStatus::Completed,
+        Scalar::Bool(false) => AckStatus::Failed,
+        Scalar::Str(text) => AckStatus::normalise(Some(text)),
+        Scalar::Null => AckStatus::Completed,
         // Any other status is not a completion the client stated: never skip it.
-        Some(_) => AckStatus::Failed,
+        Scalar::Int(_) | Scalar::Other => AckStatus::Failed,
     };
     Ok(Ack {
-        transaction_id,
+        transaction_id: transaction_id.to_string(),
         partition_id,
         status,
-        error,
+        error: error.map(str::to_string),
         group: group.to_string(),
         lease_id,
     })
@@ -147,10 +195,11 @@ pub(crate) fn parse_ack(item: &Value, group: &str) -> std::result::Result<Ack, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     #[test]
     fn per_item_errors_name_the_problem() {
-        let parse = |v: Value| parse_ack(&v, "g");
+        let parse = |v: Value| parse_ack(&AckItem::deserialize(&v).expect("an object"), "g");
         assert_eq!(
             parse(json!({"partitionId": "1"})).err().as_deref(),
             Some("transactionId is missing")
@@ -195,13 +244,60 @@ mod tests {
 
     #[test]
     fn groups_default_to_queue_mode() {
-        let name = |v: Option<&Value>| group_name(v).map_err(|e| e.to_string());
-        assert_eq!(name(None).as_deref(), Ok(QUEUE_MODE));
-        assert_eq!(name(Some(&Value::Null)).as_deref(), Ok(QUEUE_MODE));
-        assert_eq!(name(Some(&json!(""))).as_deref(), Ok(QUEUE_MODE));
-        assert_eq!(name(Some(&json!("billing"))).as_deref(), Ok("billing"));
+        let name = |v: Value| group_name(&Scalar::from(&v)).map_err(|e| e.to_string());
+        assert_eq!(
+            group_name(&Scalar::Null)
+                .map_err(|e| e.to_string())
+                .as_deref(),
+            Ok(QUEUE_MODE)
+        );
+        assert_eq!(name(Value::Null).as_deref(), Ok(QUEUE_MODE));
+        assert_eq!(name(json!("")).as_deref(), Ok(QUEUE_MODE));
+        assert_eq!(name(json!("billing")).as_deref(), Ok("billing"));
         for refused in [json!(7), json!(["g"]), json!(" g"), json!("g\u{0}")] {
-            assert!(name(Some(&refused)).is_err(), "{refused}");
+            assert!(name(refused.clone()).is_err(), "{refused}");
         }
+    }
+
+    /// The batch body is read without a `Value` tree: escaped strings, non-object items and
+    /// unknown keys keep the meaning they had, and the answer echoes each transaction id.
+    #[test]
+    fn batch_items_are_read_from_the_text() {
+        let body = r#"{"consumerGroup": "g", "acknowledgments": [
+            {"transactionId": "a\"b", "partitionId": 3, "status": "failed", "extra": [1]},
+            7,
+            {"transactionId": 5, "partitionId": "3"},
+            {"transactionId": "c", "partitionId": "4", "leaseId": "L", "error": "why\n"}
+        ]}"#;
+        let batch: AckBatch<'_> = json_body(body.as_bytes()).expect("batch");
+        assert_eq!(group_name(&batch.consumer_group).ok().as_deref(), Some("g"));
+        let raw = batch.acknowledgments.expect("array").get();
+        let items: Vec<ObjectOr<AckItem<'_>>> = json_body(raw.as_bytes()).expect("items");
+        let parsed: Vec<_> = items
+            .iter()
+            .map(|item| match item {
+                ObjectOr::Object(item) => parse_ack(item, "g")
+                    .map(|a| (a.transaction_id, a.partition_id.get(), a.status, a.error)),
+                ObjectOr::NotObject => Err("not an object".into()),
+            })
+            .collect();
+        assert_eq!(
+            parsed,
+            [
+                Ok(("a\"b".into(), 3, AckStatus::Failed, None)),
+                Err("not an object".into()),
+                Err("transactionId is missing".into()),
+                Ok(("c".into(), 4, AckStatus::Completed, Some("why\n".into()))),
+            ]
+        );
+        let ObjectOr::Object(third) = &items[2] else {
+            panic!("an object")
+        };
+        let answer = AckAnswer::new(2, &third.transaction_id, AckOutcome::refused("no"));
+        assert_eq!(
+            serde_json::to_value(&answer).expect("renders"),
+            json!({"index": 2, "transactionId": 5, "success": false, "error": "no",
+                   "leaseReleased": false, "dlq": false, "noop": false})
+        );
     }
 }

@@ -12,7 +12,9 @@ use axum::http::HeaderMap;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use queen_proto::push_bin::PushError;
+use queen_proto::scalar::ObjectOr;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -121,9 +123,19 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
     }
 }
 
-/// Parses a JSON body, mapping failures to `400 {"error":"bad body: …"}`.
-pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+/// Parses a JSON body, mapping failures to `400 {"error":"bad body: …"}`. `T` may borrow
+/// strings from the body.
+pub fn json_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))
+}
+
+/// Parses a JSON body that must be an object, read as `T`; anything else is a 400 that says so
+/// (serde's own words would name `T`'s Rust type).
+pub fn json_object<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Error> {
+    match json_body(body)? {
+        ObjectOr::Object(value) => Ok(value),
+        ObjectOr::NotObject => Err(Error::bad("bad body: expected a JSON object")),
+    }
 }
 
 /// The Content-Type of the binary push and transaction bodies.

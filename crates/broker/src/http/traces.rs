@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use queen_proto::name::check_id;
+use queen_proto::scalar::Scalar;
 use queen_proto::{Name, PartitionId};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,10 +23,11 @@ pub fn routes() -> Router<Engine> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TraceBody {
+struct TraceBody<'a> {
     transaction_id: Option<String>,
     /// A decimal string on our wire; a number is accepted too.
-    partition_id: Option<Value>,
+    #[serde(borrow, default)]
+    partition_id: Scalar<'a>,
     consumer_group: Option<String>,
     trace_names: Option<Vec<String>>,
     event_type: Option<String>,
@@ -37,12 +39,12 @@ async fn record(
     CallerTenant(tenant): CallerTenant,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>> {
-    let b: TraceBody = json_body(&body)?;
+    let b: TraceBody<'_> = json_body(&body)?;
     let transaction_id = b
         .transaction_id
         .filter(|t| !t.is_empty())
         .ok_or_else(|| Error::bad("transactionId is required"))?;
-    let partition_id = PartitionId::from_json(b.partition_id.as_ref())
+    let partition_id = PartitionId::from_json(&b.partition_id)
         .ok()
         .flatten()
         .ok_or_else(|| Error::bad("partitionId is required and must be a partition id"))?;

@@ -322,9 +322,26 @@ async fn malformed_items_fail_alone_and_malformed_bodies_are_400() {
     .await;
     assert_refused(&r, "consumer not found");
 
-    for (route, body) in [
-        ("/api/v1/ack", "{not json"),
-        ("/api/v1/ack/batch", "{\"acknowledgments\": 3}"),
+    for (route, body, names) in [
+        ("/api/v1/ack", "{not json", "key must be a string"),
+        ("/api/v1/ack", "[{}]", "expected a JSON object"),
+        (
+            "/api/v1/ack/batch",
+            "{\"acknowledgments\": 3}",
+            "must be an array",
+        ),
+        (
+            "/api/v1/ack/batch",
+            "{\"consumerGroup\": \"g\"}",
+            "must be an array",
+        ),
+        ("/api/v1/ack/batch", "[[], null]", "expected a JSON object"),
+        // Two values for one key are ambiguous: the whole body is refused, nothing applied.
+        (
+            "/api/v1/ack/batch",
+            "{\"acknowledgments\": [{\"status\": \"completed\", \"status\": \"failed\"}]}",
+            "duplicate field `status`",
+        ),
     ] {
         let (status, answer) = b
             .post_raw(route, "application/json", body.as_bytes().to_vec())
@@ -333,10 +350,19 @@ async fn malformed_items_fail_alone_and_malformed_bodies_are_400() {
         assert!(
             answer["error"]
                 .as_str()
-                .is_some_and(|e| e.starts_with("bad body")),
-            "{answer}"
+                .is_some_and(|e| e.starts_with("bad body") && e.contains(names)),
+            "{route} {body}: {answer}"
         );
     }
+    // The echo is the transaction id as sent, escapes and all.
+    let odd = ack_batch(
+        &b,
+        None,
+        vec![json!({"transactionId": "q\"\u{e9}\n", "partitionId": "987654"})],
+    )
+    .await;
+    assert_eq!(odd[0]["transactionId"], "q\"\u{e9}\n");
+    assert_refused(&odd[0], "consumer not found");
     let empty = ack_batch(&b, None, vec![]).await;
     assert!(empty.is_empty());
 }

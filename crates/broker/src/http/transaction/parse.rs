@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::error::{Error, Result};
-use crate::http::ack::{group_name, parse_ack};
+use crate::http::ack::{group_name, parse_ack, AckItem};
 use crate::http::push::parse::parse_item;
 
 #[derive(Deserialize)]
@@ -75,9 +75,9 @@ pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
                     .push(TxnOp::Push(parse_item(body, raw).map_err(at)?)),
             },
             Some("ack") => {
-                let op: Value =
+                let op: AckItem<'_> =
                     serde_json::from_str(raw.get()).map_err(|e| at(Error::bad(e.to_string())))?;
-                let group = group_name(op.get("consumerGroup")).map_err(at)?;
+                let group = group_name(&op.consumer_group).map_err(at)?;
                 req.ops.push(TxnOp::Ack(
                     parse_ack(&op, &group).map_err(|e| at(Error::bad(e)))?,
                 ));
