@@ -103,26 +103,27 @@ async fn answer(
     group: &str,
     tenant: &Tenant,
 ) -> Result<Response> {
-    let parsed: Vec<std::result::Result<Ack, String>> = items
+    // The well-formed items go to the engine in request order; each item keeps its refusal.
+    let mut valid: Vec<Ack> = Vec::with_capacity(items.len());
+    let refusals: Vec<Option<String>> = items
         .iter()
-        .map(|item| match item {
-            ObjectOr::Object(item) => parse_ack(item, group),
-            ObjectOr::NotObject => Err("acknowledgment is not a JSON object".into()),
+        .map(|item| {
+            let parsed = match item {
+                ObjectOr::Object(item) => parse_ack(item, group),
+                ObjectOr::NotObject => Err("acknowledgment is not a JSON object".into()),
+            };
+            parsed.map(|ack| valid.push(ack)).err()
         })
-        .collect();
-    let valid: Vec<Ack> = parsed
-        .iter()
-        .filter_map(|p| p.as_ref().ok().cloned())
         .collect();
     let mut applied = ack::acknowledge(st, &valid, tenant).await?.into_iter();
     let rendered: Vec<AckAnswer<'_>> = items
         .iter()
-        .zip(parsed)
+        .zip(refusals)
         .enumerate()
-        .map(|(index, (item, parsed))| {
-            let outcome = match parsed {
-                Ok(_) => applied.next().unwrap_or_default(),
-                Err(e) => AckOutcome::refused(e),
+        .map(|(index, (item, refusal))| {
+            let outcome = match refusal {
+                None => applied.next().unwrap_or_default(),
+                Some(e) => AckOutcome::refused(e),
             };
             let transaction_id = match item {
                 ObjectOr::Object(item) => &item.transaction_id,
