@@ -250,6 +250,9 @@ fn e2e_measures(ceiling: &str) -> Vec<Measure> {
         ("PG CPU us / msg".into(), |r| {
             per_msg(r, r.usage.pg_cpu_s, 1e6)
         }),
+        ("load generator CPU us / msg".into(), |r| {
+            per_msg(r, r.usage.bench_cpu_s, 1e6)
+        }),
     ]
 }
 

@@ -1,5 +1,6 @@
 //! Resource accounting around one result row: broker CPU seconds and peak RSS, PostgreSQL CPU
-//! seconds, WAL bytes, SQL statements and transactions, all as deltas between two snapshots.
+//! seconds, the load generator's (this bench's) CPU seconds, WAL bytes, SQL statements and
+//! transactions, all as deltas between two snapshots.
 
 use std::time::Instant;
 
@@ -19,8 +20,8 @@ pub struct Snapshot {
     statements: Option<i64>,
     xacts: i64,
     machine_busy: Option<f64>,
-    /// Broker + PostgreSQL + bench CPU seconds (the part of `machine_busy` that is ours).
-    own: Option<f64>,
+    /// This bench's CPU seconds, reaped children (pgbench) included.
+    bench_cpu: Option<f64>,
 }
 
 /// What happened between two snapshots.
@@ -30,6 +31,9 @@ pub struct Usage {
     pub broker_cpu_s: Option<f64>,
     pub broker_peak_rss_mb: Option<f64>,
     pub pg_cpu_s: Option<f64>,
+    /// The load generator's CPU seconds: this bench's own (and pgbench's in ceiling rows). It
+    /// shares the cores with the broker and PostgreSQL, so it completes the row's CPU split.
+    pub bench_cpu_s: Option<f64>,
     pub wal_bytes: i64,
     /// Statements executed cluster-wide (`pg_stat_statements`), when available.
     pub statements: Option<i64>,
@@ -104,14 +108,12 @@ impl Meter {
         };
         let broker_cpu = self.broker_pid.and_then(procstat::cpu_seconds);
         let pg_cpu = self.postmaster_pid.and_then(procstat::cluster_cpu_seconds);
-        let own = procstat::self_cpu_seconds()
-            .map(|me| me + broker_cpu.unwrap_or(0.0) + pg_cpu.unwrap_or(0.0));
         Ok(Snapshot {
             at: Instant::now(),
             broker_cpu,
             pg_cpu,
             machine_busy: procstat::machine_busy_seconds(),
-            own,
+            bench_cpu: procstat::self_cpu_seconds(),
             wal_bytes: row.get(0),
             statements,
             xacts: row.get(1),
@@ -121,24 +123,30 @@ impl Meter {
     /// Usage since `start` (the peak RSS is the peak since `start`'s reset).
     pub async fn since(&self, start: &Snapshot) -> Result<Usage> {
         let end = self.snapshot().await?;
+        let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a - b);
+        let broker_cpu_s = delta(end.broker_cpu, start.broker_cpu);
+        let pg_cpu_s = delta(end.pg_cpu, start.pg_cpu);
+        let bench_cpu_s = delta(end.bench_cpu, start.bench_cpu);
+        // Whatever the machine was busy with beyond the broker, PostgreSQL and this bench.
+        let other_cpu_s = delta(end.machine_busy, start.machine_busy)
+            .zip(bench_cpu_s)
+            .map(|(busy, bench)| {
+                let own = bench + broker_cpu_s.unwrap_or(0.0) + pg_cpu_s.unwrap_or(0.0);
+                (busy - own).max(0.0)
+            });
         Ok(Usage {
             seconds: end.at.duration_since(start.at).as_secs_f64(),
-            broker_cpu_s: end.broker_cpu.zip(start.broker_cpu).map(|(a, b)| a - b),
+            broker_cpu_s,
             broker_peak_rss_mb: self
                 .broker_pid
                 .and_then(procstat::peak_rss_bytes)
                 .map(|b| b as f64 / (1024.0 * 1024.0)),
-            pg_cpu_s: end.pg_cpu.zip(start.pg_cpu).map(|(a, b)| a - b),
+            pg_cpu_s,
+            bench_cpu_s,
             wal_bytes: end.wal_bytes - start.wal_bytes,
             statements: end.statements.zip(start.statements).map(|(a, b)| a - b),
             xacts: end.xacts - start.xacts,
-            other_cpu_s: match (
-                end.machine_busy.zip(start.machine_busy),
-                end.own.zip(start.own),
-            ) {
-                (Some((m1, m0)), Some((o1, o0))) => Some(((m1 - m0) - (o1 - o0)).max(0.0)),
-                _ => None,
-            },
+            other_cpu_s,
         })
     }
 }
