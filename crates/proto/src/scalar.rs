@@ -1,5 +1,6 @@
 //! Loosely typed JSON fields of the wire: a field read as the scalar the client wrote,
-//! borrowed from the body where it can be, and an element that may or may not be an object.
+//! borrowed from the body where it can be, and an element that may or may not be an object
+//! (or an array).
 //! Requests whose fields accept several JSON types (a partition id as a string or a number, a
 //! status as a string or a boolean) deserialize into typed structs of these instead of a
 //! `serde_json::Value` tree, and the one parser of each domain type decides what each JSON
@@ -107,6 +108,31 @@ impl Serialize for Scalar<'_> {
     }
 }
 
+/// The visits of every JSON type a shape visitor refuses: each skips its value and answers
+/// `$other`, so the caller refuses the element with its own words instead of serde's.
+macro_rules! other_shapes {
+    ($other:expr) => {
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+    };
+}
+
 /// A JSON value that is either an object, read as `T`, or anything else, kept as `NotObject`
 /// so that the caller can refuse it with its own words instead of serde's.
 #[derive(Debug)]
@@ -135,24 +161,39 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOrVisitor<T> {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         ScalarVisitor.visit_seq(seq).map(|_| ObjectOr::NotObject)
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
+    other_shapes!(ObjectOr::NotObject);
+}
+
+/// A JSON value that is either an array, its elements read as `T` in the same pass, or
+/// anything else, kept as `NotArray`: a list field whose shape is refused in our words
+/// without scanning the body twice.
+#[derive(Debug)]
+pub enum ArrayOr<T> {
+    Array(Vec<T>),
+    NotArray,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ArrayOr<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ArrayOrVisitor(std::marker::PhantomData))
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
+}
+
+struct ArrayOrVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ArrayOrVisitor<T> {
+    type Value = ArrayOr<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Vec::<T>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(ArrayOr::Array)
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        ScalarVisitor.visit_map(map).map(|_| ArrayOr::NotArray)
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(ObjectOr::NotObject)
-    }
+    other_shapes!(ArrayOr::NotArray);
 }
 
 #[cfg(test)]
@@ -208,5 +249,34 @@ mod tests {
             objects,
             [Some(1), None, None, None, None, None, None, None, Some(2)]
         );
+    }
+
+    #[test]
+    fn arrays_are_told_from_everything_else() {
+        let read = |text: &str| serde_json::from_str::<Vec<ArrayOr<i64>>>(text).unwrap();
+        let got = read("[[1, 2], {\"a\": [3]}, \"x\", 1, -1, 1.5, true, null, []]");
+        let arrays: Vec<_> = got
+            .into_iter()
+            .map(|a| match a {
+                ArrayOr::Array(items) => Some(items),
+                ArrayOr::NotArray => None,
+            })
+            .collect();
+        assert_eq!(
+            arrays,
+            [
+                Some(vec![1, 2]),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(vec![])
+            ]
+        );
+        // An element of the wrong type inside an array is serde's error, not NotArray.
+        assert!(serde_json::from_str::<ArrayOr<i64>>("[1, \"two\"]").is_err());
     }
 }

@@ -3,16 +3,19 @@
 //! push operations parse with [`parse_item`] too.
 
 use axum::body::Bytes;
+use queen_proto::scalar::{ArrayOr, ObjectOr};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::engine::push::PushItem;
 use crate::error::{Error, Result};
 
+/// The body read in one pass: the items, each payload a borrowed slice, are read while the
+/// envelope is (the payloads dominate the body, so each extra pass is a scan of all of them).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
-    items: Option<&'a RawValue>,
+    items: Option<ArrayOr<ObjectOr<RawItem<'a>>>>,
 }
 
 /// One item as sent. Every field is kept raw so its type can be checked with a precise
@@ -46,23 +49,32 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 pub(super) fn parse_items(body: &Bytes) -> Result<Vec<PushItem>> {
     let envelope: Envelope<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
-    let items = envelope
-        .items
-        .ok_or_else(|| Error::bad("bad body: items is required"))?;
-    let items: Vec<&RawValue> = serde_json::from_str(items.get())
-        .map_err(|_| Error::bad("bad body: items must be an array"))?;
+    let items = match envelope.items {
+        Some(ArrayOr::Array(items)) => items,
+        Some(ArrayOr::NotArray) => return Err(Error::bad("bad body: items must be an array")),
+        None => return Err(Error::bad("bad body: items is required")),
+    };
     items
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(index, raw)| {
-            parse_item(body, raw).map_err(|e| Error::bad(format!("item {index}: {e}")))
+        .map(|(index, item)| {
+            let item = match item {
+                ObjectOr::Object(item) => read_item(body, item),
+                ObjectOr::NotObject => Err(Error::bad("not a valid item object")),
+            };
+            item.map_err(|e| Error::bad(format!("item {index}: {e}")))
         })
         .collect()
 }
 
+/// One item given as its own JSON text (the transaction body's push operations).
 pub(crate) fn parse_item(body: &Bytes, raw: &RawValue) -> Result<PushItem> {
     let item: RawItem<'_> = serde_json::from_str(raw.get())
         .map_err(|e| Error::bad(format!("not a valid item object: {e}")))?;
+    read_item(body, item)
+}
+
+fn read_item(body: &Bytes, item: RawItem<'_>) -> Result<PushItem> {
     let queue =
         string_field("queue", item.queue)?.ok_or_else(|| Error::bad("queue is required"))?;
     let payload = item
