@@ -108,8 +108,8 @@ impl Serialize for Scalar<'_> {
     }
 }
 
-/// The visits of every JSON type a shape visitor refuses: each skips its value and answers
-/// `$other`, so the caller refuses the element with its own words instead of serde's.
+/// The scalar visits of a shape visitor: every scalar answers `$other`, so the caller refuses
+/// the element with its own words instead of serde's.
 macro_rules! other_shapes {
     ($other:expr) => {
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
