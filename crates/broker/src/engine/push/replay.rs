@@ -171,7 +171,7 @@ async fn refused(spool: &Spool, batch: Batch, failed: &[usize], refusals: &mut u
     }
     let kept = refused_groups(&batch.groups, failed);
     let messages: usize = kept.iter().map(|g| g.items.len()).sum();
-    let records: Result<Vec<_>, _> = kept.iter().map(SpoolGroup::encode).collect();
+    let records: Result<Vec<_>, _> = kept.iter().map(SpoolGroup::body).collect();
     let quarantined = match records {
         Ok(records) => spool.quarantine(records).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
@@ -212,6 +212,7 @@ fn refused_groups(groups: &[SpoolGroup], failed: &[usize]) -> Vec<SpoolGroup> {
             out.push(SpoolGroup {
                 queue: g.queue.clone(),
                 partition: g.partition.clone(),
+                in_doubt: g.in_doubt,
                 items,
             });
         }

@@ -186,7 +186,7 @@ fn encode(groups: Vec<Outgoing<'_>>) -> Result<(Vec<Vec<u8>>, u64)> {
         .into_iter()
         .map(|g| {
             messages += g.frames.len() as u64;
-            record::encode(g.queue, g.partition, g.frames.into_iter())
+            record::body(g.queue, g.partition, false, g.frames.into_iter())
                 .map_err(|e| Error::internal(format!("a push cannot be spooled: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
