@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 mod jwt;
+mod mask;
 
 pub use jwt::{JwtAlgorithm, JwtConfig};
+use mask::{mask_dsn, KeyParser};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
 /// anything else is a boot error rather than a silent default.
@@ -77,7 +79,7 @@ pub struct Config {
     pub host: String,
     /// External PostgreSQL URL (e.g. postgresql://user:pass@host:5432/db). Unset, and no
     /// PG_HOST either: the embedded PostgreSQL is used.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// External PostgreSQL host (alternative to DATABASE_URL).
     #[arg(long, env = "PG_HOST")]
@@ -89,7 +91,7 @@ pub struct Config {
     #[arg(long, env = "PG_USER", default_value = "postgres")]
     pub pg_user: String,
     /// External PostgreSQL password (masked in the boot log).
-    #[arg(long, env = "PG_PASSWORD")]
+    #[arg(long, env = "PG_PASSWORD", hide_env_values = true)]
     pub pg_password: Option<String>,
     /// External PostgreSQL database.
     #[arg(long, env = "PG_DB", default_value = "postgres")]
@@ -297,7 +299,7 @@ pub struct Config {
     pub dev_unsafe: bool,
     /// AES-256 key (64 hex digits) sealing the payloads of queues with `encryptionEnabled`
     /// (docs/engine.md §3.1). Unset: such queues cannot be configured. Never echoed.
-    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = EncryptionKey::from_hex, hide_env_values = true)]
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = KeyParser, hide_env_values = true)]
     pub encryption_key: Option<EncryptionKey>,
     /// The disk spool (docs/engine.md §4.6): while push maintenance is on or PostgreSQL cannot
     /// be reached, pushes are written to local disk, answered `buffered`, and replayed once
@@ -401,7 +403,7 @@ impl Config {
 
     /// One line per setting, with passwords masked, for the boot log.
     pub fn describe(&self) -> String {
-        let url = self.database_url.as_deref().map(mask_url);
+        let url = self.database_url.as_deref().map(mask_dsn);
         let db = match (&url, &self.pg_host) {
             (Some(u), _) => u.clone(),
             (None, Some(h)) => format!(
@@ -498,27 +500,6 @@ impl Config {
             self.file_buffer_max_bytes,
             self.jwt.describe()
         )
-    }
-}
-
-/// Replaces the password of a URL's userinfo with `****`.
-fn mask_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_string();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:****{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_string(),
     }
 }
 

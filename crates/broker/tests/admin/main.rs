@@ -18,6 +18,7 @@ mod lifecycle;
 mod logs;
 mod migrations;
 mod prometheus;
+mod read_bounds;
 mod resources;
 mod retention;
 mod slow_clients;
