@@ -165,10 +165,20 @@ pub struct Config {
     /// many keep-alive connections small (docs/performance.md §7.2).
     #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub http_read_buffer_bytes: usize,
-    /// Most client connections served at once; further connections wait in the listen
-    /// backlog until one closes.
+    /// Most client connections served at once. Beyond it (or beyond a peer's share) a
+    /// connection is still accepted into a small spare pool that answers `/health` and a 503
+    /// with Retry-After to anything else; when that is full too it is closed at once.
     #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Percent of QUEEN_MAX_CONNECTIONS (and of the spare pool) one peer may hold: an IPv4
+    /// address, or an IPv6 /64. 100 turns the share off (behind one reverse proxy every client
+    /// is one peer).
+    #[arg(long, env = "QUEEN_PEER_CONNECTION_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub peer_connection_share: u8,
+    /// Milliseconds a new connection may stay silent before the broker closes it and frees
+    /// its slot (the idle timeout applies between the requests of a connection that sent one).
+    #[arg(long, env = "QUEEN_FIRST_BYTE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub first_byte_timeout_ms: u64,
     /// Apply the SQL schema files at boot.
     #[arg(long, env = "QUEEN_APPLY_SCHEMA", default_value = "true", value_parser = parse_bool)]
     pub apply_schema: bool,
@@ -424,7 +434,8 @@ impl Config {
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
-             http_read_buffer_bytes={} max_connections={} \
+             http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
+             first_byte_timeout_ms={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
              pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
@@ -454,6 +465,8 @@ impl Config {
             self.idle_timeout_ms,
             self.http_read_buffer_bytes,
             self.max_connections,
+            self.peer_connection_share,
+            self.first_byte_timeout_ms,
             self.apply_schema,
             self.stmt_timeout_ms,
             self.zstd_level,
