@@ -4,6 +4,7 @@
 
 mod ack;
 pub mod auth;
+pub mod budget;
 mod dashboard;
 mod dlq;
 mod error;
@@ -28,11 +29,12 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 
 use crate::engine::Engine;
 use auth::Auth;
+use budget::BodyBudget;
 
 /// Every route of the broker, each behind the authentication layer (a no-op with auth off).
 pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
@@ -59,6 +61,7 @@ pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
             state.clone(),
             observe::request,
         ))
+        .layer(Extension(BodyBudget::new(&state.cfg)))
         .with_state(state)
 }
 
