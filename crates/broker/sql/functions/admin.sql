@@ -44,6 +44,9 @@ DROP FUNCTION IF EXISTS queen.admin_counts_json(numeric, numeric, numeric, numer
 -- calls ambiguous.
 DROP FUNCTION IF EXISTS queen.admin_set_subscription_v1(text, timestamptz);
 DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, text[], jsonb);
+-- Message detail checks the partition's tenant before anything is read (admin_message_v1's
+-- old form is dropped above): the forms without p_tenant would make calls ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_message_unindexed_v1(bigint, int);
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
@@ -589,14 +592,18 @@ END
 $$;
 
 -- Segments whose sidecar rows were purged (below txns_start), newest first, at most
--- p_limit: the bounded fallback the broker scans when the sidecar has no match.
-CREATE OR REPLACE FUNCTION queen.admin_message_unindexed_v1(p_pid bigint, p_limit int)
+-- p_limit: the bounded fallback the broker scans when the sidecar has no match. None unless
+-- the partition is p_tenant's: another tenant's segments are never read.
+CREATE OR REPLACE FUNCTION queen.admin_message_unindexed_v1(p_pid bigint, p_limit int,
+                                                            p_tenant text DEFAULT '')
 RETURNS TABLE(r_base bigint, r_blob bytea)
 LANGUAGE sql STABLE AS $$
     SELECT s.base_offset, s.blob
       FROM queen.log_segments s
       JOIN queen.log_partitions p ON p.id = s.partition_id
+      JOIN queen.queues q ON q.id = p.queue_id
      WHERE s.partition_id = p_pid AND s.base_offset < p.txns_start
+       AND q.tenant_id = COALESCE(p_tenant, '')
      ORDER BY s.base_offset DESC
      LIMIT p_limit
 $$;
@@ -604,8 +611,10 @@ $$;
 -- Everything about offset p_off of partition p_pid except the frame itself: the covering
 -- segment (the broker decodes frame r_offset − r_base) and the message's state (partition,
 -- queue, config, status, DLQ, one consumer-group entry per cursor row ordered by name). With
--- p_off NULL the offset is located through the hash. No row: unknown or retained away.
-CREATE OR REPLACE FUNCTION queen.admin_message_v1(p_pid bigint, p_hash bytea, p_off bigint)
+-- p_off NULL the offset is located through the hash. No row: unknown, retained away, or on a
+-- partition that is not p_tenant's (checked first: nothing of another tenant is located or read).
+CREATE OR REPLACE FUNCTION queen.admin_message_v1(p_pid bigint, p_hash bytea, p_off bigint,
+                                                  p_tenant text DEFAULT '')
 RETURNS TABLE(r_offset bigint, r_base bigint, r_blob bytea, r_created_at text,
               r_partition_id text, r_partition text, r_queue text, r_namespace text,
               r_task text, r_status text, r_error text, r_retry_count int,
@@ -614,7 +623,7 @@ RETURNS TABLE(r_offset bigint, r_base bigint, r_blob bytea, r_created_at text,
               r_mode text, r_groups text[], r_consumed bool[], r_group_leases text[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    v_off bigint := COALESCE(p_off, queen.admin_message_locate_v1(p_pid, p_hash));
+    v_off bigint;
     v_named int;
     v_queue_mode bool;
     v_all_named bool;
@@ -623,6 +632,12 @@ DECLARE
     v_status text;
     v_has_queue_mode bool;
 BEGIN
+    PERFORM 1 FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+     WHERE lp.id = p_pid AND q.tenant_id = COALESCE(p_tenant, '');
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_off := COALESCE(p_off, queen.admin_message_locate_v1(p_pid, p_hash));
     IF v_off IS NULL THEN
         RETURN;
     END IF;

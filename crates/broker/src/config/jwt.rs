@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use super::{mask_url, parse_bool};
+use super::{mask_dsn, parse_bool};
 
 /// A signature algorithm `JWT_ALGORITHM` may name.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,7 +282,7 @@ impl JwtConfig {
                 return Err(format!(
                     "JWT_JWKS_URL {} is http://: keys fetched without TLS can be replaced on \
                      the way. Use https://, or set JWT_JWKS_ALLOW_HTTP=true",
-                    mask_url(url)
+                    mask_dsn(url)
                 ));
             }
         }
@@ -305,7 +305,7 @@ impl JwtConfig {
             set(&self.public_key),
             self.jwks_url
                 .as_deref()
-                .map(mask_url)
+                .map(mask_dsn)
                 .unwrap_or_else(|| "unset".into()),
             self.jwks_refresh_interval_s,
             self.jwks_timeout_ms,

@@ -7,9 +7,11 @@ use clap::{Args, ValueEnum};
 
 mod browser;
 mod jwt;
+mod mask;
 
 pub use browser::BrowserConfig;
 pub use jwt::{DefaultRole, JwtAlgorithm, JwtConfig, SkipPath};
+use mask::{mask_dsn, KeyParser};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
 /// anything else is a boot error rather than a silent default.
@@ -79,7 +81,7 @@ pub struct Config {
     pub host: String,
     /// External PostgreSQL URL (e.g. postgresql://user:pass@host:5432/db). Unset, and no
     /// PG_HOST either: the embedded PostgreSQL is used.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// External PostgreSQL host (alternative to DATABASE_URL).
     #[arg(long, env = "PG_HOST")]
@@ -91,7 +93,7 @@ pub struct Config {
     #[arg(long, env = "PG_USER", default_value = "postgres")]
     pub pg_user: String,
     /// External PostgreSQL password (masked in the boot log).
-    #[arg(long, env = "PG_PASSWORD")]
+    #[arg(long, env = "PG_PASSWORD", hide_env_values = true)]
     pub pg_password: Option<String>,
     /// External PostgreSQL database.
     #[arg(long, env = "PG_DB", default_value = "postgres")]
@@ -165,10 +167,20 @@ pub struct Config {
     /// many keep-alive connections small (docs/performance.md §7.2).
     #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub http_read_buffer_bytes: usize,
-    /// Most client connections served at once; further connections wait in the listen
-    /// backlog until one closes.
+    /// Most client connections served at once. Beyond it (or beyond a peer's share) a
+    /// connection is still accepted into a small spare pool that answers `/health` and a 503
+    /// with Retry-After to anything else; when that is full too it is closed at once.
     #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Percent of QUEEN_MAX_CONNECTIONS (and of the spare pool) one peer may hold: an IPv4
+    /// address, or an IPv6 /64. 100 turns the share off (behind one reverse proxy every client
+    /// is one peer).
+    #[arg(long, env = "QUEEN_PEER_CONNECTION_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub peer_connection_share: u8,
+    /// Milliseconds a new connection may stay silent before the broker closes it and frees
+    /// its slot (the idle timeout applies between the requests of a connection that sent one).
+    #[arg(long, env = "QUEEN_FIRST_BYTE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub first_byte_timeout_ms: u64,
     /// Apply the SQL schema files at boot.
     #[arg(long, env = "QUEEN_APPLY_SCHEMA", default_value = "true", value_parser = parse_bool)]
     pub apply_schema: bool,
@@ -299,7 +311,7 @@ pub struct Config {
     pub dev_unsafe: bool,
     /// AES-256 key (64 hex digits) sealing the payloads of queues with `encryptionEnabled`
     /// (docs/engine.md §3.1). Unset: such queues cannot be configured. Never echoed.
-    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = EncryptionKey::from_hex, hide_env_values = true)]
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", value_parser = KeyParser, hide_env_values = true)]
     pub encryption_key: Option<EncryptionKey>,
     /// The disk spool (docs/engine.md §4.6): while push maintenance is on or PostgreSQL cannot
     /// be reached, pushes are written to local disk, answered `buffered`, and replayed once
@@ -407,7 +419,7 @@ impl Config {
 
     /// One line per setting, with passwords masked, for the boot log.
     pub fn describe(&self) -> String {
-        let url = self.database_url.as_deref().map(mask_url);
+        let url = self.database_url.as_deref().map(mask_dsn);
         let db = match (&url, &self.pg_host) {
             (Some(u), _) => u.clone(),
             (None, Some(h)) => format!(
@@ -428,7 +440,8 @@ impl Config {
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} max_body={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
-             http_read_buffer_bytes={} max_connections={} \
+             http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
+             first_byte_timeout_ms={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
              pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
@@ -458,6 +471,8 @@ impl Config {
             self.idle_timeout_ms,
             self.http_read_buffer_bytes,
             self.max_connections,
+            self.peer_connection_share,
+            self.first_byte_timeout_ms,
             self.apply_schema,
             self.stmt_timeout_ms,
             self.zstd_level,
@@ -505,27 +520,6 @@ impl Config {
             self.jwt.describe(),
             self.browser.describe()
         )
-    }
-}
-
-/// Replaces the password of a URL's userinfo with `****`.
-fn mask_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_string();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:****{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_string(),
     }
 }
 

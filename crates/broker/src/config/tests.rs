@@ -1,12 +1,51 @@
 use super::*;
 
+#[derive(clap::Parser)]
+struct Serve {
+    #[command(flatten)]
+    cfg: Config,
+}
+
 #[test]
-fn masks_passwords() {
-    assert_eq!(
-        mask_url("postgresql://u:secret@h:5432/db"),
-        "postgresql://u:****@h:5432/db"
-    );
-    assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
+fn the_boot_line_masks_every_dsn_password() {
+    for dsn in [
+        "postgresql://u:hunter2@h:5432/db",
+        "postgresql://h/db?user=u&password=hunter2",
+        "host=h user=u password=hunter2 dbname=d",
+    ] {
+        let cfg = <Serve as clap::Parser>::parse_from(["queen", "--database-url", dsn]).cfg;
+        let line = cfg.describe();
+        assert!(!line.contains("hunter2"), "{dsn}: {line}");
+        assert!(line.contains("****"), "{dsn}: {line}");
+    }
+}
+
+#[test]
+fn a_malformed_encryption_key_is_refused_without_echoing_it() {
+    let typo = format!("{}zz", "ab".repeat(31));
+    let err = <Serve as clap::Parser>::try_parse_from(["queen", "--encryption-key", &typo])
+        .err()
+        .expect("a malformed key is refused");
+    let text = err.to_string();
+    assert!(!text.contains(&typo) && !text.contains("abab"), "{text}");
+    assert!(text.contains("QUEEN_ENCRYPTION_KEY"), "{text}");
+}
+
+#[test]
+fn help_never_shows_the_values_of_secret_variables() {
+    let cmd = <Serve as clap::CommandFactory>::command();
+    for secret in [
+        "DATABASE_URL",
+        "PG_PASSWORD",
+        "QUEEN_ENCRYPTION_KEY",
+        "JWT_SECRET",
+    ] {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_env() == Some(std::ffi::OsStr::new(secret)))
+            .unwrap_or_else(|| panic!("{secret} is a setting"));
+        assert!(arg.is_hide_env_values_set(), "{secret} shown by --help");
+    }
 }
 
 #[test]
@@ -34,11 +73,6 @@ fn peer_wake_is_auto_by_default_and_on_only_with_an_external_database() {
     assert_eq!(parse_peer_wake("on"), Ok(PeerWake::On));
     assert_eq!(parse_peer_wake("0"), Ok(PeerWake::Off));
     assert!(parse_peer_wake("sometimes").is_err());
-    #[derive(clap::Parser)]
-    struct Serve {
-        #[command(flatten)]
-        cfg: Config,
-    }
     let mut cfg = <Serve as clap::Parser>::parse_from(["queen"]).cfg;
     cfg.database_url = None;
     cfg.pg_host = None;

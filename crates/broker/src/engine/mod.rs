@@ -97,8 +97,14 @@ impl Engine {
             hotlist: hotlist.clone(),
             counters: counters.clone(),
         };
-        let segment_writer =
-            SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
+        let spool = spool.map(Arc::new);
+        let segment_writer = SegmentWriter::new(
+            store.clone(),
+            cfg.zstd_level,
+            effects,
+            encryption.clone(),
+            spool.clone(),
+        );
         let push_fusion = PushFusion::start(
             FusionConfig {
                 shards: cfg.fusion_shards,
@@ -186,10 +192,12 @@ fn open_spool(cfg: &Config) -> Result<Option<Spool>, BootError> {
         max_bytes: cfg.file_buffer_max_bytes,
         messages_per_file: cfg.file_buffer_events_per_file,
     };
-    let (spool, recovered) = Spool::open(&dir, limits).map_err(|source| BootError::Spool {
-        dir: dir.display().to_string(),
-        source,
-    })?;
+    let master = cfg.encryption_key.as_ref().map(|k| k.bytes());
+    let (spool, recovered) =
+        Spool::open(&dir, limits, master).map_err(|source| BootError::Spool {
+            dir: dir.display().to_string(),
+            source,
+        })?;
     if recovered.dropped_bytes > 0 {
         tracing::warn!(
             dir = %dir.display(),

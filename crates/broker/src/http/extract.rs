@@ -108,6 +108,27 @@ pub fn count_param(name: &str, text: Option<&str>, min: i32) -> Result<Option<i3
         .transpose()
 }
 
+/// The most rows one page of a listing may ask for (`limit` of `GET /api/v1/dlq`,
+/// `partitionLimit` of a queue's detail; docs/wire.md §11, §14).
+pub const MAX_PAGE_LIMIT: i32 = 1000;
+
+/// An optional page size: absent or empty is `None`; anything but an integer from 1 to
+/// [`MAX_PAGE_LIMIT`] is a 400 naming the parameter and the range.
+pub fn limit_param(name: &str, text: Option<&str>) -> Result<Option<i32>, Error> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<i32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    Error::bad(format!(
+                        "{name} must be an integer from 1 to {MAX_PAGE_LIMIT}"
+                    ))
+                })
+        })
+        .transpose()
+}
+
 /// Path parameters parsed into `T`, with a JSON 400 that names the problem (axum's own
 /// rejection, e.g. for a segment that is not UTF-8 once percent-decoded, is plain text).
 pub struct Path<T>(pub T);
