@@ -1,4 +1,4 @@
-//! The browser guard (docs/wire.md §1.3, README "Browsers"): what keeps a web page a user
+//! The browser guard (docs/wire.md §1.4, README "Browsers"): what keeps a web page a user
 //! merely opens from driving the broker through the user's browser. Every request passes it,
 //! before authentication:
 //!
