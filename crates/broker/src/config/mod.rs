@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+mod browser;
 mod jwt;
 mod mask;
 
-pub use jwt::{JwtAlgorithm, JwtConfig};
+pub use browser::BrowserConfig;
+pub use jwt::{DefaultRole, JwtAlgorithm, JwtConfig, SkipPath};
 use mask::{mask_dsn, KeyParser};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
@@ -337,6 +339,9 @@ pub struct Config {
     /// Bearer-token authentication (docs/wire.md §1).
     #[command(flatten)]
     pub jwt: JwtConfig,
+    /// Cross-site requests and DNS rebinding (docs/wire.md §1.4).
+    #[command(flatten)]
+    pub browser: BrowserConfig,
 }
 
 /// The at-rest encryption key. Its `Debug` (and the boot log) says only that it is set.
@@ -365,7 +370,8 @@ impl std::fmt::Debug for EncryptionKey {
 impl Config {
     /// Refuses configurations that cannot work (before anything is started).
     pub fn check(&self) -> Result<(), String> {
-        self.jwt.check()
+        self.jwt.check()?;
+        self.browser.check()
     }
 
     /// True when no external database is configured and the embedded cluster is used.
@@ -444,7 +450,7 @@ impl Config {
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} malloc_trim_ms={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
-             spool_events_per_file={} spool_max_bytes={} {}",
+             spool_events_per_file={} spool_max_bytes={} {} {}",
             self.host,
             self.port,
             db,
@@ -511,7 +517,8 @@ impl Config {
             self.file_buffer_max_batch,
             self.file_buffer_events_per_file,
             self.file_buffer_max_bytes,
-            self.jwt.describe()
+            self.jwt.describe(),
+            self.browser.describe()
         )
     }
 }

@@ -4,6 +4,7 @@
 
 mod ack;
 pub mod auth;
+pub mod browser;
 mod dashboard;
 mod dlq;
 mod error;
@@ -33,9 +34,11 @@ use serde_json::json;
 
 use crate::engine::Engine;
 use auth::Auth;
+use browser::Guard;
 
-/// Every route of the broker, each behind the authentication layer (a no-op with auth off).
-pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
+/// Every route of the broker, each behind the authentication layer (a no-op with auth off),
+/// and every request behind the browser guard.
+pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
     Router::new()
         .merge(health::routes())
         .merge(prometheus::routes())
@@ -55,6 +58,7 @@ pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(guard, browser::guard))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             observe::request,
