@@ -1,4 +1,4 @@
-//! The settings of the browser guard (docs/wire.md §1.3, `http/browser.rs`): which other web
+//! The settings of the browser guard (docs/wire.md §1.4, `http/browser.rs`): which other web
 //! origins may send requests to the broker, and which host names it answers to with auth off.
 //! Flattened into [`super::Config`].
 

@@ -345,7 +345,7 @@ pub struct Config {
     /// Bearer-token authentication (docs/wire.md §1).
     #[command(flatten)]
     pub jwt: JwtConfig,
-    /// Cross-site requests and DNS rebinding (docs/wire.md §1.3).
+    /// Cross-site requests and DNS rebinding (docs/wire.md §1.4).
     #[command(flatten)]
     pub browser: BrowserConfig,
 }

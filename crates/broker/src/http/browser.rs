@@ -1,11 +1,11 @@
-//! The browser guard (docs/wire.md §1.3, README "Browsers"): what keeps a web page a user
+//! The browser guard (docs/wire.md §1.4, README "Browsers"): what keeps a web page a user
 //! merely opens from driving the broker through the user's browser. Every request passes it,
 //! before authentication:
 //!
 //! - **cross-site requests**: a request a browser marks as coming from another site
-//!   (`Sec-Fetch-Site: cross-site` or `same-site`, an `<img>` tag's GET included), or whose
-//!   `Origin` is not the broker's own, is refused with 403 unless that origin is in
-//!   `QUEEN_ALLOWED_ORIGINS`;
+//!   (`Sec-Fetch-Site: cross-site` or `same-site`, an `<img>` tag's GET included), or, from a
+//!   browser that sends no `Sec-Fetch-Site`, whose `Origin` is not the broker's own (its
+//!   `Host`), is refused with 403 unless that origin is in `QUEEN_ALLOWED_ORIGINS`;
 //! - **DNS rebinding** (auth off only: with auth on a page has no token to send): a request
 //!   naming a `Host` the broker does not answer to is refused with 403. It answers to IP
 //!   addresses, `localhost` and `*.localhost`, names without a dot, its `HOST` setting and
@@ -81,8 +81,11 @@ impl Guard {
             (Some(origin), Some(host)) => authority(origin) == Some(&host.to_ascii_lowercase()),
             _ => false,
         };
+        // A browser's own word wins (a page cannot set `Sec-` headers): behind a proxy that
+        // rewrites `Host`, the dashboard's `Origin` no longer matches it, but it is same-origin.
         let foreign = match site.as_deref() {
             Some("cross-site" | "same-site") => true,
+            Some("same-origin" | "none") => false,
             _ => origin.is_some() && !own,
         };
         if foreign && !self.origin_allowed(origin.as_deref()) {
@@ -274,6 +277,25 @@ mod tests {
             ("sec-fetch-site", "same-origin"),
         ];
         assert_eq!(code(&g, Method::GET, pop, &same), "ok", "the dashboard");
+        let proxied = [
+            ("host", "queen:6632"),
+            ("origin", "https://queen.example.com"),
+            ("sec-fetch-site", "same-origin"),
+        ];
+        assert_eq!(
+            code(&g, Method::POST, "/api/v1/dlq", &proxied),
+            "ok",
+            "Host rewritten"
+        );
+        let old_browser = [
+            ("host", "queen:6632"),
+            ("origin", "https://queen.example.com"),
+        ];
+        assert_eq!(
+            code(&g, Method::POST, "/api/v1/dlq", &old_browser),
+            "cross_site_refused",
+            "without Sec-Fetch-Site, Origin must match Host"
+        );
         let typed = [host, ("sec-fetch-site", "none")];
         assert_eq!(code(&g, Method::GET, pop, &typed), "ok", "a typed URL");
         let app = [

@@ -1,4 +1,4 @@
-//! The browser guard (`http/browser.rs`, docs/wire.md §1.3) against real brokers with auth off,
+//! The browser guard (`http/browser.rs`, docs/wire.md §1.4) against real brokers with auth off,
 //! the default: a cross-site pop (an `<img>` tag, a page's `fetch`) is refused and claims
 //! nothing, a `text/plain` or form body never reaches a handler (415), a request naming a host
 //! of a rebinding attacker is refused, while origins and hosts the operator allowed, the
