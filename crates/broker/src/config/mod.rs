@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+mod browser;
 mod jwt;
 mod mask;
 
-pub use jwt::{JwtAlgorithm, JwtConfig};
+pub use browser::BrowserConfig;
+pub use jwt::{DefaultRole, JwtAlgorithm, JwtConfig, SkipPath};
 use mask::{mask_dsn, KeyParser};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
@@ -146,6 +148,12 @@ pub struct Config {
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// MiB that the compressed binary bodies in flight may inflate to, all together: a body is
+    /// charged what its headers announce before anything is inflated, and holds the charge
+    /// until it is answered. A body that does not fit now answers 503 with Retry-After; one
+    /// announcing more than this alone (or than QUEEN_MAX_BODY_BYTES), 413.
+    #[arg(long, env = "QUEEN_BODY_BUDGET_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub body_budget_mb: u64,
     /// Milliseconds a request head (request line and headers) may take to arrive, from its
     /// first byte; past it the connection is closed.
     #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -337,6 +345,9 @@ pub struct Config {
     /// Bearer-token authentication (docs/wire.md §1).
     #[command(flatten)]
     pub jwt: JwtConfig,
+    /// Cross-site requests and DNS rebinding (docs/wire.md §1.4).
+    #[command(flatten)]
+    pub browser: BrowserConfig,
 }
 
 /// The at-rest encryption key. Its `Debug` (and the boot log) says only that it is set.
@@ -365,7 +376,8 @@ impl std::fmt::Debug for EncryptionKey {
 impl Config {
     /// Refuses configurations that cannot work (before anything is started).
     pub fn check(&self) -> Result<(), String> {
-        self.jwt.check()
+        self.jwt.check()?;
+        self.browser.check()
     }
 
     /// True when no external database is configured and the embedded cluster is used.
@@ -380,6 +392,14 @@ impl Config {
             PeerWake::Off => false,
             PeerWake::Auto => !self.embedded(),
         }
+    }
+
+    /// The in-flight budget of inflated body bytes (`QUEEN_BODY_BUDGET_MB`).
+    pub fn body_budget_bytes(&self) -> usize {
+        usize::try_from(self.body_budget_mb)
+            .ok()
+            .and_then(|mb| mb.checked_mul(1 << 20))
+            .unwrap_or(usize::MAX)
     }
 
     /// The embedded cluster's directory.
@@ -432,7 +452,7 @@ impl Config {
         };
         format!(
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
-             metrics_max_queues={} max_body={} \
+             metrics_max_queues={} max_body={} body_budget_mb={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
              first_byte_timeout_ms={} \
@@ -444,7 +464,7 @@ impl Config {
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} malloc_trim_ms={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
-             spool_events_per_file={} spool_max_bytes={} {}",
+             spool_events_per_file={} spool_max_bytes={} {} {}",
             self.host,
             self.port,
             db,
@@ -460,6 +480,7 @@ impl Config {
             self.log_format.as_str(),
             self.metrics_max_queues,
             self.max_body_bytes,
+            self.body_budget_mb,
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
             self.idle_timeout_ms,
@@ -511,7 +532,8 @@ impl Config {
             self.file_buffer_max_batch,
             self.file_buffer_events_per_file,
             self.file_buffer_max_bytes,
-            self.jwt.describe()
+            self.jwt.describe(),
+            self.browser.describe()
         )
     }
 }

@@ -8,6 +8,7 @@
 use queen_test_harness as common;
 
 mod auth;
+mod browser;
 mod cli;
 mod configure;
 mod connection_slots;
