@@ -39,6 +39,7 @@ use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::hotlist::{HotList, HotListConfig};
+use crate::accel::one_flight::OneFlight;
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
@@ -121,6 +122,7 @@ impl Engine {
                 cfg.ack_fusion_shards as usize,
             )
         });
+        let metrics_samples = OneFlight::new(Duration::from_millis(cfg.metrics_cache_ms));
         Engine::from_inner(Inner {
             cfg,
             store,
@@ -137,6 +139,7 @@ impl Engine {
             ack_fusion,
             counters,
             telemetry: Telemetry::start(),
+            metrics_samples,
             retention: RetentionCounters::default(),
             started: Instant::now(),
             broker_id,

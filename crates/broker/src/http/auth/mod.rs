@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::config::JwtConfig;
+use crate::config::{JwtConfig, MetricsAccess};
 use crate::error::{Error, Result};
 use access::{Access, Role};
 use queen_proto::tenant::Tenant;
@@ -44,16 +44,19 @@ pub struct Auth {
     /// `None` when auth is off.
     verifier: Option<Verifier>,
     skip_paths: Vec<String>,
+    /// What `/metrics` and `/metrics/prometheus` ask of a caller (`QUEEN_METRICS_ACCESS`).
+    metrics: Access,
 }
 
 impl Auth {
     /// The layer's state for `cfg`; a configuration that cannot work is refused with the
     /// reason (the broker does not start).
-    pub fn from_config(cfg: &JwtConfig) -> Result<Arc<Auth>, String> {
+    pub fn from_config(cfg: &JwtConfig, metrics: MetricsAccess) -> Result<Arc<Auth>, String> {
         let verifier = cfg.enabled.then(|| Verifier::new(cfg)).transpose()?;
         Ok(Arc::new(Auth {
             verifier,
             skip_paths: cfg.skip_paths().map(str::to_string).collect(),
+            metrics: access::metrics(metrics),
         }))
     }
 
@@ -71,6 +74,7 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
         return next.run(req).await;
     };
     let access = match req.extensions().get::<MatchedPath>() {
+        Some(template) if access::METRICS_ROUTES.contains(&template.as_str()) => Some(auth.metrics),
         Some(template) => access::required(req.method().as_str(), template.as_str()),
         None => Some(Access::Needs(Role::Admin)),
     };
@@ -185,6 +189,7 @@ mod tests {
         let auth = Auth {
             verifier: None,
             skip_paths: vec!["/api/v1/status".into(), "/open/".into()],
+            metrics: Access::Public,
         };
         assert!(auth.skipped("/api/v1/status"));
         assert!(!auth.skipped("/api/v1/status/x"));
