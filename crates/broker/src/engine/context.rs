@@ -41,7 +41,7 @@ pub struct Inner {
     pub maintenance: MaintenanceFlags,
     /// Where pushes wait while PostgreSQL cannot take them (docs/engine.md §4.6); `None` when
     /// `FILE_BUFFER_ENABLED` is off.
-    pub spool: Option<Spool>,
+    pub spool: Option<Arc<Spool>>,
     /// Per (queue, group), the partitions known to have work (docs/engine.md §7); used by
     /// wildcard pops when `cfg.hotlist` is on, fed by every commit and ack regardless.
     pub hotlist: HotList,

@@ -98,8 +98,14 @@ impl Engine {
             hotlist: hotlist.clone(),
             counters: counters.clone(),
         };
-        let segment_writer =
-            SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
+        let spool = spool.map(Arc::new);
+        let segment_writer = SegmentWriter::new(
+            store.clone(),
+            cfg.zstd_level,
+            effects,
+            encryption.clone(),
+            spool.clone(),
+        );
         let push_fusion = PushFusion::start(
             FusionConfig {
                 shards: cfg.fusion_shards,

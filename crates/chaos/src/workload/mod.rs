@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::history::History;
-use crate::profile::Profile;
+use crate::profile::{Profile, FAR_BEHIND_DEDUP_SECS};
 
 /// `dedupWindowSeconds` default (retries answer `duplicate`) and 0 (retries store copies).
 pub const QUEUES: [&str; 2] = ["chaos-dedup", "chaos-nodedup"];
@@ -106,6 +106,8 @@ pub async fn setup(ctx: &Ctx) -> Result<()> {
         });
         if i == 1 {
             options["dedupWindowSeconds"] = json!(0);
+        } else if ctx.profile.far_behind {
+            options["dedupWindowSeconds"] = json!(FAR_BEHIND_DEDUP_SECS);
         }
         queen
             .queue(*q)
