@@ -148,6 +148,12 @@ pub struct Config {
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// MiB that the compressed binary bodies in flight may inflate to, all together: a body is
+    /// charged what its headers announce before anything is inflated, and holds the charge
+    /// until it is answered. A body that does not fit now answers 503 with Retry-After; one
+    /// announcing more than this alone (or than QUEEN_MAX_BODY_BYTES), 413.
+    #[arg(long, env = "QUEEN_BODY_BUDGET_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub body_budget_mb: u64,
     /// Milliseconds a request head (request line and headers) may take to arrive, from its
     /// first byte; past it the connection is closed.
     #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -388,6 +394,14 @@ impl Config {
         }
     }
 
+    /// The in-flight budget of inflated body bytes (`QUEEN_BODY_BUDGET_MB`).
+    pub fn body_budget_bytes(&self) -> usize {
+        usize::try_from(self.body_budget_mb)
+            .ok()
+            .and_then(|mb| mb.checked_mul(1 << 20))
+            .unwrap_or(usize::MAX)
+    }
+
     /// The embedded cluster's directory.
     pub fn pg_dir(&self) -> PathBuf {
         self.data_dir.join("pg")
@@ -438,7 +452,7 @@ impl Config {
         };
         format!(
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
-             metrics_max_queues={} max_body={} \
+             metrics_max_queues={} max_body={} body_budget_mb={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
              first_byte_timeout_ms={} \
@@ -466,6 +480,7 @@ impl Config {
             self.log_format.as_str(),
             self.metrics_max_queues,
             self.max_body_bytes,
+            self.body_budget_mb,
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
             self.idle_timeout_ms,

@@ -5,6 +5,7 @@
 mod ack;
 pub mod auth;
 pub mod browser;
+pub mod budget;
 mod dashboard;
 mod dlq;
 mod error;
@@ -29,12 +30,13 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 
 use crate::engine::Engine;
 use auth::Auth;
 use browser::Guard;
+use budget::BodyBudget;
 
 /// Every route of the broker, each behind the authentication layer (a no-op with auth off),
 /// and every request behind the browser guard.
@@ -63,6 +65,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
             state.clone(),
             observe::request,
         ))
+        .layer(Extension(BodyBudget::new(&state.cfg)))
         .with_state(state)
 }
 
