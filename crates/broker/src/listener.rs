@@ -38,10 +38,14 @@ use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use slots::{Grant, Refusal, Slots};
 
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Connections refused a slot are logged, each kind at most once per window.
+static SLOT_REFUSALS: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
 /// The one path a spare connection serves.
 const HEALTH_PATH: &str = "/health";
@@ -94,9 +98,23 @@ pub async fn serve(
         };
         let (slot, scope) = match slots.assign(peer.ip()) {
             Grant::Slot(slot) => (slot, Scope::Full),
-            Grant::Spare(slot, why) => (slot, Scope::HealthOnly(why)),
+            Grant::Spare(slot, why) => {
+                let what = match why {
+                    Refusal::Full => "connection limit reached: answering /health only",
+                    Refusal::PeerShare => {
+                        "a peer holds its share of connections: answering it /health only"
+                    }
+                };
+                if let Some(suppressed) = SLOT_REFUSALS.admit(what) {
+                    tracing::warn!(%peer, suppressed, "{what}");
+                }
+                (slot, Scope::HealthOnly(why))
+            }
             Grant::None => {
-                tracing::debug!(%peer, "no connection slot, not even a spare one: closed");
+                let what = "no connection slot, not even a spare one: closing connections";
+                if let Some(suppressed) = SLOT_REFUSALS.admit(what) {
+                    tracing::warn!(%peer, suppressed, "{what}");
+                }
                 continue;
             }
         };
