@@ -27,7 +27,7 @@ pub struct RunningServer {
 /// Builds the pool, applies the schema (when configured) and starts serving on
 /// `cfg.host:cfg.port` (port 0 picks a free one; see `RunningServer::addr`).
 pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<RunningServer> {
-    let auth = Auth::from_config(&cfg.jwt).map_err(anyhow::Error::msg)?;
+    let auth = Auth::from_config(&cfg.jwt, cfg.metrics_access).map_err(anyhow::Error::msg)?;
     let guard = Guard::from_config(&cfg).map_err(anyhow::Error::msg)?;
     let state = Engine::boot(cfg, pg).await?;
     let listener = TcpListener::bind((state.cfg.host.as_str(), state.cfg.port)).await?;

@@ -25,6 +25,30 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// Who may read `/metrics` and `/metrics/prometheus` when auth is on (`QUEEN_METRICS_ACCESS`,
+/// docs/wire.md §15): anyone, or a token with at least the named role.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAccess {
+    /// No token needed.
+    Public,
+    #[value(name = "read-only")]
+    ReadOnly,
+    #[value(name = "read-write")]
+    ReadWrite,
+    Admin,
+}
+
+impl MetricsAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsAccess::Public => "public",
+            MetricsAccess::ReadOnly => "read-only",
+            MetricsAccess::ReadWrite => "read-write",
+            MetricsAccess::Admin => "admin",
+        }
+    }
+}
+
 /// How log lines are written (docs/wire.md §15, "Logs").
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -145,6 +169,19 @@ pub struct Config {
     /// pending messages), and most (queue, group) lag series; totals cover every queue.
     #[arg(long, env = "QUEEN_METRICS_MAX_QUEUES", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub metrics_max_queues: u32,
+    /// Milliseconds one queue sample of /metrics/prometheus serves every scrape (per tenant);
+    /// concurrent scrapes share one read whatever this is.
+    #[arg(long, env = "QUEEN_METRICS_CACHE_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub metrics_cache_ms: u64,
+    /// Who may read /metrics and /metrics/prometheus when JWT_ENABLED is on: `public`, or a
+    /// token with at least the role `read-only`, `read-write` or `admin`.
+    #[arg(
+        long,
+        env = "QUEEN_METRICS_ACCESS",
+        value_enum,
+        default_value = "public"
+    )]
+    pub metrics_access: MetricsAccess,
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -452,7 +489,7 @@ impl Config {
         };
         format!(
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
-             metrics_max_queues={} max_body={} body_budget_mb={} \
+             metrics_max_queues={} metrics_cache_ms={} metrics_access={} max_body={} body_budget_mb={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
              first_byte_timeout_ms={} \
@@ -479,6 +516,8 @@ impl Config {
             self.log_level,
             self.log_format.as_str(),
             self.metrics_max_queues,
+            self.metrics_cache_ms,
+            self.metrics_access.as_str(),
             self.max_body_bytes,
             self.body_budget_mb,
             self.header_read_timeout_ms,

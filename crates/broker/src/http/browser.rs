@@ -18,12 +18,14 @@
 //!
 //! Clients that are no browser (the official clients, `curl`) send no `Origin` and no
 //! `Sec-Fetch-*` headers and are unaffected by the first rule; the dashboard is same-origin.
+//! Answers to an allowed origin carry CORS headers (`Access-Control-Allow-Origin`, and a 204
+//! to its preflights), so its scripts may send JSON and tokens and read the answers.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -75,19 +77,7 @@ impl Guard {
                 ));
             }
         }
-        let origin = text(headers, header::ORIGIN).map(|o| o.trim().to_ascii_lowercase());
-        let site = text(headers, "sec-fetch-site").map(str::to_ascii_lowercase);
-        let own = match (&origin, host) {
-            (Some(origin), Some(host)) => authority(origin) == Some(&host.to_ascii_lowercase()),
-            _ => false,
-        };
-        // A browser's own word wins (a page cannot set `Sec-` headers): behind a proxy that
-        // rewrites `Host`, the dashboard's `Origin` no longer matches it, but it is same-origin.
-        let foreign = match site.as_deref() {
-            Some("cross-site" | "same-site") => true,
-            Some("same-origin" | "none") => false,
-            _ => origin.is_some() && !own,
-        };
+        let (origin, foreign) = foreign(headers);
         if foreign && !self.origin_allowed(origin.as_deref()) {
             let from = origin
                 .as_deref()
@@ -137,6 +127,24 @@ impl Guard {
     }
 }
 
+/// The request's `Origin` (lower case), and whether the request comes from another site.
+fn foreign(headers: &HeaderMap) -> (Option<String>, bool) {
+    let origin = text(headers, header::ORIGIN).map(|o| o.trim().to_ascii_lowercase());
+    let site = text(headers, "sec-fetch-site").map(str::to_ascii_lowercase);
+    let own = match (&origin, text(headers, header::HOST)) {
+        (Some(origin), Some(host)) => authority(origin) == Some(&host.to_ascii_lowercase()),
+        _ => false,
+    };
+    // A browser's own word wins (a page cannot set `Sec-` headers): behind a proxy that
+    // rewrites `Host`, the dashboard's `Origin` no longer matches it, but it is same-origin.
+    let foreign = match site.as_deref() {
+        Some("cross-site" | "same-site") => true,
+        Some("same-origin" | "none") => false,
+        _ => origin.is_some() && !own,
+    };
+    (origin, foreign)
+}
+
 /// One refusal, rendered as `{"error", "code"}`.
 struct Refusal {
     status: StatusCode,
@@ -170,11 +178,54 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| req.uri().path(), MatchedPath::as_str);
-    match guard.refusal(req.method(), route, req.headers()) {
-        Some(refusal) => refusal.into_response(),
-        None => next.run(req).await,
+    if let Some(refusal) = guard.refusal(req.method(), route, req.headers()) {
+        return refusal.into_response();
     }
+    // Past the refusal, a request from another site comes from an allowed origin: CORS lets
+    // that origin's scripts send preflighted requests and read the answers.
+    let allowed = match foreign(req.headers()) {
+        (Some(_), true) => req.headers().get(header::ORIGIN).cloned(),
+        _ => None,
+    };
+    let Some(origin) = allowed else {
+        return next.run(req).await;
+    };
+    let preflight = req.method() == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut response = if preflight {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, HEAD, POST, DELETE"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static(PREFLIGHT_MAX_AGE_S),
+        );
+        r
+    } else {
+        let mut r = next.run(req).await;
+        r.headers_mut().insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("retry-after"),
+        );
+        r
+    };
+    let h = response.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("origin"));
+    response
 }
+
+/// Seconds a browser may keep a preflight's answer.
+const PREFLIGHT_MAX_AGE_S: &str = "600";
 
 fn text(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -229,8 +280,6 @@ fn answers_to(allowed: &[String], name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
     use super::*;
 
     fn guard(origins: Option<&[&str]>, hosts: Option<&[&str]>) -> Guard {

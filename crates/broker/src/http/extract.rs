@@ -167,6 +167,13 @@ pub const CONTENT_TYPE: &str = "application/x-queen-push";
 /// validated) on the blocking pool.
 const INLINE_PARSE_BYTES: usize = 256 * 1024;
 
+/// Whether a binary body of `wire` bytes announcing `announced` inflated bytes is parsed on
+/// the blocking pool: by the larger of the two, so a small body announcing a large inflation
+/// is not inflated on an async worker.
+fn off_workers(wire: usize, announced: usize) -> bool {
+    wire.max(announced) > INLINE_PARSE_BYTES
+}
+
 /// Whether the request carries a binary push or transaction body.
 pub fn is_binary(headers: &HeaderMap) -> bool {
     headers
@@ -201,7 +208,7 @@ pub async fn parse_binary<T: Send + 'static>(
         return Err(Error::DecompressedTooLarge(max));
     }
     let charge = budget.charge(announced.min(max))?;
-    let parsed = if body.len().max(announced) > INLINE_PARSE_BYTES {
+    let parsed = if off_workers(body.len(), announced) {
         tokio::task::spawn_blocking(move || parse(body, max))
             .await
             .map_err(|e| Error::internal(format!("binary body parse task failed: {e}")))?
@@ -222,6 +229,15 @@ pub async fn parse_binary<T: Send + 'static>(
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn a_small_body_announcing_a_large_inflation_is_parsed_off_the_workers() {
+        assert!(!off_workers(10 * 1024, 0));
+        assert!(!off_workers(10 * 1024, INLINE_PARSE_BYTES));
+        assert!(off_workers(10 * 1024, 64 << 20));
+        assert!(off_workers(INLINE_PARSE_BYTES + 1, 0));
+        assert!(off_workers(10, usize::MAX));
+    }
 
     #[test]
     fn recognises_the_content_type_with_parameters_and_any_case() {

@@ -2,7 +2,8 @@
 //! the default: a cross-site pop (an `<img>` tag, a page's `fetch`) is refused and claims
 //! nothing, a `text/plain` or form body never reaches a handler (415), a request naming a host
 //! of a rebinding attacker is refused, while origins and hosts the operator allowed, the
-//! dashboard's same-origin calls and clients that are no browser keep working; and the boot
+//! dashboard's same-origin calls and clients that are no browser keep working (an allowed
+//! origin gets CORS answers, its preflights included); and the boot
 //! log warns when auth is off on an address that is not loopback.
 
 use std::io::Write;
@@ -211,6 +212,52 @@ async fn allowed_origins_and_hosts_and_the_dashboard_work() {
     ];
     let answer = send(&b, Method::GET, path, &other, None).await;
     assert_eq!(answer.0, StatusCode::FORBIDDEN, "{}", answer.1);
+
+    // CORS for the allowed origin: its preflight is answered, and so are its JSON posts,
+    // readable by its scripts; another origin's preflight is refused.
+    let preflight = |origin: &'static str| {
+        b.http
+            .request(Method::OPTIONS, b.at("/api/v1/push"))
+            .header("origin", origin)
+            .header("sec-fetch-site", "cross-site")
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type")
+            .send()
+    };
+    let r = preflight("http://app.example:3000")
+        .await
+        .expect("preflight");
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let h = r.headers();
+    assert_eq!(h["access-control-allow-origin"], "http://app.example:3000");
+    assert!(h["access-control-allow-methods"]
+        .to_str()
+        .unwrap()
+        .contains("POST"));
+    assert!(h["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .contains("content-type"));
+    let r = preflight("http://evil.example").await.expect("preflight");
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    let r = b
+        .http
+        .post(b.at("/api/v1/push"))
+        .header("origin", "http://app.example:3000")
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"items": [{"queue": "allowed", "partition": "p", "payload": 2}]}))
+        .send()
+        .await
+        .expect("push");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://app.example:3000"
+    );
+    // No CORS headers for clients that are no browser.
+    let r = b.http.get(b.at("/health")).send().await.expect("health");
+    assert!(r.headers().get("access-control-allow-origin").is_none());
 
     let port = b.url.rsplit(':').next().expect("port").to_string();
     let named = format!("queen.example.com:{port}");

@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::config::{JwtConfig, SkipPath};
+use crate::config::{JwtConfig, MetricsAccess, SkipPath};
 use crate::error::{Error, Result};
 use access::{Access, Role};
 use queen_proto::tenant::Tenant;
@@ -54,16 +54,19 @@ pub struct Auth {
     /// `None` when auth is off.
     verifier: Option<Verifier>,
     skip_paths: Vec<SkipPath>,
+    /// What `/metrics` and `/metrics/prometheus` ask of a caller (`QUEEN_METRICS_ACCESS`).
+    metrics: Access,
 }
 
 impl Auth {
     /// The layer's state for `cfg`; a configuration that cannot work is refused with the
     /// reason (the broker does not start).
-    pub fn from_config(cfg: &JwtConfig) -> Result<Arc<Auth>, String> {
+    pub fn from_config(cfg: &JwtConfig, metrics: MetricsAccess) -> Result<Arc<Auth>, String> {
         let verifier = cfg.enabled.then(|| Verifier::new(cfg)).transpose()?;
         Ok(Arc::new(Auth {
             verifier,
             skip_paths: cfg.skip_rules()?,
+            metrics: access::metrics(metrics),
         }))
     }
 
@@ -82,6 +85,7 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
         return next.run(req).await;
     };
     let access = match req.extensions().get::<MatchedPath>() {
+        Some(template) if access::METRICS_ROUTES.contains(&template.as_str()) => Some(auth.metrics),
         Some(template) => access::required(req.method().as_str(), template.as_str()),
         None => Some(Access::Needs(Role::Admin)),
     };
@@ -211,6 +215,7 @@ mod tests {
         let auth = Auth {
             verifier: None,
             skip_paths: cfg.skip_rules().expect("valid entries"),
+            metrics: Access::Public,
         };
         assert!(auth.skipped("GET", "/api/v1/status"));
         assert!(auth.skipped("HEAD", "/api/v1/status"));
