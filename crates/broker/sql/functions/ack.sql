@@ -51,11 +51,27 @@
 -- answer never tells a foreign partition from a missing one. The form without it is dropped
 -- (a DEFAULT beside it would make calls ambiguous); a call that omits it acts for the
 -- default tenant.
+--
+-- p_span_offs / p_span_hashes (aligned): the leased batch resolved by position, for a batch
+-- whose hash-sidecar rows were purged (a group far behind the purge horizon). Under a lease
+-- the span [committed + 1, batch_end] may start below txns_start; those offsets have no
+-- log_txns row left, but the broker can read their transactionIds from the stored segments
+-- (log_ack_span_segments_v1) and hash them. Offsets are immutable, so such a pair is a fact,
+-- not a claim: it is used only for offsets of the leased span below txns_start. With
+-- p_span_offs NULL (the default) and such a purged part, nothing changes and the answer is
+--   {"ok":false,"purgedSpan":{"from":committed + 1,"to":batch_end},"error":…}
+-- asking for the pairs of the rest of the leased batch; the broker reads them and calls
+-- again. The whole rest, not only its purged part: a purge that moves txns_start between the
+-- two calls then costs nothing. With the pairs given, an offset below txns_start missing
+-- from them (its segment was retained away) is simply not found. A lease-less ack has no
+-- span, so it cannot resolve below txns_start.
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[]);
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[]);
+DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[], text);
 CREATE OR REPLACE FUNCTION queen.log_ack_by_hash_v1(
     p_partition_id bigint, p_group text, p_worker text, p_hashes bytea[], p_statuses text[],
-    p_fence bytea[] DEFAULT '{}', p_tenant text DEFAULT '')
+    p_fence bytea[] DEFAULT '{}', p_tenant text DEFAULT '',
+    p_span_offs bigint[] DEFAULT NULL, p_span_hashes bytea[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -78,6 +94,7 @@ DECLARE
     v_hi bigint;
     v_lo_base bigint;
     v_hi_bound bigint;
+    v_purged_to bigint;
     v_h bytea[];
     v_kind text[];
     v_eff bigint[];
@@ -97,6 +114,10 @@ BEGIN
     IF cardinality(p_hashes) IS DISTINCT FROM cardinality(p_statuses) THEN
         RAISE EXCEPTION 'log_ack_by_hash_v1: % hashes but % statuses',
             cardinality(p_hashes), cardinality(p_statuses);
+    END IF;
+    IF cardinality(p_span_offs) IS DISTINCT FROM cardinality(p_span_hashes) THEN
+        RAISE EXCEPTION 'log_ack_by_hash_v1: % span offsets but % span hashes',
+            cardinality(p_span_offs), cardinality(p_span_hashes);
     END IF;
 
     -- The only lock of the ack path.
@@ -123,9 +144,19 @@ BEGIN
     END IF;
 
     -- The ackable span: above the cursor and the sidecar purge watermark, and under a lease
-    -- no further than the leased batch.
+    -- no further than the leased batch. Under a lease whose batch starts below the watermark,
+    -- the purged part [committed + 1, v_purged_to] resolves by position (see the header).
     v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
     v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
+    IF v_by_lease AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
+        v_purged_to := LEAST(v_batch_end, v_txns_start - 1);
+        IF p_span_offs IS NULL THEN
+            RETURN jsonb_build_object(
+                'ok', false, 'error', 'hash rows of the leased batch were purged',
+                'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
+        END IF;
+        v_lo := v_committed + 1;
+    END IF;
 
     -- Ranges are disjoint and ascending, so the sidecar rows overlapping the span are the
     -- one covering lo and those based above it: a primary-key range scan. Under a lease the
@@ -172,6 +203,10 @@ BEGIN
             WHERE x.partition_id = p_partition_id
               AND x.base_offset BETWEEN v_lo_base AND v_hi_bound
               AND x.base_offset + u.idx BETWEEN v_lo AND v_hi_bound
+            UNION ALL
+            SELECT s.off, s.h
+            FROM unnest(p_span_offs, p_span_hashes) AS s(off, h)
+            WHERE s.off BETWEEN v_lo AND v_purged_to
         ) o ON o.h = i.h
         WHERE i.kind IS NOT NULL
     ),
@@ -343,9 +378,10 @@ $$;
 -- would do with the same acks, so a cover is refused ('batch changed since the pop') unless
 -- a lease is named, p_upto is the row's batch_end, the cursor has not entered the batch
 -- (committed <= batch_end - p_acked_count: a lease-less ack elsewhere may have acked part of
--- it, which the hash path would answer as noops) and no hash row of the batch was purged
--- (first offset >= txns_start: the hash path could not resolve those). A refused cover
--- changes nothing; the broker then takes the hash path. A cover answers like the hash path's
+-- it, which the hash path would answer as noops). A batch whose hash rows were purged is
+-- no reason to refuse: the hash path resolves a leased batch by position there (p_span_offs
+-- of log_ack_by_hash_v1), so it too would ack the whole batch. A refused cover changes
+-- nothing; the broker then takes the hash path. A cover answers like the hash path's
 -- release: "leaseReleased":true and "wakeQueue" when data is pending behind the new cursor,
 -- and total_consumed grows by the cursor's actual advance.
 DROP FUNCTION IF EXISTS queen.log_ack_at_v1(bigint, text, text, bigint, bool, int);
@@ -362,7 +398,6 @@ DECLARE
     v_new bigint;
     v_consumed bigint;
     v_last_offset bigint;
-    v_txns_start bigint;
     v_queue text;
 BEGIN
     SELECT committed, batch_end, worker_id, lease_expires_at
@@ -392,12 +427,11 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'position beyond leased batch');
     END IF;
     IF p_cover THEN
-        SELECT lp.last_offset, lp.txns_start, q.name INTO v_last_offset, v_txns_start, v_queue
+        SELECT lp.last_offset, q.name INTO v_last_offset, v_queue
         FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
         WHERE lp.id = p_partition_id;
         IF p_upto <> v_batch_end
-           OR v_committed > v_batch_end - GREATEST(COALESCE(p_acked_count, 0), 1)
-           OR v_batch_end - GREATEST(COALESCE(p_acked_count, 0), 1) + 1 < COALESCE(v_txns_start, 0) THEN
+           OR v_committed > v_batch_end - GREATEST(COALESCE(p_acked_count, 0), 1) THEN
             RETURN jsonb_build_object('ok', false, 'acked', 0, 'error', 'batch changed since the pop');
         END IF;
     END IF;
@@ -508,13 +542,12 @@ BEGIN
                              THEN 'invalid or expired lease'
                         WHEN w.upto > l.batch_end THEN 'position beyond leased batch'
                         WHEN w.upto <> l.batch_end OR l.committed > l.batch_end - w.cnt
-                             OR l.batch_end - w.cnt + 1 < COALESCE(k.txns_start, 0)
                              THEN 'batch changed since the pop'
                    END AS error
             FROM w
             LEFT JOIN l ON l.pid = w.pid AND l.grp = w.grp
             LEFT JOIN LATERAL (
-                SELECT lp.last_offset, lp.txns_start, q.name AS queue
+                SELECT lp.last_offset, q.name AS queue
                 FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
                 WHERE lp.id = w.pid OFFSET 0) k ON true),
         decided AS (
@@ -563,4 +596,25 @@ BEGIN
     END LOOP;
     RETURN jsonb_build_object('ok', true, 'results', COALESCE(to_jsonb(v_results), '[]'::jsonb));
 END
+$$;
+
+-- The stored segments overlapping offsets [p_from, p_to] of partition p_pid, ascending: the
+-- frames of a leased batch whose hash-sidecar rows were purged (log_ack_by_hash_v1's
+-- "purgedSpan"). The broker decodes them, hashes the transactionIds of [p_from, p_to] and
+-- calls log_ack_by_hash_v1 again with those pairs; SQL never hashes. One backward
+-- primary-key step finds the segment covering p_from, then a range scan up to p_to (a leased
+-- batch's few segments). A segment retained away is missing, and so are its offsets.
+CREATE OR REPLACE FUNCTION queen.log_ack_span_segments_v1(p_pid bigint, p_from bigint, p_to bigint)
+RETURNS TABLE(r_base bigint, r_end bigint, r_blob bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT s.base_offset, s.end_offset, s.blob
+    FROM queen.log_segments s
+    WHERE s.partition_id = p_pid
+      AND s.base_offset >= COALESCE(
+          (SELECT c.base_offset FROM queen.log_segments c
+            WHERE c.partition_id = p_pid AND c.base_offset <= p_from
+            ORDER BY c.base_offset DESC LIMIT 1), p_from)
+      AND s.base_offset <= p_to
+      AND s.end_offset >= p_from
+    ORDER BY s.base_offset
 $$;

@@ -173,7 +173,8 @@ $$;
 -- moves txns_start to the first row left (last_offset + 1 when none is) and oldest_txn_at to
 -- its created_at (NULL when none). Acks and dedup probes start their scans at txns_start, so
 -- what a partition's history costs them is bounded by the purge horizon. A purged hash can no
--- longer be resolved: an ack naming it is reported unresolved and its message redelivers.
+-- longer be resolved by hash: an ack under the lease of its batch resolves it by position
+-- (log_ack_by_hash_v1's purged span, ack.sql); a lease-less one is reported unresolved.
 -- Result {"deleted": rows, "txnsStart": new txns_start, "done": bool, "skipped": bool}.
 CREATE OR REPLACE FUNCTION queen.log_txns_purge_step_v1(p_pid bigint, p_cutoff timestamptz, p_max_rows int)
 RETURNS jsonb LANGUAGE plpgsql AS $$

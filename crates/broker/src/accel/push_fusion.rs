@@ -60,6 +60,9 @@ pub struct FusionFrame {
     pub payload: Bytes,
     /// `xxh3_128(transaction_id)`, big-endian: the layer-2 dedup key.
     pub hash: [u8; 16],
+    /// Read back from the broker's disk spool by its drain: written to PostgreSQL even while
+    /// the spool holds records, and never spooled again (it is still there).
+    pub replayed: bool,
 }
 
 /// What became of one frame.

@@ -513,7 +513,10 @@ async fn run_ticker(shared: Weak<Shared>) {
 }
 
 /// The peer-wake session loop: send the ticker's batches, open local gates for other brokers'
-/// notifications; reconnect with backoff when the session drops.
+/// notifications; reconnect with backoff when the session drops. A batch whose send failed is
+/// lost to the peers, so the first thing a later session sends is a wake-all notice
+/// (`owed`): their rings and gates then treat everything as dirty once, as this broker does
+/// for what it may have missed receiving.
 async fn run_peer(
     shared: Weak<Shared>,
     link: Arc<dyn PeerLink>,
@@ -521,6 +524,7 @@ async fn run_peer(
     mut out: mpsc::Receiver<PeerBatch>,
 ) {
     let mut retry = Duration::from_millis(100);
+    let mut owed = false;
     loop {
         match link.connect().await {
             Ok(mut session) => {
@@ -529,7 +533,7 @@ async fn run_peer(
                     Some(s) => s.open_all(),
                     None => return,
                 }
-                if serve_peer(&shared, &mut session, me, &mut out)
+                if serve_peer(&shared, &mut session, me, &mut out, &mut owed)
                     .await
                     .is_break()
                 {
@@ -546,23 +550,34 @@ async fn run_peer(
     }
 }
 
-/// One connected session. `Break` = the broker is gone; `Continue` = reconnect.
+/// One connected session. `Break` = the broker is gone; `Continue` = reconnect. `owed`: a
+/// send failed since the last notice reached the peers; it is cleared once the wake-all
+/// notice is sent.
 async fn serve_peer(
     shared: &Weak<Shared>,
     session: &mut PeerConnection,
     me: Uuid,
     out: &mut mpsc::Receiver<PeerBatch>,
+    owed: &mut bool,
 ) -> std::ops::ControlFlow<()> {
     use std::ops::ControlFlow::{Break, Continue};
+    if *owed {
+        let notice = PeerBatch {
+            everything: true,
+            ..PeerBatch::default()
+        };
+        if send_all(session, me, &notice).await.is_err() {
+            return Continue(());
+        }
+        *owed = false;
+    }
     loop {
         tokio::select! {
             batch = out.recv() => {
                 let Some(batch) = batch else { return Break(()) };
-                for payload in payloads(me, &batch) {
-                    if let Err(e) = session.sender.notify(&payload).await {
-                        tracing::warn!(error = %e, "peer wake: notify failed");
-                        return Continue(());
-                    }
+                if send_all(session, me, &batch).await.is_err() {
+                    *owed = true;
+                    return Continue(());
                 }
             }
             note = session.notes.recv() => {
@@ -576,6 +591,17 @@ async fn serve_peer(
             }
         }
     }
+}
+
+/// Sends every payload of `batch`; stops at the first failure (logged).
+async fn send_all(session: &PeerConnection, me: Uuid, batch: &PeerBatch) -> Result<(), ()> {
+    for payload in payloads(me, batch) {
+        if let Err(e) = session.sender.notify(&payload).await {
+            tracing::warn!(error = %e, "peer wake: notify failed; the peers will be told to wake everything");
+            return Err(());
+        }
+    }
+    Ok(())
 }
 
 mod payload;

@@ -1,12 +1,51 @@
 use super::*;
 
+#[derive(clap::Parser)]
+struct Serve {
+    #[command(flatten)]
+    cfg: Config,
+}
+
 #[test]
-fn masks_passwords() {
-    assert_eq!(
-        mask_url("postgresql://u:secret@h:5432/db"),
-        "postgresql://u:****@h:5432/db"
-    );
-    assert_eq!(mask_url("postgresql://u@h/db"), "postgresql://u@h/db");
+fn the_boot_line_masks_every_dsn_password() {
+    for dsn in [
+        "postgresql://u:hunter2@h:5432/db",
+        "postgresql://h/db?user=u&password=hunter2",
+        "host=h user=u password=hunter2 dbname=d",
+    ] {
+        let cfg = <Serve as clap::Parser>::parse_from(["queen", "--database-url", dsn]).cfg;
+        let line = cfg.describe();
+        assert!(!line.contains("hunter2"), "{dsn}: {line}");
+        assert!(line.contains("****"), "{dsn}: {line}");
+    }
+}
+
+#[test]
+fn a_malformed_encryption_key_is_refused_without_echoing_it() {
+    let typo = format!("{}zz", "ab".repeat(31));
+    let err = <Serve as clap::Parser>::try_parse_from(["queen", "--encryption-key", &typo])
+        .err()
+        .expect("a malformed key is refused");
+    let text = err.to_string();
+    assert!(!text.contains(&typo) && !text.contains("abab"), "{text}");
+    assert!(text.contains("QUEEN_ENCRYPTION_KEY"), "{text}");
+}
+
+#[test]
+fn help_never_shows_the_values_of_secret_variables() {
+    let cmd = <Serve as clap::CommandFactory>::command();
+    for secret in [
+        "DATABASE_URL",
+        "PG_PASSWORD",
+        "QUEEN_ENCRYPTION_KEY",
+        "JWT_SECRET",
+    ] {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_env() == Some(std::ffi::OsStr::new(secret)))
+            .unwrap_or_else(|| panic!("{secret} is a setting"));
+        assert!(arg.is_hide_env_values_set(), "{secret} shown by --help");
+    }
 }
 
 #[test]
@@ -34,11 +73,6 @@ fn peer_wake_is_auto_by_default_and_on_only_with_an_external_database() {
     assert_eq!(parse_peer_wake("on"), Ok(PeerWake::On));
     assert_eq!(parse_peer_wake("0"), Ok(PeerWake::Off));
     assert!(parse_peer_wake("sometimes").is_err());
-    #[derive(clap::Parser)]
-    struct Serve {
-        #[command(flatten)]
-        cfg: Config,
-    }
     let mut cfg = <Serve as clap::Parser>::parse_from(["queen"]).cfg;
     cfg.database_url = None;
     cfg.pg_host = None;
@@ -85,8 +119,10 @@ fn jwt_combinations() {
         "--jwt-jwks-url=http://127.0.0.1:1/jwks",
         "--jwt-algorithm=hs256,ES256",
         "--jwt-secret=s",
+        "--jwt-audience=queen",
+        "--jwt-jwks-allow-http",
     ]);
-    assert!(both.check().is_ok());
+    assert_eq!(both.check(), Ok(()));
     assert_eq!(
         both.accepted(),
         vec![JwtAlgorithm::Hs256, JwtAlgorithm::Es256]
@@ -95,6 +131,55 @@ fn jwt_combinations() {
     assert!(empty.check().expect_err("empty").contains("empty"));
     let skip = jwt(&["--jwt-enabled", "--jwt-secret=s", "--jwt-skip-paths=/a/, b"]);
     assert!(skip.check().expect_err("not a path").contains("\"b\""));
+    let verb = jwt(&[
+        "--jwt-enabled",
+        "--jwt-secret=s",
+        "--jwt-skip-paths=FETCH /a",
+    ]);
+    assert!(verb
+        .check()
+        .expect_err("no method")
+        .contains("\"FETCH\" is not a method"));
+}
+
+#[test]
+fn public_keys_need_an_audience_and_jwks_needs_tls() {
+    let jwks = ["--jwt-enabled", "--jwt-jwks-url=https://idp.test/jwks"];
+    let e = jwt(&jwks).check().expect_err("no audience");
+    assert!(e.contains("JWT_AUDIENCE is not set"), "{e}");
+    let pem = jwt(&["--jwt-enabled", "--jwt-public-key=/k.pem"]);
+    assert!(pem
+        .check()
+        .expect_err("no audience")
+        .contains("JWT_AUDIENCE"));
+    let with_aud = jwt(&[jwks[0], jwks[1], "--jwt-audience=queen"]);
+    assert_eq!(with_aud.check(), Ok(()));
+    let waived = jwt(&[jwks[0], jwks[1], "--jwt-require-audience=false"]);
+    assert_eq!(waived.check(), Ok(()));
+    let secret_only = jwt(&["--jwt-enabled", "--jwt-secret=s"]);
+    assert!(
+        !secret_only.audience_required(),
+        "a shared secret is this broker's own"
+    );
+    let demanded = jwt(&[
+        "--jwt-enabled",
+        "--jwt-secret=s",
+        "--jwt-require-audience=yes",
+    ]);
+    assert!(demanded.check().is_err());
+
+    let http = [
+        "--jwt-enabled",
+        "--jwt-audience=queen",
+        "--jwt-jwks-url=HTTP://u:pw@idp.test/jwks",
+    ];
+    let e = jwt(&http).check().expect_err("http JWKS");
+    assert!(
+        e.contains("JWT_JWKS_ALLOW_HTTP") && !e.contains("pw@"),
+        "{e}"
+    );
+    let allowed = jwt(&[http[0], http[1], http[2], "--jwt-jwks-allow-http"]);
+    assert_eq!(allowed.check(), Ok(()));
 }
 
 #[test]

@@ -24,48 +24,59 @@ pub use crate::store::messages::{GroupState, MessageState};
 const UNINDEXED_SCAN_SEGMENTS: i32 = 32;
 
 /// `GET /api/v1/messages/:partitionId/:transactionId`.
-/// 404 unless the partition is `tenant`'s, exactly as for a message that does not exist.
+/// 404 unless the partition is `tenant`'s, exactly as for a message that does not exist. SQL
+/// checks the partition's tenant before it locates anything, so no segment of another tenant
+/// is read, decompressed or opened here.
 pub async fn detail(
     st: &Engine,
     partition_id: &str,
     transaction_id: &str,
     tenant: &Tenant,
 ) -> Result<MessageDetail> {
-    let mut found = locate(st, partition_id, transaction_id).await?;
+    let mut found = locate(st, partition_id, transaction_id, tenant).await?;
     let state = &mut found.state;
-    if !tenant::owns(tenant, &state.queue) {
-        return Err(message_not_found());
-    }
     for name in [&mut state.queue, &mut state.namespace, &mut state.task] {
         *name = tenant::local(name).to_string();
     }
     Ok(found)
 }
 
-/// The message at an address, whoever's it is.
-async fn locate(st: &Engine, partition_id: &str, transaction_id: &str) -> Result<MessageDetail> {
+/// The message at an address on one of `tenant`'s partitions.
+async fn locate(
+    st: &Engine,
+    partition_id: &str,
+    transaction_id: &str,
+    tenant: &Tenant,
+) -> Result<MessageDetail> {
     let pid = PartitionId::parse(partition_id)
         .map_err(|_| message_not_found())?
         .get();
     let hash = txn_hash(transaction_id);
-    if let Some(row) = store::message(&st.store, pid, &hash, None).await? {
+    let owner = tenant.id();
+    if let Some(row) = store::message(&st.store, pid, &hash, None, owner).await? {
         if let Some(detail) = decode(st, row, transaction_id)? {
             return Ok(detail);
         }
     }
     // The sidecar does not know it (purged, or a hash collision): scan older segments.
-    let Some(offset) = scan_unindexed(st, pid, transaction_id).await? else {
+    let Some(offset) = scan_unindexed(st, pid, transaction_id, owner).await? else {
         return Err(message_not_found());
     };
-    let row = store::message(&st.store, pid, &hash, Some(offset))
+    let row = store::message(&st.store, pid, &hash, Some(offset), owner)
         .await?
         .ok_or_else(message_not_found)?;
     decode(st, row, transaction_id)?.ok_or_else(message_not_found)
 }
 
 /// The newest offset holding `transaction_id` among the partition's unindexed segments.
-async fn scan_unindexed(st: &Engine, pid: i64, transaction_id: &str) -> Result<Option<i64>> {
-    for seg in store::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS).await? {
+async fn scan_unindexed(
+    st: &Engine,
+    pid: i64,
+    transaction_id: &str,
+    tenant: &str,
+) -> Result<Option<i64>> {
+    let segments = store::unindexed_segments(&st.store, pid, UNINDEXED_SCAN_SEGMENTS, tenant);
+    for seg in segments.await? {
         let raw = decompress(&seg.blob, seg.base)?;
         let frames = frame::decode_all(&raw).map_err(|e| corrupt(seg.base, e))?;
         if let Some(idx) = frames

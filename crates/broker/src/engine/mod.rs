@@ -39,6 +39,7 @@ use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::hotlist::{HotList, HotListConfig};
+use crate::accel::one_flight::OneFlight;
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
@@ -97,8 +98,14 @@ impl Engine {
             hotlist: hotlist.clone(),
             counters: counters.clone(),
         };
-        let segment_writer =
-            SegmentWriter::new(store.clone(), cfg.zstd_level, effects, encryption.clone());
+        let spool = spool.map(Arc::new);
+        let segment_writer = SegmentWriter::new(
+            store.clone(),
+            cfg.zstd_level,
+            effects,
+            encryption.clone(),
+            spool.clone(),
+        );
         let push_fusion = PushFusion::start(
             FusionConfig {
                 shards: cfg.fusion_shards,
@@ -121,6 +128,7 @@ impl Engine {
                 cfg.ack_fusion_shards as usize,
             )
         });
+        let metrics_samples = OneFlight::new(Duration::from_millis(cfg.metrics_cache_ms));
         Engine::from_inner(Inner {
             cfg,
             store,
@@ -137,6 +145,7 @@ impl Engine {
             ack_fusion,
             counters,
             telemetry: Telemetry::start(),
+            metrics_samples,
             retention: RetentionCounters::default(),
             started: Instant::now(),
             broker_id,
@@ -186,10 +195,12 @@ fn open_spool(cfg: &Config) -> Result<Option<Spool>, BootError> {
         max_bytes: cfg.file_buffer_max_bytes,
         messages_per_file: cfg.file_buffer_events_per_file,
     };
-    let (spool, recovered) = Spool::open(&dir, limits).map_err(|source| BootError::Spool {
-        dir: dir.display().to_string(),
-        source,
-    })?;
+    let master = cfg.encryption_key.as_ref().map(|k| k.bytes());
+    let (spool, recovered) =
+        Spool::open(&dir, limits, master).map_err(|source| BootError::Spool {
+            dir: dir.display().to_string(),
+            source,
+        })?;
     if recovered.dropped_bytes > 0 {
         tracing::warn!(
             dir = %dir.display(),

@@ -238,7 +238,7 @@ pub async fn configure(
     let conn = state.store.conn().await?;
     let row = queues::configure(&conn, &queue, &Value::Object(patch), req.replace).await?;
     state.encryption.learn(&row.name, row.encryption_enabled);
-    state.hotlist.dirty(&req.queue);
+    state.hotlist.dirty(&queue);
     Ok(row)
 }
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::engine::dlq::{self, DlqFilter, DlqRow};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::http::extract::{count_param, Query};
+use crate::http::extract::{count_param, limit_param, Query};
 
 pub fn routes() -> Router<Engine> {
     Router::new().route("/api/v1/dlq", get(list_dlq).delete(purge_dlq))
@@ -58,7 +58,7 @@ async fn list_dlq(
     CallerTenant(tenant): CallerTenant,
     Query(q): Query<DlqQuery>,
 ) -> Result<Json<Value>> {
-    let limit = count_param("limit", q.limit.as_deref(), 1)?.unwrap_or(100);
+    let limit = limit_param("limit", q.limit.as_deref())?.unwrap_or(100);
     let offset = count_param("offset", q.offset.as_deref(), 0)?.unwrap_or(0);
     let filter = DlqFilter {
         queue: filter_name("queue", &q.queue)?,

@@ -17,7 +17,7 @@ use crate::engine::resources::{
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::extract::Path;
-use crate::http::extract::{count_param, Query, RawBody};
+use crate::http::extract::{limit_param, Query, RawBody};
 use crate::http::queues::options_json;
 
 pub fn routes() -> Router<Engine> {
@@ -60,7 +60,7 @@ async fn queue(
     let after = Name::optional("partitionAfter", q.partition_after.as_deref())?;
     let page = PartitionPage {
         after: after.as_ref().map(Name::as_str),
-        limit: count_param("partitionLimit", q.partition_limit.as_deref(), 1)?,
+        limit: limit_param("partitionLimit", q.partition_limit.as_deref())?,
     };
     let q = resources::queue(&st, &name, page, &tenant).await?;
     let mut body = summary(&q.summary);

@@ -2,24 +2,31 @@
 //! (push maintenance, an outage), until the engine's drain replays them. Store-free: it knows
 //! files, never PostgreSQL.
 //!
-//! A directory of files `spool-<seq>.log`, each a run of records ([`record`]: one
-//! (queue, partition) group of one request, checksummed). One writer thread ([`writer`]) appends
+//! A directory of files `spool-<seq>.log`, each a header and a run of records ([`record`]: one
+//! (queue, partition) group of one request, checksummed and sealed under the spool's key,
+//! [`key`]). The directory is the broker user's alone (0700), its files 0600 and never
+//! followed through a link ([`files`]). One writer thread ([`writer`]) appends
 //! and syncs before an append is answered; the drain reads the records back in append order
 //! ([`Spool::read`]) and, once it has replayed them, commits ([`Spool::commit`]): finished files
 //! are deleted as it goes, and all of them once nothing is held. A directory holds one
 //! broker's spool: an exclusive `flock` on its `LOCK` file refuses a second process.
 //!
-//! At open, what an earlier process left behind is scanned: a torn tail (a write cut short by
-//! a crash, so never answered) is cut off, and everything before it waits to be drained.
+//! At open, what an earlier process left behind is scanned ([`read`]): a torn tail (a write cut
+//! short by a crash, so never answered) is cut off, and everything before it waits to be
+//! drained; a file of the earlier unsealed format, one sealed under another key, or a record
+//! that does not open under the key refuses the open, naming the file.
 
+pub mod files;
+pub mod key;
+mod read;
 pub mod record;
 mod writer;
 
 pub use record::{SpoolGroup, SpoolItem};
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufReader, Seek, SeekFrom};
+use std::fs::File;
+use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
@@ -27,11 +34,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{oneshot, Notify};
 
-use record::{read_next, Next};
+use key::SpoolKey;
+use record::sealed_len;
 use writer::{Append, Job};
 
-/// Records set aside for good (the drain gave up on them) are appended here, never replayed.
+/// Records set aside for good (the drain gave up on them) are appended here (sealed like the
+/// spool's), never replayed.
 pub const QUARANTINE_FILE: &str = "quarantine.log";
+/// The quarantine file before the last rotation: the two together stay within
+/// `FILE_BUFFER_MAX_BYTES`.
+pub const QUARANTINE_OLD_FILE: &str = "quarantine.old.log";
 const LOCK_FILE: &str = "LOCK";
 const FILE_PREFIX: &str = "spool-";
 const FILE_SUFFIX: &str = ".log";
@@ -122,6 +134,7 @@ pub struct Spool {
 
 struct Shared {
     dir: PathBuf,
+    key: SpoolKey,
     state: Mutex<State>,
     appended: Notify,
 }
@@ -148,18 +161,19 @@ fn file_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{FILE_PREFIX}{seq:020}{FILE_SUFFIX}"))
 }
 
-/// Makes a file's creation (or removal) in `dir` durable.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 impl Spool {
-    /// Opens (creating it if needed) and locks `dir`, cuts torn tails off what an earlier
-    /// process left, and starts the writer thread.
-    pub fn open(dir: &Path, limits: Limits) -> io::Result<(Spool, Recovered)> {
-        std::fs::create_dir_all(dir)?;
+    /// Opens (creating it 0700 if needed) and locks `dir`, loads the spool key (derived from
+    /// `master`, `QUEEN_ENCRYPTION_KEY`, when given; else the directory's `KEY` file), cuts torn
+    /// tails off what an earlier process left, and starts the writer thread.
+    pub fn open(
+        dir: &Path,
+        limits: Limits,
+        master: Option<&[u8; key::KEY_LEN]>,
+    ) -> io::Result<(Spool, Recovered)> {
+        files::prepare_dir(dir)?;
         let lock_file = exclusive_lock(dir)?;
-        let (files, recovered) = recover(dir)?;
+        let key = SpoolKey::open(dir, master)?;
+        let (files, recovered) = read::recover(dir, &key)?;
         let next_seq = files.last().map_or(1, |(seq, _)| seq + 1);
         let state = State {
             held: recovered.held,
@@ -171,6 +185,7 @@ impl Spool {
         };
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
+            key,
             state: Mutex::new(state),
             appended: Notify::new(),
         });
@@ -179,7 +194,7 @@ impl Spool {
         let per_file = limits.messages_per_file.max(1);
         std::thread::Builder::new()
             .name("queen-spool".into())
-            .spawn(move || writer::run(for_writer, queue, per_file))?;
+            .spawn(move || writer::run(for_writer, queue, per_file, limits.max_bytes))?;
         let spool = Spool {
             shared,
             jobs,
@@ -211,19 +226,20 @@ impl Spool {
         self.shared.appended.notified().await;
     }
 
-    /// Appends the `records` of one request (`messages` in all), contiguously and synced.
-    /// `Ok(false)`: `when` was [`When::WhileHolding`] and the spool held nothing, so nothing
-    /// was appended. Refused when the records would take the spool past its byte limit.
+    /// Appends the records of one request (`bodies`, [`record::body`]; `messages` in all),
+    /// sealed, contiguously and synced. `Ok(false)`: `when` was [`When::WhileHolding`] and the
+    /// spool held nothing, so nothing was appended. Refused when the records would take the
+    /// spool past its byte limit.
     pub async fn append(
         &self,
-        records: Vec<Vec<u8>>,
+        bodies: Vec<Vec<u8>>,
         messages: u64,
         when: When,
     ) -> Result<bool, SpoolError> {
         let adding = Held {
-            records: records.len() as u64,
+            records: bodies.len() as u64,
             messages,
-            bytes: records.iter().map(|r| r.len() as u64).sum(),
+            bytes: bodies.iter().map(|b| sealed_len(b.len())).sum(),
         };
         let (done, synced) = oneshot::channel();
         {
@@ -243,7 +259,7 @@ impl Spool {
             state.held.add(adding);
             // Sent under the lock: the writer's order is the order appends were counted in.
             let append = Append {
-                records,
+                bodies,
                 messages,
                 done,
             };
@@ -272,9 +288,14 @@ impl Spool {
             let state = lock(&self.shared.state);
             (state.cursor, state.durable, Vec::from(state.files.clone()))
         };
-        let dir = self.shared.dir.clone();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
-            read_from(&dir, cursor, durable, &files, max_messages.max(1))
+            let at = read::At {
+                cursor,
+                durable,
+                files: &files,
+            };
+            read::read_from(&shared.dir, &shared.key, at, max_messages.max(1))
         })
         .await
         .map_err(|e| SpoolError::Io(format!("spool read task failed: {e}")))?
@@ -292,12 +313,13 @@ impl Spool {
         self.release(&mut state, batch.taken);
     }
 
-    /// Appends `records` to the quarantine file (synced); they are never replayed.
-    pub async fn quarantine(&self, records: Vec<Vec<u8>>) -> Result<(), SpoolError> {
+    /// Appends the records of `bodies` to the quarantine file (sealed, synced); they are never
+    /// replayed.
+    pub async fn quarantine(&self, bodies: Vec<Vec<u8>>) -> Result<(), SpoolError> {
         let (done, synced) = oneshot::channel();
         {
             let mut state = lock(&self.shared.state);
-            self.send(&mut state, Job::Quarantine { records, done });
+            self.send(&mut state, Job::Quarantine { bodies, done });
         }
         synced
             .await
@@ -327,11 +349,7 @@ impl Spool {
 
 /// Takes the directory's exclusive lock, or fails naming the other holder's directory.
 fn exclusive_lock(dir: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK_FILE))?;
+    let file = files::open_or_create(&dir.join(LOCK_FILE), false)?;
     // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.
     let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if locked != 0 {
@@ -345,139 +363,6 @@ fn exclusive_lock(dir: &Path) -> io::Result<File> {
         ));
     }
     Ok(file)
-}
-
-/// The spool files of `dir` in order, with their lengths after torn tails are cut off; empty
-/// ones are deleted.
-fn recover(dir: &Path) -> io::Result<(Vec<(u64, u64)>, Recovered)> {
-    let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_prefix(FILE_PREFIX)?
-                .strip_suffix(FILE_SUFFIX)?
-                .parse()
-                .ok()
-        })
-        .collect();
-    seqs.sort_unstable();
-    let mut recovered = Recovered::default();
-    let mut files = Vec::new();
-    for seq in seqs {
-        let path = file_path(dir, seq);
-        let (held, valid, len) = scan(&path)?;
-        if valid < len {
-            let file = OpenOptions::new().write(true).open(&path)?;
-            file.set_len(valid)?;
-            file.sync_all()?;
-            recovered.dropped_bytes += len - valid;
-        }
-        if valid == 0 {
-            std::fs::remove_file(&path)?;
-            continue;
-        }
-        recovered.held.add(held);
-        files.push((seq, valid));
-    }
-    sync_dir(dir)?;
-    Ok((files, recovered))
-}
-
-/// What one file holds up to its first torn record: (held, valid length, file length).
-fn scan(path: &Path) -> io::Result<(Held, u64, u64)> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    let mut r = BufReader::new(file);
-    let mut held = Held::default();
-    let mut valid = 0u64;
-    loop {
-        match read_next(&mut r, len - valid)? {
-            Next::Record(group, size) => {
-                valid += size;
-                held.add(Held {
-                    records: 1,
-                    messages: group.items.len() as u64,
-                    bytes: size,
-                });
-            }
-            Next::End => break,
-            Next::Torn(why) => {
-                tracing::warn!(
-                    path = %path.display(),
-                    at = valid,
-                    dropped = len - valid,
-                    why = %why,
-                    "spool file ends in a torn record (a write cut short, never answered); cutting it off"
-                );
-                break;
-            }
-        }
-    }
-    Ok((held, valid, len))
-}
-
-/// Reads records from `cursor` on, within what is synced, until `max_messages` are taken or
-/// nothing more is there.
-fn read_from(
-    dir: &Path,
-    cursor: (u64, u64),
-    durable: Option<(u64, u64)>,
-    files: &[u64],
-    max_messages: u64,
-) -> Result<Batch, SpoolError> {
-    let io = |e: io::Error| SpoolError::Io(format!("reading the spool: {e}"));
-    let mut batch = Batch {
-        groups: Vec::new(),
-        taken: Held::default(),
-        next: cursor,
-        finished: Vec::new(),
-    };
-    let Some((last, last_len)) = durable else {
-        return Ok(batch);
-    };
-    let (mut seq, mut at) = cursor;
-    while batch.taken.messages < max_messages && seq <= last && files.contains(&seq) {
-        let mut file = File::open(file_path(dir, seq)).map_err(io)?;
-        let end = if seq == last {
-            last_len
-        } else {
-            file.metadata().map_err(io)?.len()
-        };
-        file.seek(SeekFrom::Start(at)).map_err(io)?;
-        let mut r = BufReader::new(file);
-        while batch.taken.messages < max_messages && at < end {
-            match read_next(&mut r, end - at).map_err(io)? {
-                Next::Record(group, size) => {
-                    at += size;
-                    batch.taken.add(Held {
-                        records: 1,
-                        messages: group.items.len() as u64,
-                        bytes: size,
-                    });
-                    batch.groups.push(group);
-                }
-                Next::End => break,
-                Next::Torn(why) => {
-                    return Err(SpoolError::Io(format!(
-                        "{} is damaged at byte {at}: {why}",
-                        file_path(dir, seq).display()
-                    )))
-                }
-            }
-        }
-        batch.next = (seq, at);
-        if at < end || seq == last {
-            break;
-        }
-        // A complete file read to its end: the drain moves to the next one.
-        batch.finished.push(seq);
-        match files.iter().find(|&&s| s > seq) {
-            Some(&next) => (seq, at) = (next, 0),
-            None => break,
-        }
-        batch.next = (seq, at);
-    }
-    Ok(batch)
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //! queue up while a write is in progress go to disk together and share one `fdatasync` (group
 //! commit); an append is answered only once its bytes are synced, and a write that fails is cut
 //! back off the file before anyone is answered, so a file never holds bytes nobody was promised.
-//! Drained files are deleted here too, in the order the jobs arrive.
+//! Drained files are deleted here too, in the order the jobs arrive. Records are sealed here,
+//! bound to the file they go to (`spool/record.rs`). The quarantine file is rotated once it
+//! would pass half of `FILE_BUFFER_MAX_BYTES` (the previous one is kept as
+//! `quarantine.old.log`, the one before it dropped), so it never grows without bound.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::mpsc::Receiver;
@@ -12,7 +15,10 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::{file_path, lock, sync_dir, Shared, QUARANTINE_FILE};
+use super::files::{self, FileId, Header, FILE_HEADER_LEN};
+use super::key::SpoolKey;
+use super::record::seal;
+use super::{file_path, lock, Shared, QUARANTINE_FILE, QUARANTINE_OLD_FILE};
 
 /// Most jobs taken off the queue for one round.
 const ROUND_JOBS: usize = 1024;
@@ -27,14 +33,14 @@ pub(super) enum Job {
     Reset(Vec<u64>),
     /// Records set aside for good (never replayed), appended to the quarantine file.
     Quarantine {
-        records: Vec<Vec<u8>>,
+        bodies: Vec<Vec<u8>>,
         done: oneshot::Sender<Result<(), String>>,
     },
 }
 
-/// One request's records and who waits for them to be synced.
+/// One request's record bodies and who waits for them to be synced.
 pub(super) struct Append {
-    pub records: Vec<Vec<u8>>,
+    pub bodies: Vec<Vec<u8>>,
     pub messages: u64,
     pub done: oneshot::Sender<Result<(), String>>,
 }
@@ -42,17 +48,24 @@ pub(super) struct Append {
 /// The file appends go to.
 struct Current {
     seq: u64,
+    id: FileId,
     file: File,
     len: u64,
     messages: u64,
 }
 
 /// Runs until every sender of `jobs` is gone.
-pub(super) fn run(shared: Arc<Shared>, jobs: Receiver<Job>, messages_per_file: u64) {
+pub(super) fn run(
+    shared: Arc<Shared>,
+    jobs: Receiver<Job>,
+    messages_per_file: u64,
+    max_bytes: u64,
+) {
     let mut w = Writer {
         shared,
         current: None,
         messages_per_file,
+        max_bytes,
     };
     while let Ok(first) = jobs.recv() {
         let mut round = vec![first];
@@ -70,6 +83,8 @@ struct Writer {
     shared: Arc<Shared>,
     current: Option<Current>,
     messages_per_file: u64,
+    /// `FILE_BUFFER_MAX_BYTES`: the quarantine files together stay within it.
+    max_bytes: u64,
 }
 
 impl Writer {
@@ -89,8 +104,10 @@ impl Writer {
                     self.current = None;
                     self.remove(&seqs);
                 }
-                Job::Quarantine { records, done } => {
-                    let kept = quarantine(&self.shared.dir, &records).map_err(|e| e.to_string());
+                Job::Quarantine { bodies, done } => {
+                    let kept =
+                        quarantine(&self.shared.dir, &self.shared.key, &bodies, self.max_bytes)
+                            .map_err(|e| e.to_string());
                     let _ = done.send(kept);
                 }
                 Job::Append(_) => {} // taken above
@@ -112,7 +129,7 @@ impl Writer {
                 }
             }
         }
-        if let Err(e) = sync_dir(&self.shared.dir) {
+        if let Err(e) = files::sync_dir(&self.shared.dir) {
             tracing::warn!(dir = %self.shared.dir.display(), error = %e, "cannot sync the spool directory");
         }
     }
@@ -134,9 +151,17 @@ impl Writer {
 
     fn write(&mut self, appends: &[Append]) -> io::Result<()> {
         let messages: u64 = appends.iter().map(|a| a.messages).sum();
+        let shared = self.shared.clone();
+        let key = &shared.key;
         let current = self.current_file()?;
         let before = current.len;
-        let written = write_synced(&mut current.file, appends.iter().flat_map(|a| &a.records));
+        let id = current.id;
+        let records = appends
+            .iter()
+            .flat_map(|a| &a.bodies)
+            .map(|body| seal(key, &id, body))
+            .collect::<io::Result<Vec<_>>>()?;
+        let written = write_synced(&mut current.file, records.iter());
         match written {
             Ok(bytes) => {
                 current.len += bytes;
@@ -171,12 +196,9 @@ impl Writer {
             // Only this thread moves `next_seq`, so the number read here is still free once
             // the file exists; the readers learn of the file only then.
             let seq = lock(&self.shared.state).next_seq;
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .open(file_path(&self.shared.dir, seq))?;
-            sync_dir(&self.shared.dir)?;
+            let mut file = files::create_new(&file_path(&self.shared.dir, seq))?;
+            let id = files::write_header(&mut file, &self.shared.key)?;
+            files::sync_dir(&self.shared.dir)?;
             {
                 let mut state = lock(&self.shared.state);
                 state.next_seq = seq + 1;
@@ -184,8 +206,9 @@ impl Writer {
             }
             self.current = Some(Current {
                 seq,
+                id,
                 file,
-                len: 0,
+                len: FILE_HEADER_LEN,
                 messages: 0,
             });
         }
@@ -207,14 +230,42 @@ fn write_synced<'a>(
     Ok(bytes)
 }
 
-/// Appends `records` to the quarantine file and syncs it.
-fn quarantine(dir: &Path, records: &[Vec<u8>]) -> io::Result<()> {
+/// Appends the records of `bodies` to the quarantine file, sealed, and syncs it. A file that
+/// would pass half of `max_bytes`, or that is not of this format and key, is rotated first.
+fn quarantine(dir: &Path, key: &SpoolKey, bodies: &[Vec<u8>], max_bytes: u64) -> io::Result<()> {
     let path = dir.join(QUARANTINE_FILE);
-    let created = !path.exists();
-    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-    write_synced(&mut file, records.iter())?;
-    if created {
-        sync_dir(dir)?;
+    let adding: u64 = bodies
+        .iter()
+        .map(|b| super::record::sealed_len(b.len()))
+        .sum();
+    let mut file = files::open_or_create(&path, true)?;
+    let len = file.metadata()?.len();
+    let mut id = None;
+    if len > 0 {
+        let mut r = files::open_own(&path, false)?;
+        let ours = files::read_header(&mut r, len, &path, key);
+        match ours {
+            Ok(Header::Ours(ours)) if len + adding <= max_bytes / 2 => id = Some(ours),
+            _ => {
+                tracing::warn!(
+                    path = %path.display(),
+                    bytes = len,
+                    "the quarantine file is full (half of FILE_BUFFER_MAX_BYTES) or not of this \
+                     key: rotated to {QUARANTINE_OLD_FILE}, replacing the one before it"
+                );
+                std::fs::rename(&path, dir.join(QUARANTINE_OLD_FILE))?;
+                file = files::create_new(&path)?;
+            }
+        }
     }
-    Ok(())
+    let id = match id {
+        Some(id) => id,
+        None => files::write_header(&mut file, key)?,
+    };
+    let records = bodies
+        .iter()
+        .map(|body| seal(key, &id, body))
+        .collect::<io::Result<Vec<_>>>()?;
+    write_synced(&mut file, records.iter())?;
+    files::sync_dir(dir)
 }

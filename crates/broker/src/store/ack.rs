@@ -36,6 +36,23 @@ pub struct AckVerdict {
     /// Milliseconds until the batch may be redelivered (the queue's retryDelay after a
     /// failed/retry signal): the wake is due then, not now. 0: now.
     pub wake_after_ms: u64,
+    /// With `ok: false`: the leased batch's offsets whose hash rows were purged; resolve
+    /// them by position (`engine/ack/span.rs`) and call again with the span.
+    pub purged_span: Option<PurgedSpan>,
+}
+
+/// Inclusive offsets of a leased batch that no hash-sidecar row covers any more.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct PurgedSpan {
+    pub from: i64,
+    pub to: i64,
+}
+
+/// A leased batch's (offset, transactionId hash) pairs, read from its stored segments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Span {
+    pub offsets: Vec<i64>,
+    pub hashes: Vec<[u8; 16]>,
 }
 
 /// One (partition, group, lease) group of acknowledgements, as `log_ack_by_hash_v1` takes it.
@@ -49,13 +66,19 @@ pub struct HashAck<'a> {
     pub fence: &'a [&'a [u8]],
     /// The caller's tenant: a partition of another tenant answers "consumer not found".
     pub tenant: &'a str,
+    /// The leased batch's purged part resolved by position; `None` until the verdict asked.
+    pub span: Option<&'a Span>,
 }
 
 /// `queen.log_ack_by_hash_v1`: one transaction, one consumer-row lock.
 pub async fn ack_by_hash(db: &impl GenericClient, a: &HashAck<'_>) -> Result<AckVerdict> {
+    let offsets = a.span.map(|s| s.offsets.as_slice());
+    let hashes: Option<Vec<&[u8]>> = a
+        .span
+        .map(|s| s.hashes.iter().map(|h| h.as_slice()).collect());
     json_verdict(
         db,
-        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6, $7)",
+        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
             &a.partition_id,
             &a.group,
@@ -64,9 +87,41 @@ pub async fn ack_by_hash(db: &impl GenericClient, a: &HashAck<'_>) -> Result<Ack
             &a.statuses,
             &a.fence,
             &a.tenant,
+            &offsets,
+            &hashes,
         ],
     )
     .await
+}
+
+/// One stored segment of a purged span: its offsets `[base, end]` and its blob.
+pub struct SpanSegment {
+    pub base: i64,
+    pub end: i64,
+    pub blob: Vec<u8>,
+}
+
+/// `queen.log_ack_span_segments_v1`: the stored segments overlapping `span`, ascending.
+pub async fn span_segments(
+    db: &impl GenericClient,
+    partition_id: i64,
+    span: PurgedSpan,
+) -> Result<Vec<SpanSegment>> {
+    let rows = db
+        .query(
+            "SELECT r_base, r_end, r_blob FROM queen.log_ack_span_segments_v1($1, $2, $3)",
+            &[&partition_id, &span.from, &span.to],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(SpanSegment {
+                base: r.try_get(0)?,
+                end: r.try_get(1)?,
+                blob: r.try_get(2)?,
+            })
+        })
+        .collect()
 }
 
 /// One positional cover: the batch ending at `batch_end`, `frames` frames, acked `completed`

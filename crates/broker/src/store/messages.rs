@@ -53,17 +53,19 @@ pub struct GroupState {
 }
 
 /// The message at `offset`, or (with `offset` None) at the newest occurrence of `hash` in the
-/// partition's hash sidecar. `None`: unknown, or its segment was retained away.
+/// partition's hash sidecar. `None`: unknown, its segment was retained away, or the partition
+/// is not `tenant`'s (checked before anything is located or read).
 pub async fn message(
     store: &Store,
     pid: i64,
     hash: &[u8; 16],
     offset: Option<i64>,
+    tenant: &str,
 ) -> Result<Option<MessageRow>> {
     let found = rows(
         store,
-        "SELECT * FROM queen.admin_message_v1($1, $2, $3)",
-        &[&pid, &hash.as_slice(), &offset],
+        "SELECT * FROM queen.admin_message_v1($1, $2, $3, $4)",
+        &[&pid, &hash.as_slice(), &offset, &tenant],
     )
     .await?;
     found.first().map(message_row).transpose()
@@ -122,16 +124,18 @@ pub struct UnindexedSegment {
     pub blob: Vec<u8>,
 }
 
-/// Up to `limit` segments of the partition below its sidecar purge watermark, newest first.
+/// Up to `limit` segments of the partition below its sidecar purge watermark, newest first;
+/// none when the partition is not `tenant`'s.
 pub async fn unindexed_segments(
     store: &Store,
     pid: i64,
     limit: i32,
+    tenant: &str,
 ) -> Result<Vec<UnindexedSegment>> {
     let found = rows(
         store,
-        "SELECT r_base, r_blob FROM queen.admin_message_unindexed_v1($1, $2)",
-        &[&pid, &limit],
+        "SELECT r_base, r_blob FROM queen.admin_message_unindexed_v1($1, $2, $3)",
+        &[&pid, &limit, &tenant],
     )
     .await?;
     found

@@ -66,6 +66,7 @@ const MIGRATIONS: &[Migration] = &[
 const FUNCTIONS: &[FunctionFile] = &[
     functions!("provision.sql"),
     functions!("push.sql"),
+    functions!("spool.sql"),
     functions!("queues.sql"),
     functions!("pop_claim.sql"),
     functions!("pop.sql"),

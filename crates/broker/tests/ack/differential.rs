@@ -1,8 +1,10 @@
 //! The ack accelerators change nothing but cost: one seeded workload — full, partial,
 //! shuffled and repeated acks, nacks, dead letters, retries, lease-less and forged-lease acks,
-//! transactions, lease expiries and renewals, over several partitions and groups — runs on a
-//! broker with the ack registry and ack fusion on and on one with both off (each on its own
-//! database). Every pop, every per-item answer, the final cursors and the dead letters must be
+//! transactions, lease expiries and renewals, over several partitions and groups, targeted,
+//! wildcard and autopilot pops — runs on two brokers with the ack registry and ack fusion on
+//! and on two with both off (each pair on its own database). Pops go to the first broker of
+//! a pair; any ack, renewal or transaction may go to the second, whose registry never saw the
+//! lease. Every pop, every per-item answer, the final cursors and the dead letters must be
 //! identical.
 
 use rand::rngs::StdRng;
@@ -13,7 +15,14 @@ use serde_json::{json, Value};
 use crate::common::{self, TestBroker};
 use crate::support::*;
 
-const QUEUES: [(&str, &[&str]); 2] = [("dq.a", &["p0", "p1", "p2"]), ("dq.b", &["p0", "p1"])];
+/// The last queue has one partition and is popped through the wildcard route (with or
+/// without `autopilot`), so which partition a pop claims never depends on the broker.
+const QUEUES: [(&str, &[&str]); 3] = [
+    ("dq.a", &["p0", "p1", "p2"]),
+    ("dq.b", &["p0", "p1"]),
+    ("dq.w", &["p0"]),
+];
+const WILDCARD: &str = "dq.w";
 const GROUPS: [Option<&str>; 3] = [Some("g1"), Some("g2"), None];
 const PER_PARTITION: usize = 16;
 const STEPS: usize = 70;
@@ -55,9 +64,10 @@ async fn ack(b: &TestBroker, group: Option<&str>, items: Vec<Value>, events: &mu
     );
 }
 
-/// One step: a targeted pop and what is done with its batch.
+/// One step: a pop (targeted, or wildcard on [`WILDCARD`]) through the first broker of
+/// `pair` and what is done with its batch, through either broker.
 async fn step(
-    b: &TestBroker,
+    pair: &(TestBroker, TestBroker),
     db: &tokio_postgres::Client,
     rng: &mut StdRng,
     events: &mut Vec<String>,
@@ -66,10 +76,22 @@ async fn step(
     let partition = partitions[rng.gen_range(0..partitions.len())];
     let group = GROUPS[rng.gen_range(0..GROUPS.len())];
     let batch = rng.gen_range(1..=4);
-    let Some(popped) = pop(b, queue, Some(partition), group, batch, "").await else {
+    let autopilot = rng.gen_bool(0.5);
+    // The broker every settling call of this step goes to.
+    let b = if rng.gen_bool(0.4) { &pair.1 } else { &pair.0 };
+    let popped = if queue == WILDCARD {
+        let extra = if autopilot { "&autopilot=true" } else { "" };
+        pop(&pair.0, queue, None, group, batch, extra).await
+    } else {
+        pop(&pair.0, queue, Some(partition), group, batch, "").await
+    };
+    let Some(popped) = popped else {
         events.push(format!("{queue}/{partition} {group:?}: empty"));
         return;
     };
+    if !std::ptr::eq(b, &pair.0) {
+        events.push("settled through the second broker".into());
+    }
     let offsets: Vec<&Value> = popped.messages.iter().map(|m| &m["offset"]).collect();
     let attempts: Vec<&Value> = popped
         .messages
@@ -167,7 +189,8 @@ async fn step(
     }
 }
 
-async fn run(b: &TestBroker, seed: u64) -> Observed {
+async fn run(pair: &(TestBroker, TestBroker), seed: u64) -> Observed {
+    let b = &pair.0;
     let db = b.sql().await;
     configure(b, "dq.b", json!({ "retryLimit": 1 })).await;
     for (queue, partitions) in QUEUES {
@@ -178,7 +201,7 @@ async fn run(b: &TestBroker, seed: u64) -> Observed {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = Vec::new();
     for _ in 0..STEPS {
-        step(b, &db, &mut rng, &mut events).await;
+        step(pair, &db, &mut rng, &mut events).await;
     }
     let cursors = db
         .query(
@@ -239,24 +262,24 @@ async fn run(b: &TestBroker, seed: u64) -> Observed {
     }
 }
 
-/// A broker with both ack accelerators on, and one with both off, each on a fresh database.
-async fn pair() -> (TestBroker, TestBroker) {
-    let switched = |on: bool| {
-        move |cfg: &mut queen_broker::config::Config| {
-            cfg.ack_registry = on;
-            cfg.ack_fusion = on;
-        }
-    };
-    tokio::join!(
-        common::broker_with(switched(true)),
-        common::broker_with(switched(false))
-    )
+fn switched(on: bool) -> impl Fn(&mut queen_broker::config::Config) + Copy {
+    move |cfg: &mut queen_broker::config::Config| {
+        cfg.ack_registry = on;
+        cfg.ack_fusion = on;
+    }
+}
+
+/// Two brokers on one fresh database, both ack accelerators `on` or off.
+async fn pair(on: bool) -> (TestBroker, TestBroker) {
+    let first = common::broker_with(switched(on)).await;
+    let second = first.sibling(switched(on)).await;
+    (first, second)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_workload_answers_the_same_with_the_accelerators_on_and_off() {
     for seed in [11, 4242] {
-        let (on, off) = pair().await;
+        let (on, off) = tokio::join!(pair(true), pair(false));
         let (with, without) = tokio::join!(run(&on, seed), run(&off, seed));
         assert_eq!(with.events, without.events, "seed {seed}: pops and answers");
         assert_eq!(with.cursors, without.cursors, "seed {seed}: final cursors");
@@ -264,7 +287,10 @@ async fn the_same_workload_answers_the_same_with_the_accelerators_on_and_off() {
             with.dead_letters, without.dead_letters,
             "seed {seed}: dead letters"
         );
-        let (m_on, m_off) = (registry_metrics(&on).await, registry_metrics(&off).await);
+        let (m_on, m_off) = (
+            registry_metrics(&on.0).await,
+            registry_metrics(&off.0).await,
+        );
         println!(
             "seed {seed}: {} events, {} dead letters; registry on: {m_on}",
             with.events.len(),
@@ -273,6 +299,16 @@ async fn the_same_workload_answers_the_same_with_the_accelerators_on_and_off() {
         assert!(m_on["hits"].as_u64() > Some(0), "the fast path ran: {m_on}");
         assert!(!with.dead_letters.is_empty(), "the workload dead-lettered");
         assert_eq!(m_off["born"], 0, "off means off: {m_off}");
-        assert_eq!(fusion_metrics(&off).await["enabled"], false);
+        assert_eq!(fusion_metrics(&off.0).await["enabled"], false);
+        let seconds = with
+            .events
+            .iter()
+            .filter(|e| e.as_str() == "settled through the second broker")
+            .count();
+        let wildcard =
+            |e: &&String| e.starts_with(&format!("{WILDCARD}/")) && !e.ends_with("empty");
+        let wildcard_pops = with.events.iter().filter(wildcard).count();
+        println!("seed {seed}: {seconds} batches settled through the second broker, {wildcard_pops} wildcard pops");
+        assert!(seconds > 0 && wildcard_pops > 0, "the workload used both");
     }
 }

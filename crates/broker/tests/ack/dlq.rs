@@ -247,6 +247,8 @@ async fn the_dlq_listing_filters_pages_and_counts() {
     let page = dlq(&b, "queue=la&limit=2&offset=1").await;
     assert_eq!(txns_of(&page), vec![filed[2].clone(), filed[1].clone()]);
     assert_eq!(page["total"], 4, "total counts every match, not the page");
+    let widest = dlq(&b, "queue=la&limit=1000").await;
+    assert_eq!(txns_of(&widest).len(), 4, "the page cap itself is accepted");
 
     let future = dlq(&b, "queue=la&from=2999-01-01T00:00:00Z").await;
     assert_eq!(
@@ -264,6 +266,8 @@ async fn the_dlq_listing_filters_pages_and_counts() {
 
     for bad in [
         "queue=la&limit=0",
+        // One past the page cap (MAX_PAGE_LIMIT, docs/wire.md §11).
+        "queue=la&limit=1001",
         "queue=la&offset=-1",
         "queue=la&from=yesterday",
     ] {

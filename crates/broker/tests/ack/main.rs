@@ -15,6 +15,7 @@ mod honesty;
 mod lease;
 mod options;
 mod positional;
+mod purged;
 mod registry;
 mod routes;
 mod spec;

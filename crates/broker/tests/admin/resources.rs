@@ -450,6 +450,8 @@ async fn partition_page_parameters_are_validated() {
         ("partitionLimit=-3", "partitionLimit"),
         ("partitionLimit=ten", "partitionLimit"),
         ("partitionLimit=99999999999", "partitionLimit"),
+        // One past the page cap (MAX_PAGE_LIMIT, docs/wire.md §14).
+        ("partitionLimit=1001", "1000"),
         ("partitionAfter=%20a", "partitionAfter"),
         ("partitionAfter=a%01b", "partitionAfter"),
     ] {

@@ -111,6 +111,30 @@ async fn a_parked_pop_receives_a_delayed_message_when_it_becomes_visible() {
     assert!(ring_metrics(&b).await["wheelPromotions"].as_u64() >= Some(1));
 }
 
+/// `/configure` marks the caller's ring dirty, under the tenant-qualified name: a shortened
+/// `delayedProcessing` reaches the ring at the tenant's next pop, not at the reseed floor.
+#[tokio::test]
+async fn a_tenants_reconfigured_delay_reaches_its_ring_at_once() {
+    let b = common::broker_with(|cfg| {
+        support::with_tenants(cfg);
+        cfg.hotlist_reseed_ms = 600_000;
+    })
+    .await;
+    for tenant in [None, Some("acme")] {
+        let as_tenant = support::act_as(&b, tenant);
+        configure(&as_tenant, "later", json!({ "delayedProcessing": 3600 })).await;
+        push_txns(&as_tenant, "later", "Default", &txns("d", 1)).await;
+        // The ring reseeds (cold) and parks the partition for an hour.
+        support::pop(&as_tenant, "later", "batch=5")
+            .await
+            .assert_empty();
+        configure(&as_tenant, "later", json!({ "delayedProcessing": 0 })).await;
+        let r = support::pop(&as_tenant, "later", "batch=5").await;
+        r.assert_delivered();
+        assert_eq!(r.txns(), txns("d", 1), "tenant {tenant:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_parked_pop_receives_a_message_whose_lease_expired() {
     let b = common::broker_with(wake_only).await;

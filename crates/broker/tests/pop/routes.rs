@@ -170,6 +170,36 @@ async fn invalid_parameters_are_400_naming_the_parameter_and_claim_nothing() {
     assert_eq!(ok.txns(), vec!["m-0"]);
 }
 
+/// A `HEAD` answer has no body, so a pop through it would claim messages nobody receives.
+#[tokio::test]
+async fn head_on_a_pop_route_is_405_and_claims_nothing() {
+    let b = common::broker().await;
+    push_txns(&b, "headed", "p1", &txns("h", 2)).await;
+    common::configure(&b, "headed", json!({ "namespace": "heads" })).await;
+    for path in [
+        "/api/v1/pop/queue/headed?batch=5&autoAck=true",
+        "/api/v1/pop/queue/headed/partition/p1?batch=5",
+        "/api/v1/pop?namespace=heads&consumerGroup=g&batch=5",
+    ] {
+        let r = b.http.head(b.at(path)).send().await.expect("HEAD");
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        let allow = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap_or_default().to_string());
+        assert_eq!(allow.as_deref(), Some("GET"), "{path}");
+    }
+    for query in ["batch=5", "batch=5&consumerGroup=g"] {
+        let r = pop(&b, "headed", query).await;
+        r.assert_delivered();
+        assert_eq!(
+            r.txns(),
+            txns("h", 2),
+            "nothing was claimed by a HEAD ({query})"
+        );
+    }
+}
+
 #[tokio::test]
 async fn path_segments_are_percent_decoded() {
     let b = common::broker().await;

@@ -1,11 +1,14 @@
 //! Helpers of the pop-path tests: raw pops that keep the headers, pushes of chosen
-//! transactionIds, batch acks of a whole answer, and cursor rows read straight from
-//! PostgreSQL. The push and configure helpers of `common` are re-exported.
+//! transactionIds, batch acks of a whole answer, cursor rows read straight from
+//! PostgreSQL, and tenants (auth on, a view of a broker acting for one tenant). The push and
+//! configure helpers of `common` are re-exported.
 
 use std::time::{Duration, Instant};
 
+use queen_broker::config::Config;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{ack_batch, ack_item, TestBroker};
 
@@ -184,4 +187,44 @@ pub fn percentile_ms(samples: &[Duration], p: usize) -> f64 {
     ms.sort_by(f64::total_cmp);
     let i = ((ms.len().saturating_sub(1)) * p) / 100;
     ms.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// The HS256 secret of [`with_tenants`] brokers.
+const TENANT_SECRET: &str = "queen-pop-tenant-secret-0123456789abcdef";
+
+/// Turns auth on (HS256), so callers act for the tenant of their token.
+pub fn with_tenants(cfg: &mut Config) {
+    cfg.jwt.enabled = true;
+    cfg.jwt.secret = Some(TENANT_SECRET.into());
+}
+
+/// A view of `b` (a [`with_tenants`] broker) whose requests carry an admin token acting for
+/// `tenant` (none: the default tenant); every helper taking a `TestBroker` works through it.
+/// Dropping the view leaves the broker running.
+pub fn act_as(b: &TestBroker, tenant: Option<&str>) -> TestBroker {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let mut claims = json!({ "sub": "pop-tests", "role": "admin", "iat": now, "exp": now + 3600 });
+    if let Some(t) = tenant {
+        claims["tenant"] = t.into();
+    }
+    let key = jsonwebtoken::EncodingKey::from_secret(TENANT_SECRET.as_bytes()).expect("key");
+    let token =
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).expect("token");
+    let mut headers = HeaderMap::new();
+    let bearer = HeaderValue::from_str(&format!("Bearer {token}")).expect("header");
+    headers.insert(AUTHORIZATION, bearer);
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("http client");
+    TestBroker {
+        url: b.url.clone(),
+        http,
+        pg: b.pg.clone(),
+        server: None,
+    }
 }

@@ -20,6 +20,7 @@ fn frame(txn: &str) -> FusionFrame {
         producer_sub: None,
         payload: Bytes::from_static(b"{\"x\":1}"),
         hash: txn_hash(txn),
+        replayed: false,
     }
 }
 
@@ -55,6 +56,7 @@ async fn a_failing_post_commit_step_never_fails_committed_frames() {
         3,
         state.commit_effects(),
         state.encryption.clone(),
+        None,
     );
     let new = frame("fresh");
     let outcomes = writer

@@ -92,6 +92,7 @@ fn frame(txn: &str) -> FusionFrame {
         producer_sub: None,
         payload: Bytes::from_static(b"1"),
         hash: queen_proto::hash::txn_hash(txn),
+        replayed: false,
     }
 }
 

@@ -292,3 +292,83 @@ fn a_peer_outage_queues_at_most_the_backlog_then_wakes_everything() {
     let sent = payloads(Uuid::nil(), &last);
     assert!(matches!(parse_payload(&sent[0]), Some((_, PeerWake::All))));
 }
+
+/// A peer link whose sends fail `failures` times, then succeed and are recorded.
+#[derive(Default)]
+struct Flaky {
+    failures: AtomicUsize,
+    sent: Mutex<Vec<String>>,
+    /// The note senders of the sessions, kept open so a session only ends by a failed send.
+    notes: Mutex<Vec<mpsc::UnboundedSender<String>>>,
+}
+
+struct FlakySender(Arc<Flaky>);
+
+impl PeerSender for FlakySender {
+    fn notify<'a>(&'a self, payload: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let failed = self
+                .0
+                .failures
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+            if failed {
+                return Err("the notification queue is full".to_string());
+            }
+            lock(&self.0.sent).push(payload.to_string());
+            Ok(())
+        })
+    }
+}
+
+struct FlakyLink(Arc<Flaky>);
+
+impl PeerLink for FlakyLink {
+    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>> {
+        Box::pin(async move {
+            let (tx, notes) = mpsc::unbounded_channel();
+            lock(&self.0.notes).push(tx);
+            Ok(PeerConnection {
+                sender: Box::new(FlakySender(self.0.clone())),
+                notes,
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failed_send_is_made_good_by_a_wake_all_notice() {
+    let flaky = Arc::new(Flaky::default());
+    flaky.failures.store(1, Ordering::Release);
+    let gates = WakeGates::new(Uuid::now_v7(), Some(Arc::new(FlakyLink(flaky.clone()))));
+    // This push's notification is the one whose send fails: no peer ever hears of it.
+    gates.wake_partitions([("q", "p")]);
+    let kinds = || {
+        lock(&flaky.sent)
+            .iter()
+            .map(|p| match parse_payload(p) {
+                Some((_, PeerWake::All)) => "all".to_string(),
+                Some((_, PeerWake::Queues(lines))) => {
+                    lines.iter().map(|l| l.queue).collect::<Vec<_>>().join(",")
+                }
+                None => "garbage".to_string(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while kinds().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after a failed send the peers were never told to wake everything"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kinds(), vec!["all"], "the notice comes first, once");
+    // The session that sent it carries the next wakes as usual.
+    gates.wake_queue("r");
+    while kinds().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", kinds());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kinds(), vec!["all", "r"]);
+}

@@ -6,10 +6,12 @@
 //!
 //! Beside it: [`cover`], the ack registry's fast path (a group that acks exactly the batch a
 //! pop of this broker delivered becomes one positional cursor advance), and [`fusion`], the
-//! commit of ack fusion, which folds many such advances into one transaction.
+//! commit of ack fusion, which folds many such advances into one transaction; and [`span`],
+//! the positional resolution of a leased batch whose hash-sidecar rows were purged.
 
 pub mod cover;
 pub mod fusion;
+pub mod span;
 
 use std::collections::HashMap;
 
@@ -240,7 +242,7 @@ async fn apply_group(
     let hash_refs: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
     let fence_refs: Vec<&[u8]> = fence.iter().map(|h| h.as_slice()).collect();
     let statuses: Vec<&str> = group.iter().map(|a| a.status.as_sql()).collect();
-    let call = HashAck {
+    let mut call = HashAck {
         partition_id: first.partition_id.get(),
         group: &first.group,
         lease_id: first.lease_id.as_str(),
@@ -248,8 +250,16 @@ async fn apply_group(
         statuses: &statuses,
         fence: &fence_refs,
         tenant: tenant.id(),
+        span: None,
     };
-    let verdict = store::ack_by_hash(db, &call).await?;
+    let mut verdict = store::ack_by_hash(db, &call).await?;
+    // The leased batch starts below the sidecar purge watermark: resolve it by position and
+    // ask again (nothing changed in between; the second call re-judges under the lock).
+    if let Some(purged) = verdict.purged_span.filter(|_| !verdict.ok) {
+        let positions = span::read(db, call.partition_id, purged).await?;
+        call.span = Some(&positions);
+        verdict = store::ack_by_hash(db, &call).await?;
+    }
     conclude(state, db, group, &verdict).await
 }
 

@@ -15,6 +15,12 @@
 //! pipelining) arrives with its segment built by [`SegmentWriter::prepare`]; the first round
 //! uses it when it still fits (every frame pending, the same sealing), otherwise builds anew.
 //!
+//! While the broker's disk spool holds records, the frames of a flush join its tail instead of
+//! PostgreSQL (all but the spool's own drain's), and frames of a write PostgreSQL could not
+//! take are spooled by the flush itself (`push/spool.rs`): both while the partitions are still
+//! in flight, so a push that arrived behind them lands behind them in the spool, never ahead
+//! of them in PostgreSQL.
+//!
 //! Each round asks the dedup cache for every segment's `p_verified`; a committed round goes
 //! through the shared post-commit step (engine/push/commit.rs) before the next round (and before the
 //! partition's next flush), and its frames settle whatever happens afterwards: only frames of
@@ -35,8 +41,10 @@ use crate::engine::encryption::{no_key, Encryption};
 use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffects};
 use crate::engine::push::dedup::verified_offsets;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
+use crate::engine::push::spool;
 use crate::error::{Error, Result};
 use crate::log_limit::Tally;
+use crate::spool::Spool;
 use crate::store::push::{segment_at, DupFrame, SegmentResult, SegmentWrite};
 use crate::store::Store;
 
@@ -50,6 +58,8 @@ pub struct SegmentWriter {
     zstd_level: i32,
     effects: CommitEffects,
     encryption: Arc<Encryption>,
+    /// The broker's disk spool (none when `FILE_BUFFER_ENABLED` is off).
+    spool: Option<Arc<Spool>>,
     summary: Arc<Summary>,
 }
 
@@ -82,6 +92,7 @@ impl SegmentWriter {
         zstd_level: i32,
         effects: CommitEffects,
         encryption: Arc<Encryption>,
+        spool: Option<Arc<Spool>>,
     ) -> Self {
         let summary = Summary(Tally::new(SUMMARY_EVERY));
         SegmentWriter {
@@ -89,6 +100,7 @@ impl SegmentWriter {
             zstd_level,
             effects,
             encryption,
+            spool,
             summary: Arc::new(summary),
         }
     }
@@ -98,9 +110,19 @@ impl SegmentWriter {
             lanes.iter().map(|l| vec![None; l.frames.len()]).collect();
         let mut prepared: Vec<Option<Prepared>> =
             lanes.iter_mut().map(|l| l.prepared.take()).collect();
-        if let Err(e) = self.settle(&lanes, &mut prepared, &mut settled).await {
+        if let Some(spool) = &self.spool {
+            spool::join_held(spool, &lanes, &mut settled).await;
+        }
+        let mut sent = false;
+        let written = self
+            .settle(&lanes, &mut prepared, &mut settled, &mut sent)
+            .await;
+        if let Err(e) = written {
             // Only frames of rounds that did not commit are still unsettled.
             let failed = write_failed(&e, "push flush", lanes.len());
+            if let Some(spool) = self.spool.as_ref().filter(|_| e.is_unavailable()) {
+                spool::rescue_lanes(spool, &lanes, &mut settled, sent).await;
+            }
             for slot in settled.iter_mut().flatten().filter(|s| s.is_none()) {
                 *slot = Some(failed.clone());
             }
@@ -115,19 +137,23 @@ impl SegmentWriter {
             .collect()
     }
 
-    /// Writes rounds until every frame is settled; fills `settled` as frames settle. An error
-    /// means the current round did not commit; every committed round is settled by then.
+    /// Writes rounds until every frame is settled (frames settled already, by the spool, are
+    /// left out); fills `settled` as frames settle. An error means the current round did not
+    /// commit, or may have: `sent` then says whether its write had reached PostgreSQL (its
+    /// commit is in doubt). Every committed round is settled by then.
     async fn settle(
         &self,
         lanes: &[LaneFlush<Prepared>],
         prepared: &mut [Option<Prepared>],
         settled: &mut [Vec<Option<FrameOutcome>>],
+        sent: &mut bool,
     ) -> Result<()> {
         // Taken after the first round's segments are built: compressing holds no connection.
         let mut conn = None;
         let mut pending: Vec<Vec<usize>> = lanes
             .iter()
-            .map(|l| (0..l.frames.len()).collect())
+            .zip(settled.iter())
+            .map(|(l, done)| (0..l.frames.len()).filter(|&f| done[f].is_none()).collect())
             .collect();
         let mut originals = OriginalIds::default();
         // Lanes the SQL told to seal: sealed from then on, whatever the cache says.
@@ -175,9 +201,11 @@ impl SegmentWriter {
             for (write, verified) in writes.iter_mut().zip(verified) {
                 write.verified = verified;
             }
+            *sent = true;
             let results = self.effects.write(&*conn, &writes).await;
             self.store.charge(conn, SegmentWrite::load(&writes));
             let results = results?;
+            *sent = false;
             // Committed: from here on nothing may fail the round's frames.
             self.effects.committed(&writes, &results);
             self.summary.record(&built);
@@ -409,7 +437,7 @@ fn build_fusion_segment(
 /// Original message ids of duplicates, decoded from their covering segments (each segment
 /// read and decompressed once per flush), keyed by (partition id, base offset).
 #[derive(Default)]
-struct OriginalIds {
+pub(crate) struct OriginalIds {
     segments: HashMap<(i64, i64), DecodedSegment>,
 }
 
@@ -435,7 +463,7 @@ impl DecodedSegment {
 
 impl OriginalIds {
     /// The id stored at `off` of partition `pid`; the nil UUID when the segment is gone.
-    async fn resolve(
+    pub(crate) async fn resolve(
         &mut self,
         db: &impl deadpool_postgres::GenericClient,
         pid: i64,

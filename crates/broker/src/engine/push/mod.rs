@@ -8,11 +8,13 @@
 //! The rest of the push path sits beside it: [`binary`] (the `QPB1` envelope), [`flush`] (push
 //! fusion's writer), [`segment`] (the one segment builder), [`dedup`] (the dedup cache's side),
 //! [`commit`] (the one post-commit step every write goes through), [`spool`] (which pushes go
-//! to the disk spool instead) and [`replay`] (the spool's drain).
+//! to the disk spool instead), [`replay`] (the spool's drain) and [`doubt`] (what of a write in
+//! doubt is stored already).
 
 pub mod binary;
 pub mod commit;
 pub mod dedup;
+pub mod doubt;
 pub mod flush;
 pub mod replay;
 pub mod segment;
@@ -147,8 +149,6 @@ struct Prepared {
     results: Vec<PushResult>,
     groups: Vec<Group>,
     followers: Vec<(usize, usize)>,
-    /// Per item, its payload and trace id, kept for [`spool::rescue`] (only with a spool).
-    kept: Vec<(Bytes, Option<Uuid>)>,
 }
 
 /// Pushes `items`; results come back in input order. A bad item refuses the whole request
@@ -178,7 +178,7 @@ pub(crate) async fn push_qualified(
     items: Vec<PushItem>,
     producer_sub: Option<Arc<str>>,
 ) -> Result<Vec<PushResult>> {
-    let mut p = Prepared::new(items, state.spool.is_some(), producer_sub.clone());
+    let mut p = Prepared::new(items, false, producer_sub);
     let outgoing = || {
         p.groups
             .iter()
@@ -192,10 +192,8 @@ pub(crate) async fn push_qualified(
     if spool::divert(state, outgoing).await? {
         p.buffered();
     } else {
+        // A write PostgreSQL cannot take is spooled by the flush itself (`push/flush.rs`).
         p.submit(state).await;
-        let kept = std::mem::take(&mut p.kept);
-        let sub = producer_sub.as_deref();
-        spool::rescue(state, &mut p.results, sub, |i| kept[i].clone()).await;
     }
     Ok(p.finish())
 }
@@ -206,7 +204,7 @@ pub(crate) async fn store(state: &Engine, items: Vec<PushItem>) -> Result<Vec<Pu
     for (index, item) in items.iter().enumerate() {
         check_named(index, tenant::local(&item.queue), item)?;
     }
-    let mut p = Prepared::new(items, false, None);
+    let mut p = Prepared::new(items, true, None);
     p.submit(state).await;
     Ok(p.finish())
 }
@@ -220,13 +218,12 @@ fn check_all(items: &[PushItem]) -> Result<()> {
 
 impl Prepared {
     /// Mints ids, resolves partitions and transactionIds, drops repeats inside the request
-    /// (layer 1) and groups the leaders; `keep` keeps each item's payload for a rescue.
-    fn new(items: Vec<PushItem>, keep: bool, producer_sub: Option<Arc<str>>) -> Self {
+    /// (layer 1) and groups the leaders; `replayed`: the items are the spool drain's.
+    fn new(items: Vec<PushItem>, replayed: bool, producer_sub: Option<Arc<str>>) -> Self {
         let mut p = Prepared {
             results: Vec::with_capacity(items.len()),
             groups: Vec::new(),
             followers: Vec::new(),
-            kept: Vec::with_capacity(if keep { items.len() } else { 0 }),
         };
         let mut group_of: HashMap<(String, String), usize> = HashMap::new();
         // Layer 1: (group, transactionId) -> the item that leads it.
@@ -235,9 +232,6 @@ impl Prepared {
             let minted_id = item.message_id.unwrap_or_else(queen_proto::new_v7);
             let partition = partition_or_default(item.partition);
             let transaction_id = transaction_id_or_id(item.transaction_id, minted_id);
-            if keep {
-                p.kept.push((item.payload.clone(), item.trace_id));
-            }
             let groups = &mut p.groups;
             let group = *group_of
                 .entry((item.queue.clone(), partition.clone()))
@@ -262,6 +256,7 @@ impl Prepared {
                         transaction_id: transaction_id.clone(),
                         producer_sub: producer_sub.clone().or(item.producer_sub),
                         payload: item.payload,
+                        replayed,
                     });
                     g.items.push(index);
                 }

@@ -8,7 +8,10 @@
 //!   join its tail (`push/spool.rs`), so none overtakes it.
 //! - **Idempotence.** A round tried again, or replayed again after a crash between its commit
 //!   and the spool's, carries the same transactionIds: the dedup layers answer `duplicate`
-//!   for what was stored already.
+//!   for what was stored already. A record spooled after a write whose commit was in doubt,
+//!   and every record of a round tried again after the connection was lost during its write,
+//!   first drops what PostgreSQL holds already (`push/doubt.rs`), so a queue without dedup
+//!   does not store it twice.
 //! - **Failures.** PostgreSQL unreachable: wait (from `FILE_BUFFER_FLUSH_MS` doubling up to 5 s)
 //!   and try the same round again. Any other refusal: tried again up to five rounds in a row,
 //!   then the refused messages go to the quarantine file (logged, never replayed) and the drain
@@ -25,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::maintenance;
-use crate::engine::push::{self, PushItem, PushResult};
+use crate::engine::push::{self, doubt, PushItem, PushResult};
 use crate::engine::Engine;
 use crate::spool::{Batch, Spool, SpoolGroup};
 
@@ -67,16 +70,15 @@ async fn run(st: Engine) {
     let mut closing = st.closing.subscribe();
     let interval = Duration::from_millis(st.cfg.file_buffer_flush_ms);
     let mut backoff = interval;
-    let mut refusals = 0u32;
-    let mut replayed = 0u64;
+    let mut drain = Drain::default();
     loop {
         if *closing.borrow() {
             return;
         }
         if !spool.is_holding() {
-            if replayed > 0 {
-                tracing::info!(messages = replayed, "the disk spool is drained");
-                replayed = 0;
+            if drain.replayed > 0 {
+                tracing::info!(messages = drain.replayed, "the disk spool is drained");
+                drain.replayed = 0;
             }
             tokio::select! {
                 _ = spool.appended() => {}
@@ -84,7 +86,7 @@ async fn run(st: Engine) {
             }
             continue;
         }
-        let pause = match round(&st, spool, &mut refusals, &mut replayed).await {
+        let pause = match round(&st, spool, &mut drain).await {
             Round::Progress => {
                 backoff = interval;
                 continue;
@@ -110,8 +112,20 @@ async fn sleep_or_close(pause: Duration, closing: &mut watch::Receiver<bool>) ->
     }
 }
 
+/// What the drain carries from round to round.
+#[derive(Default)]
+struct Drain {
+    /// Refused rounds in a row.
+    refusals: u32,
+    /// Messages stored since the spool was last empty.
+    replayed: u64,
+    /// The last round lost its connection during its write (it may have committed): the next
+    /// one drops what is stored already from every record, not only those spooled in doubt.
+    in_doubt: bool,
+}
+
 /// One round: check the flag, read a batch, store it, commit it to the spool.
-async fn round(st: &Engine, spool: &Spool, refusals: &mut u32, replayed: &mut u64) -> Round {
+async fn round(st: &Engine, spool: &Spool, drain: &mut Drain) -> Round {
     let until = Instant::now() + Duration::from_secs(1);
     match maintenance::cached(st, until).await {
         Ok(Some(flags)) if !flags.push => {}
@@ -132,46 +146,74 @@ async fn round(st: &Engine, spool: &Spool, refusals: &mut u32, replayed: &mut u6
     if !batch.moves() {
         return Round::Waiting; // what the spool holds is not synced yet
     }
-    if batch.groups.is_empty() {
-        spool.commit(batch); // only finished files to move past
-        return Round::Progress;
-    }
-    let results = match push::store(st, items_of(&batch.groups)).await {
-        Ok(results) => results,
+    let groups = match doubt::without_stored(st, &batch.groups, drain.in_doubt).await {
+        Ok((groups, 0)) => groups,
+        Ok((groups, dropped)) => {
+            tracing::info!(
+                messages = dropped,
+                "spool drain: messages of a write whose commit was in doubt are stored \
+                 already; not stored again"
+            );
+            groups
+        }
         Err(e) if e.is_unavailable() => return Round::Outage,
         Err(e) => {
+            tracing::warn!(error = %e.chain(), "spool drain: cannot resolve a write in doubt");
+            return Round::Refused;
+        }
+    };
+    if groups.is_empty() {
+        drain.in_doubt = false;
+        spool.commit(batch); // only finished files, or messages stored already
+        return Round::Progress;
+    }
+    let results = match push::store(st, items_of(&groups)).await {
+        Ok(results) => results,
+        Err(e) if e.is_unavailable() => {
+            drain.in_doubt = true;
+            return Round::Outage;
+        }
+        Err(e) => {
             tracing::warn!(error = %e.chain(), "spool drain: a round was refused");
-            return refused(spool, batch, &[], refusals).await;
+            return refused(spool, batch, &groups, &[], &mut drain.refusals).await;
         }
     };
     if results.iter().any(|r| is_failed(r, true)) {
+        drain.in_doubt = true;
         return Round::Outage;
     }
+    drain.in_doubt = false;
     let failed: Vec<usize> = (0..results.len())
         .filter(|&i| is_failed(&results[i], false))
         .collect();
     if !failed.is_empty() {
         let first = results[failed[0]].error().unwrap_or_default();
         tracing::warn!(failed = failed.len(), error = %first, "spool drain: messages were refused");
-        return refused(spool, batch, &failed, refusals).await;
+        return refused(spool, batch, &groups, &failed, &mut drain.refusals).await;
     }
-    *refusals = 0;
-    *replayed += results.len() as u64;
+    drain.refusals = 0;
+    drain.replayed += results.len() as u64;
     spool.commit(batch);
     Round::Progress
 }
 
-/// A round PostgreSQL refused (`failed` indexes the refused messages; empty: all of them).
-/// After [`QUARANTINE_AFTER`] such rounds in a row the refused messages are quarantined and
-/// the batch counts as drained.
-async fn refused(spool: &Spool, batch: Batch, failed: &[usize], refusals: &mut u32) -> Round {
+/// A round PostgreSQL refused (`failed` indexes the refused messages of `groups`, what the
+/// round sent of `batch`; empty: all of them). After [`QUARANTINE_AFTER`] such rounds in a row
+/// the refused messages are quarantined and the batch counts as drained.
+async fn refused(
+    spool: &Spool,
+    batch: Batch,
+    groups: &[SpoolGroup],
+    failed: &[usize],
+    refusals: &mut u32,
+) -> Round {
     *refusals += 1;
     if *refusals < QUARANTINE_AFTER {
         return Round::Refused;
     }
-    let kept = refused_groups(&batch.groups, failed);
+    let kept = refused_groups(groups, failed);
     let messages: usize = kept.iter().map(|g| g.items.len()).sum();
-    let records: Result<Vec<_>, _> = kept.iter().map(SpoolGroup::encode).collect();
+    let records: Result<Vec<_>, _> = kept.iter().map(SpoolGroup::body).collect();
     let quarantined = match records {
         Ok(records) => spool.quarantine(records).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
@@ -212,6 +254,7 @@ fn refused_groups(groups: &[SpoolGroup], failed: &[usize]) -> Vec<SpoolGroup> {
             out.push(SpoolGroup {
                 queue: g.queue.clone(),
                 partition: g.partition.clone(),
+                in_doubt: g.in_doubt,
                 items,
             });
         }

@@ -7,8 +7,16 @@
 //! 2. push maintenance is on;
 //! 3. PostgreSQL cannot be reached to learn the flag;
 //!
-//! and, after the fact, when its write failed only because PostgreSQL could not be reached
-//! ([`rescue`]). Without a spool (`FILE_BUFFER_ENABLED=false`) push maintenance answers 503 and
+//! and, after the fact, when its write failed only because PostgreSQL could not be reached.
+//! Push fusion's flush (`push/flush.rs`) does the last two itself, while its partitions are in
+//! flight, so order per partition holds across the spool: frames that reach a flush while the
+//! spool holds records join its tail ([`join_held`]; a push can pass rule 1 just before a
+//! rescue starts the spool), and frames of a write PostgreSQL could not take are spooled before
+//! the partition's next flush may start ([`rescue_lanes`]). A write whose connection was lost
+//! after it was sent is spooled *in doubt*: its commit may have happened, and the drain asks
+//! PostgreSQL which of its messages are stored before it stores the rest (`push/replay.rs`),
+//! so a queue without dedup does not get them twice. The binary path's segments stored as sent
+//! bypass the fusion and are rescued after the fact ([`rescue`]). Without a spool (`FILE_BUFFER_ENABLED=false`) push maintenance answers 503 and
 //! an outage fails the write as before. Transactions are never spooled: while pushes are being
 //! spooled, a transaction carrying pushes answers 503 ([`refuse_transaction`]).
 
@@ -19,12 +27,12 @@ use queen_proto::frame::Frame;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::accel::push_fusion::{FrameOutcome, FusionFrame};
+use crate::accel::push_fusion::{Failure, FrameOutcome, FusionFrame, LaneFlush};
 use crate::engine::maintenance;
 use crate::engine::push::PushResult;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::spool::{record, SpoolError, When};
+use crate::spool::{record, Spool, SpoolError, When};
 
 /// How long a push waits to learn the maintenance flag when its cached read is stale; past it
 /// (a starved pool) the push takes the direct way, where an outage is still caught by
@@ -84,7 +92,7 @@ pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -
         return Ok(false);
     };
     if spool.is_holding() {
-        let (records, messages) = encode(outgoing())?;
+        let (records, messages) = encode(outgoing(), false)?;
         let joined = spool.append(records, messages, When::WhileHolding).await;
         if joined.map_err(refused)? {
             return Ok(true);
@@ -94,7 +102,7 @@ pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -
     if !push_maintenance(st).await? {
         return Ok(false);
     }
-    let (records, messages) = encode(outgoing())?;
+    let (records, messages) = encode(outgoing(), false)?;
     spool
         .append(records, messages, When::Always)
         .await
@@ -103,9 +111,9 @@ pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -
 }
 
 /// The items among `results` whose write failed only because PostgreSQL could not be reached
-/// are spooled instead and answered `buffered` (`item(i)` gives item `i`'s payload and trace
-/// id; every item was stamped with `producer_sub`). An item whose commit was in doubt may be stored already: its replay, under the same
-/// transactionId, is then a duplicate. If the spool refuses them they stay failed.
+/// are spooled instead, in doubt (their write was sent), and answered `buffered` (`item(i)`
+/// gives item `i`'s payload and trace id; every item was stamped with `producer_sub`). If the
+/// spool refuses them they stay failed.
 pub async fn rescue(
     st: &Engine,
     results: &mut [PushResult],
@@ -143,7 +151,7 @@ pub async fn rescue(
             }),
         }
     }
-    let spooled = match encode(groups) {
+    let spooled = match encode(groups, true) {
         Ok((records, messages)) => spool.append(records, messages, When::Always).await,
         Err(e) => Err(SpoolError::Io(e.to_string())),
     };
@@ -155,6 +163,107 @@ pub async fn rescue(
             }
         }
         Err(e) => tracing::warn!(error = %e, "pushes PostgreSQL could not take were not spooled"),
+    }
+}
+
+/// While the spool holds records, the frames of a flush that are not the drain's own join its
+/// tail and settle `buffered`: they must not reach PostgreSQL ahead of what waits there. A
+/// spool that cannot take them fails them as unavailable (the push answers 503).
+pub async fn join_held(
+    spool: &Spool,
+    lanes: &[LaneFlush<impl Send>],
+    settled: &mut [Vec<Option<FrameOutcome>>],
+) {
+    if !spool.is_holding() {
+        return;
+    }
+    let outcome = spool_lanes(spool, lanes, settled, false, When::WhileHolding).await;
+    if let Some(Err(e)) = outcome {
+        fail_fresh(lanes, settled, &e);
+    }
+}
+
+/// After a write PostgreSQL could not take (`sent`: it had reached PostgreSQL, so its commit
+/// is in doubt), the frames still unsettled that are not the drain's own are spooled and
+/// settle `buffered`; if the spool refuses them they stay unsettled (and fail).
+pub async fn rescue_lanes(
+    spool: &Spool,
+    lanes: &[LaneFlush<impl Send>],
+    settled: &mut [Vec<Option<FrameOutcome>>],
+    sent: bool,
+) {
+    if let Some(Err(e)) = spool_lanes(spool, lanes, settled, sent, When::Always).await {
+        tracing::warn!(error = %e, "pushes PostgreSQL could not take were not spooled");
+    }
+}
+
+/// Whether a frame is one to spool: not settled, not the drain's own.
+fn fresh(frame: &FusionFrame, outcome: &Option<FrameOutcome>) -> bool {
+    outcome.is_none() && !frame.replayed
+}
+
+/// Spools the fresh frames of `lanes` (one record per lane, in lane order) and settles them
+/// `buffered`; `None` when there were none, `Ok(false)` when `when` found the spool empty.
+async fn spool_lanes(
+    spool: &Spool,
+    lanes: &[LaneFlush<impl Send>],
+    settled: &mut [Vec<Option<FrameOutcome>>],
+    in_doubt: bool,
+    when: When,
+) -> Option<std::result::Result<bool, SpoolError>> {
+    let mut bodies = Vec::new();
+    let mut messages = 0u64;
+    for (lane, done) in lanes.iter().zip(settled.iter()) {
+        let frames: Vec<Frame<'_>> = lane
+            .frames
+            .iter()
+            .zip(done)
+            .filter(|(f, o)| fresh(f, o))
+            .map(|(f, _)| frame_of(f))
+            .collect();
+        if frames.is_empty() {
+            continue;
+        }
+        messages += frames.len() as u64;
+        match record::body(&lane.queue, &lane.partition, in_doubt, frames.into_iter()) {
+            Ok(body) => bodies.push(body),
+            Err(e) => return Some(Err(SpoolError::Io(e.to_string()))),
+        }
+    }
+    if bodies.is_empty() {
+        return None;
+    }
+    let appended = spool.append(bodies, messages, when).await;
+    if let Ok(true) = appended {
+        for (lane, done) in lanes.iter().zip(settled.iter_mut()) {
+            for (f, slot) in lane.frames.iter().zip(done.iter_mut()) {
+                if fresh(f, slot) {
+                    *slot = Some(FrameOutcome::Buffered {
+                        message_id: f.message_id,
+                    });
+                }
+            }
+        }
+    }
+    Some(appended)
+}
+
+/// Fails the fresh frames of `lanes`: the spool holds records and cannot take them.
+fn fail_fresh(
+    lanes: &[LaneFlush<impl Send>],
+    settled: &mut [Vec<Option<FrameOutcome>>],
+    e: &SpoolError,
+) {
+    for (lane, done) in lanes.iter().zip(settled.iter_mut()) {
+        for (f, slot) in lane.frames.iter().zip(done.iter_mut()) {
+            if fresh(f, slot) {
+                *slot = Some(FrameOutcome::Failed(Failure {
+                    error: format!("the spool holds earlier pushes and cannot take these: {e}"),
+                    unavailable: true,
+                    refused: false,
+                }));
+            }
+        }
     }
 }
 
@@ -179,14 +288,14 @@ pub async fn refuse_transaction(st: &Engine) -> Result<()> {
     Ok(())
 }
 
-/// The records of `groups` (one per group) and their message count.
-fn encode(groups: Vec<Outgoing<'_>>) -> Result<(Vec<Vec<u8>>, u64)> {
+/// The record bodies of `groups` (one per group) and their message count.
+fn encode(groups: Vec<Outgoing<'_>>, in_doubt: bool) -> Result<(Vec<Vec<u8>>, u64)> {
     let mut messages = 0u64;
     let records = groups
         .into_iter()
         .map(|g| {
             messages += g.frames.len() as u64;
-            record::encode(g.queue, g.partition, g.frames.into_iter())
+            record::body(g.queue, g.partition, in_doubt, g.frames.into_iter())
                 .map_err(|e| Error::internal(format!("a push cannot be spooled: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;

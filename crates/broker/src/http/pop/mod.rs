@@ -30,15 +30,37 @@ use crate::http::extract::Query;
 const FRAMED_CONTENT_TYPE: &str = "application/x-queen-pop";
 /// Largest `batch` honoured; larger requests are clamped.
 const MAX_BATCH: i64 = 10_000;
+/// Longest long-poll `timeout` honoured, in ms (five minutes, docs/wire.md §7.2); longer
+/// requests (and a longer `DEFAULT_TIMEOUT`) are clamped, so no pop holds a connection and a
+/// parked waiter without bound.
+pub const MAX_POP_TIMEOUT_MS: u64 = 300_000;
 
 pub fn routes() -> Router<Engine> {
     Router::new()
-        .route("/api/v1/pop", get(discovery))
-        .route("/api/v1/pop/queue/{queue}", get(wildcard))
+        .route("/api/v1/pop", get(discovery).head(head_refused))
+        .route(
+            "/api/v1/pop/queue/{queue}",
+            get(wildcard).head(head_refused),
+        )
         .route(
             "/api/v1/pop/queue/{queue}/partition/{partition}",
-            get(targeted),
+            get(targeted).head(head_refused),
         )
+}
+
+/// `HEAD` on a pop route. A pop claims what it answers, and a `HEAD` answer has no body to
+/// carry it: axum would run the GET handler and drop the body, so the claimed messages would
+/// be lost (autoAck) or leased to nobody. Refused before anything is claimed.
+async fn head_refused() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET")],
+        Json(json!({
+            "error": "HEAD is not served on pop routes: a pop claims messages and a HEAD answer cannot carry them; use GET",
+            "code": "method_not_allowed",
+        })),
+    )
+        .into_response()
 }
 
 type Params = Query<Vec<(String, String)>>;
@@ -166,7 +188,8 @@ fn parse_request(
             v.parse::<u64>()
                 .map_err(|_| invalid("timeout", v, "a non-negative number of milliseconds"))?,
         ),
-    };
+    }
+    .min(Duration::from_millis(MAX_POP_TIMEOUT_MS));
     let group = Name::optional("consumerGroup", param(params, "consumerGroup"))?.map_or_else(
         || queen_proto::wire::QUEUE_MODE.to_string(),
         Name::into_string,
@@ -368,6 +391,23 @@ mod tests {
             parse(&[("batch", "99999999")]).expect("clamped").batch,
             MAX_BATCH as i32
         );
+    }
+
+    #[test]
+    fn a_long_poll_timeout_is_clamped_to_five_minutes() {
+        let most = Duration::from_millis(MAX_POP_TIMEOUT_MS);
+        assert_eq!(most, Duration::from_secs(300));
+        for v in ["300001", "86400000", "18446744073709551615"] {
+            assert_eq!(parse(&[("timeout", v)]).expect(v).timeout, most, "{v}");
+        }
+        assert_eq!(parse(&[("timeout", "300000")]).expect("max").timeout, most);
+        let long_default = parse_request(
+            PopShape::Wildcard { queue: "q".into() },
+            &[],
+            Duration::from_millis(u64::MAX),
+        )
+        .expect("default");
+        assert_eq!(long_default.timeout, most, "DEFAULT_TIMEOUT is clamped too");
     }
 
     #[test]

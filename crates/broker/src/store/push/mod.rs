@@ -216,3 +216,28 @@ pub async fn segment_at(
     })
     .transpose()
 }
+
+/// Where the messages of a write whose commit was in doubt may be stored
+/// (`queen.log_txn_offsets_v1`, sql/functions/spool.sql): for `hashes` (16 bytes per message),
+/// every (message index, partition id, offset) of (`queue`, `partition`) holding an equal hash.
+pub async fn txn_offsets(
+    db: &impl GenericClient,
+    queue: &str,
+    partition: &str,
+    hashes: &[u8],
+) -> Result<Vec<(usize, i64, i64)>> {
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT r_idx, r_partition_id, r_off FROM queen.log_txn_offsets_v1($1, $2, $3)",
+    )
+    .await?;
+    let rows = db.query(&stmt, &[&queue, &partition, &hashes]).await?;
+    rows.iter()
+        .map(|r| {
+            let idx: i32 = r.try_get(0)?;
+            let idx = usize::try_from(idx)
+                .map_err(|_| Error::internal(format!("log_txn_offsets_v1 answered index {idx}")))?;
+            Ok((idx, r.try_get(1)?, r.try_get(2)?))
+        })
+        .collect()
+}

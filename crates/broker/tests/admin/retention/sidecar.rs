@@ -205,23 +205,37 @@ async fn the_sidecar_purge_bounds_what_acks_and_dedup_probes_read() {
     );
 }
 
+/// A group whose delivered batch lost its hash rows to the purge (issue 36 §2): the leased
+/// ack resolves by position, so it succeeds, the cursor moves and nothing redelivers; a nack
+/// of such a message redelivers it (docs/engine.md §6.2, "purged span").
 #[tokio::test]
-async fn an_ack_of_a_purged_message_is_reported_unresolved_and_redelivers() {
+async fn an_ack_of_a_purged_message_under_its_lease_moves_the_cursor() {
     let b = broker(|cfg| cfg.sidecar_purge_floor_s = 0).await;
     let db = b.sql().await;
     configure(&b, "gone", json!({ "dedupWindowSeconds": 0 })).await;
-    push_txns(&b, "gone", "p", &txns("m", 2)).await;
+    push_txns(&b, "gone", "p", &txns("m", 3)).await;
     let pid = partition_id(&db, "gone", "p").await;
     let popped = pop(&b, "gone", Some("p"), None, 10, "").await;
-    eventually("the purge", || async { marks(&db, pid).await.1 == 2 }).await;
-    let items = popped
+    eventually("the purge", || async { marks(&db, pid).await.1 == 3 }).await;
+    let mut items: Vec<Value> = popped
+        .iter()
+        .map(|m| crate::common::ack_item(m, "completed"))
+        .collect();
+    items[2]["status"] = json!("failed");
+    let answer = crate::common::ack_batch(&b, None, items).await;
+    assert!(
+        answer.iter().all(|a| a["success"] == true),
+        "a purged hash resolves by position under the lease: {answer:?}"
+    );
+    assert_eq!(committed(&db, pid, "__QUEUE_MODE__").await, Some(1));
+    let again = pop(&b, "gone", Some("p"), None, 10, "").await;
+    assert_eq!(txn_ids(&again), ["m-2"], "the nacked message redelivers");
+    let items = again
         .iter()
         .map(|m| crate::common::ack_item(m, "completed"))
         .collect();
     let answer = crate::common::ack_batch(&b, None, items).await;
-    assert!(
-        answer.iter().all(|a| a["success"] == false),
-        "a purged hash cannot be resolved: {answer:?}"
-    );
-    assert_eq!(committed(&db, pid, "__QUEUE_MODE__").await, Some(-1));
+    assert_eq!(answer[0]["success"], true, "{answer:?}");
+    assert_eq!(committed(&db, pid, "__QUEUE_MODE__").await, Some(2));
+    assert!(pop(&b, "gone", Some("p"), None, 10, "").await.is_empty());
 }

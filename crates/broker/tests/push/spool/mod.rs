@@ -5,8 +5,10 @@
 //! stopped, a broker killed with a full spool, a torn tail, replays that lose and duplicate
 //! nothing). The helpers both use are here.
 
+mod at_rest;
 mod maintenance;
 mod outage;
+mod rescue;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
