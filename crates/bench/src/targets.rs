@@ -141,7 +141,7 @@ pub fn lines(rows: &[Row], memory: &BrokerMemory) -> Vec<Line> {
 /// Issue 36: each overload step delivers at least 0.9 of the stable rate, and the accepted
 /// pushes of the 4× step answer within a second (losses fail the row's verification).
 fn overload(rows: &[Row]) -> Vec<Line> {
-    let steps = rows
+    let mut steps = rows
         .iter()
         .filter(|r| r.scenario == "overload" && r.system == OURS);
     let mut out: Vec<Line> = steps
@@ -160,11 +160,12 @@ fn overload(rows: &[Row]) -> Vec<Line> {
             )
         })
         .collect();
-    let top = steps.last();
+    let top = steps.next_back();
     out.push(Line::new(
-        top.map_or("overload top step: p99 of accepted pushes, ms".into(), |r| {
-            format!("overload {}: p99 of accepted pushes, ms", r.cell)
-        }),
+        top.map_or(
+            "overload top step: p99 of accepted pushes, ms".into(),
+            |r| format!("overload {}: p99 of accepted pushes, ms", r.cell),
+        ),
         top.and_then(|r| r.extra.get("push_p99_ms").copied()),
         Goal::AtMost(1000.0),
         String::new(),

@@ -10,7 +10,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::types::{PushBody, PushWireItem};
-use crate::{api_error, expect_json, retry_after, Error, PopResponse, PushItem, PushResult, Queen, Result};
+use crate::{
+    api_error, expect_json, retry_after, Error, PopResponse, PushItem, PushResult, Queen, Result,
+};
 
 /// Operations on one queue. Unset pop options are left to the broker's defaults.
 #[derive(Debug, Clone)]
