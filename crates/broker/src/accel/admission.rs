@@ -4,11 +4,12 @@
 //! the hot-list ring says is empty never asks for one.
 //!
 //! Permits are grouped in lanes. Each lane has a cap below the budget (when the budget is at
-//! least two), so no lane can hold every permit: a burst of pops cannot keep acks and pushes
-//! from PostgreSQL, nor a push storm the acks. A freed permit goes to the waiting lane of the
-//! highest priority that is under its cap (Ack, then Pop, then Push: an ack ends a lease and
-//! lets a pop deliver, a pop frees PostgreSQL work that pushes only add to), first come first
-//! served within a lane. The push lane's cap is what push fusion's batching feeds on: ready
+//! least two), so no lane can hold every permit, and a floor: permits no other lane may take
+//! while this lane holds fewer, so a busy consumer fleet (acks and pops, whose caps together
+//! exceed the budget) cannot starve producers, nor a push storm the acks. A freed permit goes
+//! to the waiting lane of the highest priority that fits (Ack, then Pop, then Push: an ack ends
+//! a lease and lets a pop deliver, a pop frees PostgreSQL work that pushes only add to), first
+//! come first served within a lane. The push lane's cap is what push fusion's batching feeds on: ready
 //! partitions that find no permit wait and coalesce (docs/engine.md §4.3).
 
 use std::collections::VecDeque;
@@ -34,6 +35,9 @@ pub struct Limits {
     pub budget: usize,
     /// Most permits one lane may hold, by [`Lane`] index.
     pub caps: [usize; 3],
+    /// Permits kept for each lane: others may not take the last free ones while it holds
+    /// fewer than this.
+    pub floors: [usize; 3],
 }
 
 impl Limits {
@@ -42,20 +46,33 @@ impl Limits {
     /// admin routes); acks and pops may each hold three fifths of it, pushes `push_cap`
     /// (`QUEEN_ADMISSION_PUSH_CAP`), and no lane all of it. The push cap is not a share of
     /// the pool: it is the number of push transactions PostgreSQL works on at once, and the
-    /// fewer they are the more each bundle carries (docs/engine.md §4.3).
+    /// fewer they are the more each bundle carries (docs/engine.md §4.3). Each lane keeps a
+    /// floor of a fifth of the budget (the push lane at most its cap), from a budget of 3 up.
     pub fn for_pool(pool_size: usize, push_cap: usize) -> Self {
         let pool = pool_size.max(1);
         let budget = (pool - (pool / 8).min(16)).max(1);
         let most = if budget >= 2 { budget - 1 } else { budget };
         let share = |n: usize| n.clamp(1, most);
+        let caps = [
+            share(budget * 3 / 5),
+            share(budget * 3 / 5),
+            share(push_cap),
+        ];
+        let floor = if budget >= 3 { (budget / 5).max(1) } else { 0 };
         Limits {
             budget,
-            caps: [
-                share(budget * 3 / 5),
-                share(budget * 3 / 5),
-                share(push_cap),
-            ],
+            caps,
+            floors: caps.map(|cap| floor.min(cap)),
         }
+    }
+
+    /// Unfilled floors of the lanes other than `lane`: room `lane` must leave free.
+    fn kept_for_others(&self, by_lane: &[usize; 3], lane: Lane) -> usize {
+        LANES
+            .iter()
+            .filter(|l| **l != lane)
+            .map(|l| self.floors[*l as usize].saturating_sub(by_lane[*l as usize]))
+            .sum()
     }
 }
 
@@ -174,9 +191,15 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Under the budget and the lane's cap, and either within the lane's own floor or
+    /// leaving the other lanes' unfilled floors free.
     fn fits(&self, st: &State, lane: Lane) -> bool {
-        st.in_use < self.limits.budget
-            && st.by_lane[lane as usize] < self.limits.caps[lane as usize]
+        let l = &self.limits;
+        let held = st.by_lane[lane as usize];
+        st.in_use < l.budget
+            && held < l.caps[lane as usize]
+            && (held < l.floors[lane as usize]
+                || l.budget - st.in_use > l.kept_for_others(&st.by_lane, lane))
     }
 
     fn grant(self: &Arc<Self>, st: &mut State, lane: Lane) -> Permit {
@@ -222,7 +245,11 @@ mod tests {
     use super::*;
 
     fn limits(budget: usize, caps: [usize; 3]) -> Admission {
-        Admission::new(Limits { budget, caps })
+        Admission::new(Limits {
+            budget,
+            caps,
+            floors: [0; 3],
+        })
     }
 
     #[test]
@@ -230,8 +257,10 @@ mod tests {
         let l = Limits::for_pool(160, 4);
         assert_eq!(l.budget, 144);
         assert_eq!(l.caps, [86, 86, 4]);
+        assert_eq!(l.floors, [28, 28, 4]);
+        assert!(l.floors.iter().sum::<usize>() <= l.budget);
         let l = Limits::for_pool(2, 4);
-        assert_eq!((l.budget, l.caps), (2, [1, 1, 1]));
+        assert_eq!((l.budget, l.caps, l.floors), (2, [1, 1, 1], [0; 3]));
         let l = Limits::for_pool(1, 4);
         assert_eq!((l.budget, l.caps), (1, [1, 1, 1]));
         let l = Limits::for_pool(32, 400);
@@ -269,6 +298,24 @@ mod tests {
         assert_eq!(pop.await.expect("pop"), Lane::Pop);
         assert_eq!(a.metrics().in_use, [0, 0, 0]);
         assert_eq!(a.metrics().waited, [1, 1, 0]);
+    }
+
+    /// Acks and pops together may cap above the budget; they still leave the push floor.
+    #[test]
+    fn acks_and_pops_leave_the_push_floor_free() {
+        let a = Admission::new(Limits {
+            budget: 6,
+            caps: [5, 5, 4],
+            floors: [1, 1, 1],
+        });
+        let mut held = Vec::new();
+        while let Some(p) = a.try_acquire(Lane::Ack) {
+            held.push(p);
+        }
+        assert_eq!(held.len(), 4, "acks stop short of the pop and push floors");
+        held.push(a.try_acquire(Lane::Pop).expect("the pop floor"));
+        assert!(a.try_acquire(Lane::Pop).is_none(), "the push floor is kept");
+        assert!(a.try_acquire(Lane::Push).is_some(), "the push floor");
     }
 
     #[tokio::test]

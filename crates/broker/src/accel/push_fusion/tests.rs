@@ -176,6 +176,7 @@ async fn admission_bounds_writes_across_shards_and_bundles_partitions() {
     let admission = Admission::new(Limits {
         budget: 3,
         caps: [1, 1, 1],
+        floors: [0; 3],
     });
     let (rec, open, fusion, first) = behind_one_write(cfg, admission, "first").await;
     let mut tasks = Vec::new();
@@ -237,6 +238,7 @@ async fn capped_behind_one_write() -> (Arc<Recorder>, watch::Sender<bool>, PushF
     let admission = Admission::new(Limits {
         budget: 3,
         caps: [1, 1, 1],
+        floors: [0; 3],
     });
     behind_one_write(cfg, admission, "first").await
 }
