@@ -1,17 +1,23 @@
-//! The HTTP/1.1 listener and what it bounds per connection: at most `max_connections`
-//! served at once (further connections wait in the kernel's listen backlog, unaccepted, until
-//! one closes); a request head complete within `header_read_timeout_ms` of its first byte;
-//! and no more than `idle_timeout_ms` with no request in progress and none begun. A slow
-//! client thus holds a connection only for the configured times, and any connection at most
-//! `http_read_buffer_bytes` of read buffer (the largest request head it can send). The body read timeout lives
-//! where bodies are read (`http::extract::RawBody`).
+//! The HTTP/1.1 listener and what it bounds per connection. A connection is accepted, then
+//! given a slot ([`slots`]): at most `max_connections` are served at once, one peer holds at
+//! most its share of them, and a small spare pool beyond them answers `/health` (anything
+//! else gets a 503) so liveness stays visible when the broker is full; a connection that finds
+//! no slot at all is closed at once. A connection must send its first bytes within
+//! `first_byte_timeout_ms`; a request head must be complete within `header_read_timeout_ms` of
+//! its first byte; and a connection that has served a request may stay `idle_timeout_ms` with
+//! no request in progress and none begun. A slow or silent client thus holds a slot only for
+//! the configured times, and any connection at most `http_read_buffer_bytes` of read buffer
+//! (the largest request head it can send). The body read timeout lives where bodies are read
+//! (`http::extract::RawBody`).
 //!
-//! Both clocks are kept here rather than by hyper, whose head timer starts as soon as a
+//! The clocks are kept here rather than by hyper, whose head timer starts as soon as a
 //! connection waits for a request and so cannot tell an idle keep-alive from a slow head.
 //! The bytes a connection reads between requests mark the start of a head.
 //!
 //! Shutdown stops accepting, lets every connection finish its request in progress (idle ones
 //! close at once), and returns when all are closed.
+
+mod slots;
 
 use std::future::Future;
 use std::io;
@@ -21,25 +27,44 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
+use crate::error::Error;
+use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
+use slots::{Grant, Refusal, Slots};
 
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
+/// Connections refused a slot are logged, each kind at most once per window.
+static SLOT_REFUSALS: LogLimit = LogLimit::new(DEFAULT_WINDOW);
+
+/// The one path a spare connection serves.
+const HEALTH_PATH: &str = "/health";
+
 /// The per-connection limits, from the config.
 #[derive(Clone, Copy)]
 struct Limits {
+    first_byte: Duration,
     header_read: Duration,
     idle: Duration,
     read_buffer: usize,
+}
+
+/// What a connection may be asked: everything, or (on a spare slot) `/health` only, every
+/// other request answered with a 503 naming the refusal.
+#[derive(Clone, Copy)]
+enum Scope {
+    Full,
+    HealthOnly(Refusal),
 }
 
 /// Serves `app` on `listener` until `stop` resolves, then drains.
@@ -49,9 +74,9 @@ pub async fn serve(
     cfg: &Config,
     stop: impl Future<Output = ()>,
 ) {
-    let max = u32::try_from(cfg.max_connections).unwrap_or(u32::MAX);
-    let slots = Arc::new(Semaphore::new(max as usize));
+    let slots = Slots::new(cfg);
     let limits = Limits {
+        first_byte: Duration::from_millis(cfg.first_byte_timeout_ms),
         header_read: Duration::from_millis(cfg.header_read_timeout_ms),
         idle: Duration::from_millis(cfg.idle_timeout_ms),
         read_buffer: cfg.http_read_buffer_bytes,
@@ -59,39 +84,84 @@ pub async fn serve(
     let (closing, closing_rx) = watch::channel(false);
     tokio::pin!(stop);
     loop {
-        // A slot first: beyond the cap, connections stay in the backlog, not accepted.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot,
-            () = &mut stop => break,
-        };
-        let Ok(slot) = slot else { break };
-        let stream = tokio::select! {
+        let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
         };
-        match stream {
-            Ok((stream, _)) => {
-                let (app, closing_rx) = (app.clone(), closing_rx.clone());
-                tokio::spawn(async move {
-                    serve_connection(stream, app, limits, closing_rx).await;
-                    drop(slot);
-                });
-            }
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
             }
-        }
+        };
+        let (slot, scope) = match slots.assign(peer.ip()) {
+            Grant::Slot(slot) => (slot, Scope::Full),
+            Grant::Spare(slot, why) => {
+                let what = match why {
+                    Refusal::Full => "connection limit reached: answering /health only",
+                    Refusal::PeerShare => {
+                        "a peer holds its share of connections: answering it /health only"
+                    }
+                };
+                if let Some(suppressed) = SLOT_REFUSALS.admit(what) {
+                    tracing::warn!(%peer, suppressed, "{what}");
+                }
+                (slot, Scope::HealthOnly(why))
+            }
+            Grant::None => {
+                let what = "no connection slot, not even a spare one: closing connections";
+                if let Some(suppressed) = SLOT_REFUSALS.admit(what) {
+                    tracing::warn!(%peer, suppressed, "{what}");
+                }
+                continue;
+            }
+        };
+        let refused = Refused {
+            max: slots.capacity(),
+            per_peer: slots.per_peer(),
+        };
+        let (app, closing_rx) = (app.clone(), closing_rx.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, app, scope, refused, limits, closing_rx).await;
+            drop(slot);
+        });
     }
     drop(listener);
     let _ = closing.send(true);
-    // Every connection holds a slot until it is closed: all slots back means all closed.
-    let _ = slots.acquire_many(max).await;
+    // Every connection holds a slot until it is closed: none held means all closed.
+    slots.emptied().await;
+}
+
+/// The numbers a spare connection's 503 names.
+#[derive(Clone, Copy)]
+struct Refused {
+    max: usize,
+    per_peer: usize,
+}
+
+impl Refused {
+    fn answer(self, why: Refusal) -> Response {
+        let reason = match why {
+            Refusal::Full => format!(
+                "the broker is serving its limit of {} connections; only {HEALTH_PATH} is answered on this one",
+                self.max
+            ),
+            Refusal::PeerShare => format!(
+                "this address holds its share of {} of the broker's connections; only {HEALTH_PATH} is answered on this one",
+                self.per_peer
+            ),
+        };
+        Error::TryLater(reason).into_response()
+    }
 }
 
 async fn serve_connection(
     stream: TcpStream,
     app: Router,
+    scope: Scope,
+    refused: Refused,
     limits: Limits,
     mut closing: watch::Receiver<bool>,
 ) {
@@ -102,7 +172,12 @@ async fn serve_connection(
         let busy = Busy::start(&requests);
         let mut app = app.clone();
         async move {
-            let answer = tower_service::Service::call(&mut app, req).await;
+            let answer = match scope {
+                Scope::HealthOnly(why) if req.uri().path() != HEALTH_PATH => {
+                    Ok(refused.answer(why))
+                }
+                _ => tower_service::Service::call(&mut app, req).await,
+            };
             drop(busy);
             answer
         }
@@ -113,9 +188,11 @@ async fn serve_connection(
     };
     // hyper's read buffer keeps the capacity of the largest read a connection ever made (up to
     // ~400 KiB by default) for as long as it stays open: capped, bodies just arrive in more
-    // reads, and a keep-alive connection costs at most this much between requests.
+    // reads, and a keep-alive connection costs at most this much between requests. A spare
+    // connection answers one request and closes.
     let conn = http1::Builder::new()
         .max_buf_size(limits.read_buffer)
+        .keep_alive(matches!(scope, Scope::Full))
         .serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut shutting = false;
@@ -149,6 +226,9 @@ struct State {
     ready_since: Instant,
     /// When the first byte of the next request head arrived, if one did.
     head_since: Option<Instant>,
+    /// Whether any bytes arrived yet: until then the first-byte deadline applies, not the
+    /// idle timeout.
+    spoke: bool,
 }
 
 /// A connection's [`State`], and a signal for the watchdog whenever it changes.
@@ -164,6 +244,7 @@ impl Activity {
                 in_progress: 0,
                 ready_since: Instant::now(),
                 head_since: None,
+                spoke: false,
             }),
             changed: Notify::new(),
         }
@@ -182,6 +263,7 @@ impl Activity {
     /// Bytes read while no request is in progress begin the next request's head.
     fn bytes_arrived(&self) {
         let begun = self.with(|s| {
+            s.spoke = true;
             let begins = s.in_progress == 0 && s.head_since.is_none();
             if begins {
                 s.head_since = Some(Instant::now());
@@ -194,7 +276,8 @@ impl Activity {
     }
 
     /// Resolves, naming the limit, once the connection has no request in progress and has
-    /// either been idle for `limits.idle` or spent `limits.header_read` on a head.
+    /// either sent nothing for `limits.first_byte` since it was accepted, been idle for
+    /// `limits.idle` after a request, or spent `limits.header_read` on a head.
     async fn expiry(&self, limits: Limits) -> &'static str {
         loop {
             // Registered before the state is read, so no change between the two is missed.
@@ -206,6 +289,11 @@ impl Activity {
                     s.in_progress,
                     t + limits.header_read,
                     "request head timeout",
+                ),
+                None if !s.spoke => (
+                    s.in_progress,
+                    s.ready_since + limits.first_byte.min(limits.idle),
+                    "first byte timeout",
                 ),
                 None => (s.in_progress, s.ready_since + limits.idle, "idle timeout"),
             });

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::http::auth::Auth;
+use crate::http::browser::Guard;
 
 /// A broker serving HTTP until `shutdown` is called.
 pub struct RunningServer {
@@ -26,11 +27,15 @@ pub struct RunningServer {
 /// Builds the pool, applies the schema (when configured) and starts serving on
 /// `cfg.host:cfg.port` (port 0 picks a free one; see `RunningServer::addr`).
 pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<RunningServer> {
-    let auth = Auth::from_config(&cfg.jwt).map_err(anyhow::Error::msg)?;
+    let auth = Auth::from_config(&cfg.jwt, cfg.metrics_access).map_err(anyhow::Error::msg)?;
+    let guard = Guard::from_config(&cfg).map_err(anyhow::Error::msg)?;
     let state = Engine::boot(cfg, pg).await?;
     let listener = TcpListener::bind((state.cfg.host.as_str(), state.cfg.port)).await?;
     let addr = listener.local_addr()?;
-    let app = crate::http::router(state.clone(), auth);
+    if let Some(warning) = exposure(&state.cfg, addr) {
+        tracing::warn!("{warning}");
+    }
+    let app = crate::http::router(state.clone(), auth, guard);
     let (stop, stopped) = oneshot::channel::<()>();
     let closing = state.clone();
     let cfg = state.cfg.clone();
@@ -70,6 +75,18 @@ impl RunningServer {
             }
         }
     }
+}
+
+/// The boot warning of a broker anyone on the network can use: auth off on an address that
+/// is not a loopback one (README "Browsers").
+fn exposure(cfg: &Config, addr: SocketAddr) -> Option<String> {
+    (!cfg.jwt.enabled && !addr.ip().is_loopback()).then(|| {
+        format!(
+            "authentication is off and the broker listens on {addr}, not only on loopback: \
+             anyone who can reach this address can read, write and delete every queue. Set \
+             JWT_ENABLED=true, or HOST=127.0.0.1"
+        )
+    })
 }
 
 /// The external database's connection settings: `DATABASE_URL`, else the discrete `PG_*`.

@@ -62,6 +62,10 @@ struct Common {
     /// The proof profile: ≥ 1 000 000 messages, ≥ 20 faults (long; not on a shared machine).
     #[arg(long, global = true, conflicts_with = "small")]
     full: bool,
+    /// The far-behind variant of the profile: hash-sidecar rows purged seconds after each
+    /// push and named groups joining late, so every ack resolves behind the purge horizon.
+    #[arg(long, global = true)]
+    far_behind: bool,
     /// An external PostgreSQL for the brokers (PostgreSQL crashes are then not injected).
     #[arg(long, global = true)]
     pg_url: Option<String>,
@@ -82,6 +86,9 @@ fn main() -> ExitCode {
         } else {
             Profile::small()
         };
+        if cli.common.far_behind {
+            profile = profile.far_behind();
+        }
         if let Some(Cmd::FuzzHttp {
             per_route: Some(n), ..
         }) = cli.cmd
@@ -89,7 +96,7 @@ fn main() -> ExitCode {
             profile.fuzz_per_route = n as usize;
         }
         let bin = queen_launch::locate_queen(cli.common.queen_bin.clone())?;
-        let env = vec![("DB_POOL_SIZE".to_string(), profile.pool_size.to_string())];
+        let env = profile.broker_env();
         let slots = if matches!(cli.cmd, Some(Cmd::FuzzHttp { .. })) {
             1
         } else {

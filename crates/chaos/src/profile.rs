@@ -23,6 +23,11 @@ pub struct Profile {
     pub pool_size: u32,
     /// HTTP fuzzer: requests per route.
     pub fuzz_per_route: usize,
+    /// The far-behind variant (`--far-behind`): every hash-sidecar row is purged within
+    /// moments of its push, so every batch a group is delivered lies behind the purge horizon.
+    pub far_behind: bool,
+    /// Named groups start consuming this long after the producers (a backlog far behind).
+    pub late_groups: Duration,
 }
 
 impl Profile {
@@ -39,6 +44,8 @@ impl Profile {
             drain_for: Duration::from_secs(60),
             pool_size: 8,
             fuzz_per_route: 60,
+            far_behind: false,
+            late_groups: Duration::ZERO,
         }
     }
 
@@ -57,6 +64,38 @@ impl Profile {
             drain_for: Duration::from_secs(1_800),
             pool_size: 16,
             fuzz_per_route: 50_000,
+            far_behind: false,
+            late_groups: Duration::ZERO,
         }
     }
+
+    /// The far-behind variant of this profile (issue 36 §2): the brokers purge hash-sidecar
+    /// rows with no floor (`QUEEN_SIDECAR_PURGE_FLOOR_SECONDS=0`, a short retention interval),
+    /// the queues keep them [`FAR_BEHIND_DEDUP_SECS`] at most, and the named groups join
+    /// after two fifths of the push phase, so their whole backlog lies behind the horizon.
+    pub fn far_behind(self) -> Self {
+        Self {
+            name: match self.name {
+                "full" => "full far-behind",
+                _ => "small far-behind",
+            },
+            far_behind: true,
+            late_groups: self.push_for * 2 / 5,
+            ..self
+        }
+    }
+
+    /// The brokers' settings this profile adds to `DB_POOL_SIZE`.
+    pub fn broker_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![("DB_POOL_SIZE".to_string(), self.pool_size.to_string())];
+        if self.far_behind {
+            env.push(("QUEEN_SIDECAR_PURGE_FLOOR_SECONDS".into(), "0".into()));
+            env.push(("RETENTION_INTERVAL".into(), "500".into()));
+        }
+        env
+    }
 }
+
+/// `dedupWindowSeconds` of the deduplicating queue in the far-behind profile: short enough
+/// that its hash rows are purged seconds after the push (the other queue has 0).
+pub const FAR_BEHIND_DEDUP_SECS: u64 = 2;

@@ -105,11 +105,17 @@ pub fn run(command: Command) -> ExitCode {
         Err(e) => {
             let code = e.exit_code();
             if code != ExitCode::SUCCESS {
-                eprintln!("queen: {e}");
+                eprintln!("{}", error_line(&e));
             }
             code
         }
     }
+}
+
+/// The stderr line of a failed command. A refusal quotes the broker, which may quote stored
+/// names, so it is made printable like every table cell.
+fn error_line(e: &CliError) -> String {
+    format!("queen: {}", table::printable(&e.to_string()))
 }
 
 async fn dispatch(command: Command) -> Result<()> {
@@ -138,4 +144,18 @@ fn print(text: &str) -> Result<()> {
 fn print_json(v: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(v).map_err(|e| CliError::Refused(e.to_string()))?;
     print(&format!("{text}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_quoting_terminal_escapes_is_printed_escaped() {
+        let e = CliError::Refused("queue \u{1b}]0;owned\u{7} not found".into());
+        assert_eq!(
+            error_line(&e),
+            "queen: the broker refused: queue \\u{1b}]0;owned\\u{7} not found"
+        );
+    }
 }

@@ -74,10 +74,12 @@ fn broker() -> &'static Broker {
             .expect("tokio runtime");
         // The push fusion spawns its workers here: they run whenever `send` blocks on.
         let app = rt.block_on(async move {
-            let auth = queen_broker::http::auth::Auth::from_config(&cfg.jwt)
+            let auth = queen_broker::http::auth::Auth::from_config(&cfg.jwt, cfg.metrics_access)
                 .expect("auth is off by default");
+            let guard = queen_broker::http::browser::Guard::from_config(&cfg)
+                .expect("no allowed origins or hosts to refuse");
             let engine = Engine::boot(cfg, pg).await.expect("no schema step to fail");
-            queen_broker::http::router(engine, auth)
+            queen_broker::http::router(engine, auth, guard)
         });
         Broker { rt, app }
     })

@@ -59,10 +59,12 @@
 -- (log_ack_span_segments_v1) and hash them. Offsets are immutable, so such a pair is a fact,
 -- not a claim: it is used only for offsets of the leased span below txns_start. With
 -- p_span_offs NULL (the default) and such a purged part, nothing changes and the answer is
---   {"ok":false,"purgedSpan":{"from":a,"to":b},"error":…}
--- asking for the pairs of [a, b]; the broker reads them and calls again. With the pairs
--- given, an offset of [a, b] missing from them (its segment was retained away) is simply
--- not found. A lease-less ack has no span, so it cannot resolve below txns_start.
+--   {"ok":false,"purgedSpan":{"from":committed + 1,"to":batch_end},"error":…}
+-- asking for the pairs of the rest of the leased batch; the broker reads them and calls
+-- again. The whole rest, not only its purged part: a purge that moves txns_start between the
+-- two calls then costs nothing. With the pairs given, an offset below txns_start missing
+-- from them (its segment was retained away) is simply not found. A lease-less ack has no
+-- span, so it cannot resolve below txns_start.
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[]);
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[]);
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[], text);
@@ -151,7 +153,7 @@ BEGIN
         IF p_span_offs IS NULL THEN
             RETURN jsonb_build_object(
                 'ok', false, 'error', 'hash rows of the leased batch were purged',
-                'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_purged_to));
+                'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
         END IF;
         v_lo := v_committed + 1;
     END IF;

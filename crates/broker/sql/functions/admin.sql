@@ -47,6 +47,8 @@ DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, tex
 -- Message detail checks the partition's tenant before anything is read (admin_message_v1's
 -- old form is dropped above): the forms without p_tenant would make calls ambiguous.
 DROP FUNCTION IF EXISTS queen.admin_message_unindexed_v1(bigint, int);
+-- The metrics sample is per tenant (p_tenant); the form without it would make calls ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_metrics_v1(int);
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
@@ -525,29 +527,40 @@ BEGIN
 END
 $$;
 
--- GET /metrics/prometheus (docs/wire.md §15): the scrape's bounded sample. First one row for
--- every queue together (queue_name NULL): pending and dead-letter rows summed. Then the p_limit
+-- GET /metrics/prometheus (docs/wire.md §15): the scrape's bounded sample over the queues of
+-- p_tenant (filtered here, so no other tenant's statistics are computed). First one row for
+-- all of them together (queue_name NULL): pending and dead-letter rows summed. Then the p_limit
 -- queues with the most pending messages (pending as in the listings: what the slowest member
 -- group has left), with their dead-letter rows; then the p_limit (queue, group) pairs
 -- furthest behind, with what the group has left. Watermark arithmetic over partition and
 -- cursor rows, like the overview: one pass, no segment read.
-CREATE OR REPLACE FUNCTION queen.admin_metrics_v1(p_limit int)
+CREATE OR REPLACE FUNCTION queen.admin_metrics_v1(p_limit int, p_tenant text DEFAULT '')
 RETURNS TABLE(queue_name text, consumer_group text, pending bigint, dead_letter bigint)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
+DECLARE
+    v_ids bigint[];
 BEGIN
+    -- Another tenant has queues: count only p_tenant's partitions (NULL: every partition).
+    IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.tenant_id <> COALESCE(p_tenant, '')) THEN
+        SELECT COALESCE(array_agg(lp.id), '{}') INTO v_ids
+          FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
+         WHERE q.tenant_id = COALESCE(p_tenant, '');
+    END IF;
     RETURN QUERY
-    WITH per_queue AS MATERIALIZED (
+    WITH mine AS MATERIALIZED (
+        SELECT q.id, q.name FROM queen.queues q WHERE q.tenant_id = COALESCE(p_tenant, '')
+    ), per_queue AS MATERIALIZED (
         SELECT q.name, COALESCE(sum(s.pending), 0)::bigint AS pending,
                COALESCE(sum(s.dead_letter), 0)::bigint AS dead_letter
-          FROM queen.queues q
-          LEFT JOIN queen.admin_partition_stats_v1(NULL) s ON s.queue_id = q.id
+          FROM mine q
+          LEFT JOIN queen.admin_partition_stats_v1(NULL, v_ids) s ON s.queue_id = q.id
          GROUP BY q.id, q.name
     ), lag AS (
         SELECT q.name, g.consumer_group,
                sum(queen.admin_pending(p.last_offset, c.committed, p.log_start))::bigint AS pending
           FROM queen.admin_memberships_v1(NULL, NULL) g
-          JOIN queen.queues q ON q.id = g.queue_id
+          JOIN mine q ON q.id = g.queue_id
           JOIN queen.log_partitions p ON p.queue_id = q.id
           LEFT JOIN queen.log_consumers c
             ON c.partition_id = p.id AND c.consumer_group = g.consumer_group

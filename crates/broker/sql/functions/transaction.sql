@@ -15,6 +15,10 @@
 --   form carries no tenant check of its own.
 --   ("fence": the bundle's signals for that (partition, group) in its other ack groups, see
 --   log_ack_by_hash_v1's p_fence)
+--   ("span": {"offs":[…],"hashes":[hex32…]}, the leased batch's purged part resolved by
+--   position, see log_ack_by_hash_v1's p_span_offs. Without it, a hash-form ack whose leased
+--   batch lost its hash rows raises 'QSPAN …' with DETAIL {"partitionId","group","worker",
+--   "from","to"}: the broker reads that span from the segments and reruns the bundle.)
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
@@ -52,6 +56,8 @@ DECLARE
     v_hashes bytea[];
     v_statuses text[];
     v_fence bytea[];
+    v_span_offs bigint[];
+    v_span_hashes bytea[];
 BEGIN
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
@@ -127,9 +133,27 @@ BEGIN
             FROM jsonb_array_elements(v_row.e->'acks') WITH ORDINALITY AS x(a, i);
             SELECT array_agg(decode(f, 'hex')) INTO v_fence
             FROM jsonb_array_elements_text(COALESCE(v_row.e->'fence', '[]'::jsonb)) AS y(f);
+            v_span_offs := NULL;
+            v_span_hashes := NULL;
+            IF v_row.e ? 'span' THEN
+                SELECT COALESCE(array_agg(o::bigint ORDER BY i), '{}')
+                INTO v_span_offs
+                FROM jsonb_array_elements_text(v_row.e->'span'->'offs') WITH ORDINALITY AS so(o, i);
+                SELECT COALESCE(array_agg(decode(h, 'hex') ORDER BY i), '{}')
+                INTO v_span_hashes
+                FROM jsonb_array_elements_text(v_row.e->'span'->'hashes') WITH ORDINALITY AS sh(h, i);
+            END IF;
             v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
                                             COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'),
-                                            COALESCE(v_fence, '{}'), COALESCE(p->>'tenant', ''));
+                                            COALESCE(v_fence, '{}'), COALESCE(p->>'tenant', ''),
+                                            v_span_offs, v_span_hashes);
+            IF v_r ? 'purgedSpan' THEN
+                RAISE EXCEPTION 'QSPAN the leased batch of partition % group "%" lost its hash rows; transaction rolled back',
+                    v_row.pid, v_row.grp
+                    USING DETAIL = (jsonb_build_object('partitionId', v_row.pid, 'group', v_row.grp,
+                                                       'worker', v_row.worker)
+                                    || (v_r->'purgedSpan'))::text;
+            END IF;
             -- Something rides along on this route, so an ack that resolves nowhere aborts it.
             IF (v_r->>'ok')::bool AND jsonb_array_length(v_r->'unresolvedHashes') > 0 THEN
                 RAISE EXCEPTION 'QTXN ack references unknown transactionId; transaction rolled back'

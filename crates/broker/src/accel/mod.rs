@@ -15,6 +15,7 @@ pub mod heap;
 pub mod hotlist;
 pub mod maintenance;
 pub mod min_pop_wait;
+pub mod one_flight;
 pub mod pop_cache;
 pub mod push_fusion;
 pub mod wake;

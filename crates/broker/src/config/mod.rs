@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+mod browser;
 mod jwt;
 mod mask;
 
-pub use jwt::{JwtAlgorithm, JwtConfig};
+pub use browser::BrowserConfig;
+pub use jwt::{DefaultRole, JwtAlgorithm, JwtConfig, SkipPath};
 use mask::{mask_dsn, KeyParser};
 
 /// Parses the boolean spellings operators use (`true/false`, `1/0`, `yes/no`, `on/off`);
@@ -20,6 +22,30 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         other => Err(format!(
             "not a boolean: {other:?} (use true/false, 1/0, yes/no, on/off)"
         )),
+    }
+}
+
+/// Who may read `/metrics` and `/metrics/prometheus` when auth is on (`QUEEN_METRICS_ACCESS`,
+/// docs/wire.md §15): anyone, or a token with at least the named role.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAccess {
+    /// No token needed.
+    Public,
+    #[value(name = "read-only")]
+    ReadOnly,
+    #[value(name = "read-write")]
+    ReadWrite,
+    Admin,
+}
+
+impl MetricsAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsAccess::Public => "public",
+            MetricsAccess::ReadOnly => "read-only",
+            MetricsAccess::ReadWrite => "read-write",
+            MetricsAccess::Admin => "admin",
+        }
     }
 }
 
@@ -143,9 +169,28 @@ pub struct Config {
     /// pending messages), and most (queue, group) lag series; totals cover every queue.
     #[arg(long, env = "QUEEN_METRICS_MAX_QUEUES", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub metrics_max_queues: u32,
+    /// Milliseconds one queue sample of /metrics/prometheus serves every scrape (per tenant);
+    /// concurrent scrapes share one read whatever this is.
+    #[arg(long, env = "QUEEN_METRICS_CACHE_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub metrics_cache_ms: u64,
+    /// Who may read /metrics and /metrics/prometheus when JWT_ENABLED is on: `public`, or a
+    /// token with at least the role `read-only`, `read-write` or `admin`.
+    #[arg(
+        long,
+        env = "QUEEN_METRICS_ACCESS",
+        value_enum,
+        default_value = "public"
+    )]
+    pub metrics_access: MetricsAccess,
     /// Request body limit in bytes (413 above it).
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// MiB that the compressed binary bodies in flight may inflate to, all together: a body is
+    /// charged what its headers announce before anything is inflated, and holds the charge
+    /// until it is answered. A body that does not fit now answers 503 with Retry-After; one
+    /// announcing more than this alone (or than QUEEN_MAX_BODY_BYTES), 413.
+    #[arg(long, env = "QUEEN_BODY_BUDGET_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub body_budget_mb: u64,
     /// Milliseconds a request head (request line and headers) may take to arrive, from its
     /// first byte; past it the connection is closed.
     #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -165,10 +210,20 @@ pub struct Config {
     /// many keep-alive connections small (docs/performance.md §7.2).
     #[arg(long, env = "QUEEN_HTTP_READ_BUFFER_BYTES", default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub http_read_buffer_bytes: usize,
-    /// Most client connections served at once; further connections wait in the listen
-    /// backlog until one closes.
+    /// Most client connections served at once. Beyond it (or beyond a peer's share) a
+    /// connection is still accepted into a small spare pool that answers `/health` and a 503
+    /// with Retry-After to anything else; when that is full too it is closed at once.
     #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Percent of QUEEN_MAX_CONNECTIONS (and of the spare pool) one peer may hold: an IPv4
+    /// address, or an IPv6 /64. 100 turns the share off (behind one reverse proxy every client
+    /// is one peer).
+    #[arg(long, env = "QUEEN_PEER_CONNECTION_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub peer_connection_share: u8,
+    /// Milliseconds a new connection may stay silent before the broker closes it and frees
+    /// its slot (the idle timeout applies between the requests of a connection that sent one).
+    #[arg(long, env = "QUEEN_FIRST_BYTE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub first_byte_timeout_ms: u64,
     /// Apply the SQL schema files at boot.
     #[arg(long, env = "QUEEN_APPLY_SCHEMA", default_value = "true", value_parser = parse_bool)]
     pub apply_schema: bool,
@@ -327,6 +382,9 @@ pub struct Config {
     /// Bearer-token authentication (docs/wire.md §1).
     #[command(flatten)]
     pub jwt: JwtConfig,
+    /// Cross-site requests and DNS rebinding (docs/wire.md §1.4).
+    #[command(flatten)]
+    pub browser: BrowserConfig,
 }
 
 /// The at-rest encryption key. Its `Debug` (and the boot log) says only that it is set.
@@ -355,7 +413,8 @@ impl std::fmt::Debug for EncryptionKey {
 impl Config {
     /// Refuses configurations that cannot work (before anything is started).
     pub fn check(&self) -> Result<(), String> {
-        self.jwt.check()
+        self.jwt.check()?;
+        self.browser.check()
     }
 
     /// True when no external database is configured and the embedded cluster is used.
@@ -370,6 +429,14 @@ impl Config {
             PeerWake::Off => false,
             PeerWake::Auto => !self.embedded(),
         }
+    }
+
+    /// The in-flight budget of inflated body bytes (`QUEEN_BODY_BUDGET_MB`).
+    pub fn body_budget_bytes(&self) -> usize {
+        usize::try_from(self.body_budget_mb)
+            .ok()
+            .and_then(|mb| mb.checked_mul(1 << 20))
+            .unwrap_or(usize::MAX)
     }
 
     /// The embedded cluster's directory.
@@ -422,9 +489,10 @@ impl Config {
         };
         format!(
             "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
-             metrics_max_queues={} max_body={} \
+             metrics_max_queues={} metrics_cache_ms={} metrics_access={} max_body={} body_budget_mb={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
-             http_read_buffer_bytes={} max_connections={} \
+             http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
+             first_byte_timeout_ms={} \
              apply_schema={} stmt_timeout_ms={} zstd_level={} default_timeout_ms={} \
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
              pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
@@ -433,7 +501,7 @@ impl Config {
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} malloc_trim_ms={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
-             spool_events_per_file={} spool_max_bytes={} {}",
+             spool_events_per_file={} spool_max_bytes={} {} {}",
             self.host,
             self.port,
             db,
@@ -448,12 +516,17 @@ impl Config {
             self.log_level,
             self.log_format.as_str(),
             self.metrics_max_queues,
+            self.metrics_cache_ms,
+            self.metrics_access.as_str(),
             self.max_body_bytes,
+            self.body_budget_mb,
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
             self.idle_timeout_ms,
             self.http_read_buffer_bytes,
             self.max_connections,
+            self.peer_connection_share,
+            self.first_byte_timeout_ms,
             self.apply_schema,
             self.stmt_timeout_ms,
             self.zstd_level,
@@ -498,7 +571,8 @@ impl Config {
             self.file_buffer_max_batch,
             self.file_buffer_events_per_file,
             self.file_buffer_max_bytes,
-            self.jwt.describe()
+            self.jwt.describe(),
+            self.browser.describe()
         )
     }
 }

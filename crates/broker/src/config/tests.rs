@@ -119,8 +119,10 @@ fn jwt_combinations() {
         "--jwt-jwks-url=http://127.0.0.1:1/jwks",
         "--jwt-algorithm=hs256,ES256",
         "--jwt-secret=s",
+        "--jwt-audience=queen",
+        "--jwt-jwks-allow-http",
     ]);
-    assert!(both.check().is_ok());
+    assert_eq!(both.check(), Ok(()));
     assert_eq!(
         both.accepted(),
         vec![JwtAlgorithm::Hs256, JwtAlgorithm::Es256]
@@ -129,6 +131,55 @@ fn jwt_combinations() {
     assert!(empty.check().expect_err("empty").contains("empty"));
     let skip = jwt(&["--jwt-enabled", "--jwt-secret=s", "--jwt-skip-paths=/a/, b"]);
     assert!(skip.check().expect_err("not a path").contains("\"b\""));
+    let verb = jwt(&[
+        "--jwt-enabled",
+        "--jwt-secret=s",
+        "--jwt-skip-paths=FETCH /a",
+    ]);
+    assert!(verb
+        .check()
+        .expect_err("no method")
+        .contains("\"FETCH\" is not a method"));
+}
+
+#[test]
+fn public_keys_need_an_audience_and_jwks_needs_tls() {
+    let jwks = ["--jwt-enabled", "--jwt-jwks-url=https://idp.test/jwks"];
+    let e = jwt(&jwks).check().expect_err("no audience");
+    assert!(e.contains("JWT_AUDIENCE is not set"), "{e}");
+    let pem = jwt(&["--jwt-enabled", "--jwt-public-key=/k.pem"]);
+    assert!(pem
+        .check()
+        .expect_err("no audience")
+        .contains("JWT_AUDIENCE"));
+    let with_aud = jwt(&[jwks[0], jwks[1], "--jwt-audience=queen"]);
+    assert_eq!(with_aud.check(), Ok(()));
+    let waived = jwt(&[jwks[0], jwks[1], "--jwt-require-audience=false"]);
+    assert_eq!(waived.check(), Ok(()));
+    let secret_only = jwt(&["--jwt-enabled", "--jwt-secret=s"]);
+    assert!(
+        !secret_only.audience_required(),
+        "a shared secret is this broker's own"
+    );
+    let demanded = jwt(&[
+        "--jwt-enabled",
+        "--jwt-secret=s",
+        "--jwt-require-audience=yes",
+    ]);
+    assert!(demanded.check().is_err());
+
+    let http = [
+        "--jwt-enabled",
+        "--jwt-audience=queen",
+        "--jwt-jwks-url=HTTP://u:pw@idp.test/jwks",
+    ];
+    let e = jwt(&http).check().expect_err("http JWKS");
+    assert!(
+        e.contains("JWT_JWKS_ALLOW_HTTP") && !e.contains("pw@"),
+        "{e}"
+    );
+    let allowed = jwt(&[http[0], http[1], http[2], "--jwt-jwks-allow-http"]);
+    assert_eq!(allowed.check(), Ok(()));
 }
 
 #[test]

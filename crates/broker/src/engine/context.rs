@@ -15,6 +15,7 @@ use crate::accel::admission::Admission;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::hotlist::HotList;
 use crate::accel::maintenance::MaintenanceFlags;
+use crate::accel::one_flight::OneFlight;
 use crate::accel::pop_cache::PopCache;
 use crate::accel::push_fusion::PushFusion;
 use crate::accel::wake::WakeGates;
@@ -22,6 +23,7 @@ use crate::config::Config;
 use crate::engine::encryption::Encryption;
 use crate::spool::Spool;
 use crate::store::ack::AckVerdict;
+use crate::store::resources::MetricsSample;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -58,6 +60,10 @@ pub struct Inner {
     pub counters: Arc<Counters>,
     /// The live Prometheus series (requests per route, acknowledgements).
     pub telemetry: Telemetry,
+    /// The queue samples of `/metrics/prometheus`, one flight per tenant, each serving
+    /// `QUEEN_METRICS_CACHE_MS` (engine/resources.rs); a failed read keeps its cause.
+    pub metrics_samples:
+        OneFlight<queen_proto::tenant::Tenant, Result<Arc<MetricsSample>, Arc<str>>>,
     /// What this broker's retention loop did (engine/retention/).
     pub retention: RetentionCounters,
     pub started: Instant,

@@ -39,6 +39,7 @@ use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::hotlist::{HotList, HotListConfig};
+use crate::accel::one_flight::OneFlight;
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
@@ -127,6 +128,7 @@ impl Engine {
                 cfg.ack_fusion_shards as usize,
             )
         });
+        let metrics_samples = OneFlight::new(Duration::from_millis(cfg.metrics_cache_ms));
         Engine::from_inner(Inner {
             cfg,
             store,
@@ -143,6 +145,7 @@ impl Engine {
             ack_fusion,
             counters,
             telemetry: Telemetry::start(),
+            metrics_samples,
             retention: RetentionCounters::default(),
             started: Instant::now(),
             broker_id,

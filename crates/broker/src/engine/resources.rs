@@ -3,6 +3,9 @@
 //! so there is no stale cache to refresh, and a refresh reads the live overview. The answers are
 //! rows; `http/resources.rs` renders them.
 
+use std::sync::Arc;
+
+use crate::accel::admission::Lane;
 use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -98,11 +101,21 @@ fn local_summary(q: &mut QueueSummary) {
     }
 }
 
-/// The queue sample of a Prometheus scrape, capped at `QUEEN_METRICS_MAX_QUEUES` queues and
-/// as many (queue, group) pairs.
-pub async fn metrics_sample(st: &Engine) -> Result<MetricsSample> {
+/// The queue sample of a Prometheus scrape over `tenant`'s queues, capped at
+/// `QUEEN_METRICS_MAX_QUEUES` queues and as many (queue, group) pairs; `Err` is the cause of a
+/// failed read. Its cost grows with the database, so it is one flight per tenant, its answer
+/// serves every scrape for `QUEEN_METRICS_CACHE_MS`, and the read takes an admission permit
+/// of the pop lane (a read of the log, like a pop) before its connection.
+pub async fn metrics_sample(st: &Engine, tenant: &Tenant) -> Result<Arc<MetricsSample>, Arc<str>> {
     let limit = i32::try_from(st.cfg.metrics_max_queues).unwrap_or(i32::MAX);
-    store::metrics_sample(&st.store, limit).await
+    let read = || async {
+        let _permit = st.admission.acquire(Lane::Pop).await;
+        store::metrics_sample(&st.store, limit, tenant.id())
+            .await
+            .map(Arc::new)
+            .map_err(|e| Arc::from(e.chain()))
+    };
+    st.metrics_samples.get(tenant, read).await
 }
 
 fn queue_not_found() -> Error {

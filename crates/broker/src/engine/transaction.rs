@@ -27,6 +27,7 @@ use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id
 use crate::engine::tenant::{self, Tenant};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::store::ack::PurgedSpan;
 use crate::store::push::{SegmentResult, SegmentWrite};
 use crate::store::transaction::{self as store, WireAck, WireCover, WireRefusal};
 
@@ -170,6 +171,7 @@ pub async fn run(
                     batch_end: c.batch_end,
                     frames: c.frames,
                 }),
+                span: None,
             }
         })
         .collect();
@@ -199,6 +201,30 @@ pub async fn run(
             continue;
         }
         let (reason, error) = match refusal {
+            // A hash-form ack's leased batch lost its hash rows: resolved by position from
+            // the segments (engine/ack/span.rs), the bundle runs again. Each group needs it
+            // once at most; a group asking twice is refused like any unresolvable ack.
+            WireRefusal::PurgedSpan(needed) => {
+                if let Some(ack) = wire_acks.iter_mut().find(|a| {
+                    a.span.is_none()
+                        && a.cover.is_none()
+                        && a.partition_id == needed.partition_id
+                        && a.group == needed.group
+                        && a.lease_id == needed.worker
+                }) {
+                    let purged = PurgedSpan {
+                        from: needed.from,
+                        to: needed.to,
+                    };
+                    ack.span = Some(ack::span::read(&db, needed.partition_id, purged).await?);
+                    continue;
+                }
+                let error = format!(
+                    "ack of partition {} group \"{}\" is unresolvable; transaction rolled back",
+                    needed.partition_id, needed.group
+                );
+                (RollbackReason::RejectedAck, error)
+            }
             WireRefusal::Encrypt(queue) if reruns == 0 => {
                 state.encryption.learn(&queue, true);
                 reruns += 1;

@@ -11,13 +11,14 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
-use queen_proto::push_bin::PushError;
+use queen_proto::push_bin::{announced_inflation, PushError};
 use queen_proto::scalar::ObjectOr;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::http::budget::{BodyBudget, Charge};
 
 /// The raw request body, bounded by `QUEEN_MAX_BODY_BYTES` (413 above it) and by
 /// `QUEEN_BODY_READ_TIMEOUT_MS` (408 past it).
@@ -162,8 +163,16 @@ pub fn json_object<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Error> {
 /// The Content-Type of the binary push and transaction bodies.
 pub const CONTENT_TYPE: &str = "application/x-queen-push";
 
-/// Bodies above this size are parsed (decompressed and validated) on the blocking pool.
+/// Bodies that are, or announce they inflate to, more than this are parsed (decompressed and
+/// validated) on the blocking pool.
 const INLINE_PARSE_BYTES: usize = 256 * 1024;
+
+/// Whether a binary body of `wire` bytes announcing `announced` inflated bytes is parsed on
+/// the blocking pool: by the larger of the two, so a small body announcing a large inflation
+/// is not inflated on an async worker.
+fn off_workers(wire: usize, announced: usize) -> bool {
+    wire.max(announced) > INLINE_PARSE_BYTES
+}
 
 /// Whether the request carries a binary push or transaction body.
 pub fn is_binary(headers: &HeaderMap) -> bool {
@@ -174,41 +183,61 @@ pub fn is_binary(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(CONTENT_TYPE))
 }
 
-/// Runs `parse` on `body`, off the async workers when the body is large. A parse failure is a
-/// 400 `bad binary <what> body: <problem>`.
+/// Runs `parse` on `body`, off the async workers when the body is large or announces a large
+/// inflation. A parse failure is a 400 `bad binary <what> body: <problem>`.
 ///
-/// Decompression is bounded by the same configured body limit as the bytes on the wire, all
-/// zstd frames of the body together: each frame must announce its size (the flag-1 `raw_len`,
-/// a group's zstd content size), an announcement past what is left of the limit is a 413
-/// before anything is inflated, and a frame is inflated into a buffer of exactly its
-/// announced size, so it cannot grow past it.
+/// Decompression is bounded twice before anything is inflated, by what the body's headers
+/// announce (`announced_inflation`: each zstd frame must announce its size, the flag-1
+/// `raw_len`, a group's zstd content size): by the smaller of the configured body limit and
+/// the whole in-flight budget for the body alone (413 above it), and by what is left of the
+/// in-flight budget (503 with `Retry-After` when it does not fit now). A frame is inflated into
+/// a buffer of exactly its announced size, so it cannot grow past it. The returned charge
+/// holds the body's share of the budget: keep it until the request is answered.
 pub async fn parse_binary<T: Send + 'static>(
     st: &Engine,
+    budget: &BodyBudget,
     body: Bytes,
     what: &'static str,
     parse: fn(Bytes, usize) -> Result<T, PushError>,
-) -> Result<T> {
-    let max = st.cfg.max_body_bytes;
-    let parsed = if body.len() > INLINE_PARSE_BYTES {
+) -> Result<(T, Charge)> {
+    let max = st.cfg.max_body_bytes.min(budget.limit());
+    let announced = announced_inflation(&body);
+    // usize::MAX: the body's inner sizes are only known once inflated, and `parse` bounds the
+    // total by `max`.
+    if announced > max && announced != usize::MAX {
+        return Err(Error::DecompressedTooLarge(max));
+    }
+    let charge = budget.charge(announced.min(max))?;
+    let parsed = if off_workers(body.len(), announced) {
         tokio::task::spawn_blocking(move || parse(body, max))
             .await
             .map_err(|e| Error::internal(format!("binary body parse task failed: {e}")))?
     } else {
         parse(body, max)
     };
-    parsed.map_err(|e| {
+    let parsed = parsed.map_err(|e| {
         if e.exceeds_limit() {
             Error::DecompressedTooLarge(max)
         } else {
             Error::bad(format!("bad binary {what} body: {e}"))
         }
-    })
+    })?;
+    Ok((parsed, charge))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn a_small_body_announcing_a_large_inflation_is_parsed_off_the_workers() {
+        assert!(!off_workers(10 * 1024, 0));
+        assert!(!off_workers(10 * 1024, INLINE_PARSE_BYTES));
+        assert!(off_workers(10 * 1024, 64 << 20));
+        assert!(off_workers(INLINE_PARSE_BYTES + 1, 0));
+        assert!(off_workers(10, usize::MAX));
+    }
 
     #[test]
     fn recognises_the_content_type_with_parameters_and_any_case() {

@@ -1,4 +1,5 @@
-//! `/health`, `/metrics` and `/status`: liveness with the database state, and counters.
+//! `/health`, `/metrics` and `/status`: liveness with the database state, and counters. The
+//! per-queue counters of `/metrics` are the caller's tenant's only (docs/wire.md §15).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -9,10 +10,12 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::engine::maintenance::{self, SpoolState};
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::{
     AckFusionSnapshot, AckRegistrySnapshot, AdmissionSnapshot, DedupSnapshot, Engine,
     HotListSnapshot, PopSnapshot, RetentionSnapshot,
 };
+use crate::http::auth::CallerTenant;
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -38,7 +41,7 @@ async fn health(State(st): State<Engine>) -> (StatusCode, Json<Value>) {
     (code, Json(body))
 }
 
-async fn metrics(State(st): State<Engine>) -> Json<Value> {
+async fn metrics(State(st): State<Engine>, CallerTenant(tenant): CallerTenant) -> Json<Value> {
     let uptime = st.started.elapsed().as_secs_f64().max(1e-9);
     let requests = st.counters.requests.load(Relaxed);
     let pushed = st.counters.messages_pushed.load(Relaxed);
@@ -54,7 +57,7 @@ async fn metrics(State(st): State<Engine>) -> Json<Value> {
             "pushed": pushed,
             "popped": popped,
         },
-        "pop": render_pop(&st.pop.metrics()),
+        "pop": render_pop(&st.pop.metrics(), &tenant),
         "hotlist": render_hotlist(st.cfg.hotlist, &st.hotlist.metrics()),
         "admission": render_admission(&st.admission.metrics()),
         "wake": { "gates": st.wake.gate_count() },
@@ -89,10 +92,12 @@ fn render_spool(s: &SpoolState) -> Value {
     })
 }
 
-fn render_pop(p: &PopSnapshot) -> Value {
+/// The pop counters; per queue only `tenant`'s queues, by the names its client knows.
+fn render_pop(p: &PopSnapshot, tenant: &Tenant) -> Value {
     let queues: serde_json::Map<String, Value> = p
         .queues
         .iter()
+        .filter(|(queue, _)| tenant::owns(tenant, queue))
         .map(|(queue, d)| {
             let v = json!({
                 "pops": d.pops,
@@ -100,7 +105,7 @@ fn render_pop(p: &PopSnapshot) -> Value {
                 "lastLagMs": d.last_lag_ms,
                 "maxLagMs": d.max_lag_ms,
             });
-            (queue.clone(), v)
+            (tenant::local(queue).to_string(), v)
         })
         .collect();
     json!({

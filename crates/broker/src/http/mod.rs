@@ -4,6 +4,8 @@
 
 mod ack;
 pub mod auth;
+pub mod browser;
+pub mod budget;
 mod dashboard;
 mod dlq;
 mod error;
@@ -28,14 +30,17 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 
 use crate::engine::Engine;
 use auth::Auth;
+use browser::Guard;
+use budget::BodyBudget;
 
-/// Every route of the broker, each behind the authentication layer (a no-op with auth off).
-pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
+/// Every route of the broker, each behind the authentication layer (a no-op with auth off),
+/// and every request behind the browser guard.
+pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
     Router::new()
         .merge(health::routes())
         .merge(prometheus::routes())
@@ -55,10 +60,12 @@ pub fn router(state: Engine, auth: Arc<Auth>) -> Router {
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(guard, browser::guard))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             observe::request,
         ))
+        .layer(Extension(BodyBudget::new(&state.cfg)))
         .with_state(state)
 }
 

@@ -1,9 +1,12 @@
 //! `GET /metrics/prometheus` (docs/wire.md §15): the broker's metrics in the Prometheus text
-//! format 0.0.4, never behind auth. The live series (requests per route, acknowledgements) are
-//! the engine's telemetry; everything else is read at scrape time: the engine's counters, the
-//! pool, the accelerators' snapshots and one bounded queue sample from PostgreSQL. When that
-//! sample fails the scrape still answers 200, with `queen_database_up 0` and no queue series,
-//! so a database outage does not also blind the broker's own metrics.
+//! format 0.0.4, public unless `QUEEN_METRICS_ACCESS` names a role. The live series (requests
+//! per route, acknowledgements) are the engine's telemetry; everything else is read at scrape
+//! time: the engine's counters, the pool, the accelerators' snapshots and one bounded queue
+//! sample from PostgreSQL over the caller's tenant's queues only (a caller without a token is
+//! the default tenant), shared by the scrapes of `QUEEN_METRICS_CACHE_MS` (one flight,
+//! `engine::resources::metrics_sample`). When that sample fails the scrape still answers 200,
+//! with `queen_database_up 0` and no queue series, so a database outage does not also blind
+//! the broker's own metrics.
 
 use queen_proto::tenant::{local, tenant_of};
 use std::sync::atomic::Ordering::Relaxed;
@@ -14,7 +17,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::engine::tenant::Tenant;
 use crate::engine::{resources, DedupSnapshot, Engine};
+use crate::http::auth::CallerTenant;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::telemetry::{self as t, Scrape};
 
@@ -28,10 +33,13 @@ pub fn routes() -> Router<Engine> {
     Router::new().route("/metrics/prometheus", get(prometheus))
 }
 
-async fn prometheus(State(st): State<Engine>) -> impl IntoResponse {
+async fn prometheus(
+    State(st): State<Engine>,
+    CallerTenant(tenant): CallerTenant,
+) -> impl IntoResponse {
     let scrape = Scrape::new();
     read_broker(&st, &scrape);
-    read_queues(&st, &scrape).await;
+    read_queues(&st, &tenant, &scrape).await;
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
         st.telemetry.render(scrape),
@@ -118,12 +126,12 @@ fn named(stored: &str) -> [(&'static str, &str); 2] {
     [("tenant", tenant_of(stored)), ("queue", local(stored))]
 }
 
-/// Totals, the busiest queues and the groups furthest behind, from PostgreSQL.
-async fn read_queues(st: &Engine, s: &Scrape) {
-    let sample = match resources::metrics_sample(st).await {
+/// Totals, the busiest queues and the groups furthest behind over `tenant`'s queues, from
+/// PostgreSQL.
+async fn read_queues(st: &Engine, tenant: &Tenant, s: &Scrape) {
+    let sample = match resources::metrics_sample(st, tenant).await {
         Ok(sample) => sample,
-        Err(e) => {
-            let cause = e.chain();
+        Err(cause) => {
             if let Some(suppressed) = SAMPLE_FAILURES.admit(&cause) {
                 tracing::warn!(error = %cause, suppressed, "metrics: queue sample failed");
             }

@@ -230,8 +230,9 @@ pub struct GroupLag {
     pub pending: i64,
 }
 
-/// The bounded sample `/metrics/prometheus` reads: totals over every queue, the `limit` queues
-/// with the most pending messages, and the `limit` (queue, group) pairs furthest behind.
+/// The bounded sample `/metrics/prometheus` reads over one tenant's queues: totals over them,
+/// the `limit` queues with the most pending messages, and the `limit` (queue, group) pairs
+/// furthest behind.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsSample {
     pub total: Counts,
@@ -239,8 +240,13 @@ pub struct MetricsSample {
     pub groups: Vec<GroupLag>,
 }
 
-pub async fn metrics_sample(store: &Store, limit: i32) -> Result<MetricsSample> {
-    let found = rows(store, "SELECT * FROM queen.admin_metrics_v1($1)", &[&limit]).await?;
+pub async fn metrics_sample(store: &Store, limit: i32, tenant: &str) -> Result<MetricsSample> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_metrics_v1($1, $2)",
+        &[&limit, &tenant],
+    )
+    .await?;
     let mut sample = MetricsSample::default();
     for r in &found {
         let queue: Option<String> = r.try_get("queue_name")?;

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
-use crate::store::ack::AckVerdict;
+use crate::store::ack::{AckVerdict, Span};
 use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
@@ -23,6 +23,19 @@ pub struct WireAck<'a> {
     /// The ack registry proved the group acks its whole batch, all completed: the group is
     /// sent in the positional form (`log_ack_at_v1`'s cover) instead of by hash.
     pub cover: Option<WireCover>,
+    /// The leased batch's purged part resolved by position (after a `QSPAN` refusal).
+    pub span: Option<Span>,
+}
+
+/// The purged part of a hash-form ack group's leased batch (SQL `QSPAN`'s detail).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpanNeeded {
+    pub partition_id: i64,
+    pub group: String,
+    pub worker: String,
+    pub from: i64,
+    pub to: i64,
 }
 
 /// A positional ack: the batch ending at `batch_end`, of `frames` frames, acked in full.
@@ -50,6 +63,9 @@ pub enum WireRefusal {
     Encrypt(String),
     /// A push past its queue's `maxSize` (SQL `QFULL`).
     Full(String),
+    /// A hash-form ack's leased batch lost its hash rows (SQL `QSPAN`): read the span and
+    /// rerun with it.
+    PurgedSpan(SpanNeeded),
 }
 
 /// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
@@ -85,10 +101,15 @@ pub async fn transaction_wire(
                 .map(|(h, s)| serde_json::json!({ "h": queen_proto::hash::to_hex(h), "status": s }))
                 .collect();
             let fence: Vec<String> = a.fence.iter().map(queen_proto::hash::to_hex).collect();
-            serde_json::json!({
+            let mut spec = serde_json::json!({
                 "partitionId": a.partition_id, "group": a.group, "worker": a.lease_id, "acks": items,
                 "fence": fence,
-            })
+            });
+            if let Some(span) = &a.span {
+                let hashes: Vec<String> = span.hashes.iter().map(queen_proto::hash::to_hex).collect();
+                spec["span"] = serde_json::json!({ "offs": span.offsets, "hashes": hashes });
+            }
+            spec
         })
         .collect();
     let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
@@ -115,7 +136,7 @@ pub async fn transaction_wire(
     Ok(Ok(committed))
 }
 
-/// The refusal a `QDUP`/`QTXN`/`QENC`/`QFULL` exception carries, with its marker stripped
+/// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
     let db = e.as_db_error()?;
@@ -124,6 +145,10 @@ fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
         Some(WireRefusal::Duplicate(text.to_string()))
     } else if let Some(text) = message.strip_prefix("QTXN ") {
         Some(WireRefusal::RejectedAck(text.to_string()))
+    } else if message.starts_with("QSPAN ") {
+        serde_json::from_str(db.detail().unwrap_or_default())
+            .ok()
+            .map(WireRefusal::PurgedSpan)
     } else if message.starts_with("QENC ") {
         Some(WireRefusal::Encrypt(
             db.detail().unwrap_or_default().to_string(),

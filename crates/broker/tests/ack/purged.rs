@@ -270,3 +270,44 @@ async fn without_the_span_the_procedure_names_the_purged_offsets_and_changes_not
     let c = cursor(&db, pid, "g").await;
     assert_eq!((c.committed, c.batch_end), (-1, Some(1)));
 }
+
+/// A transaction acking part of a purged leased batch (hash form with the registry off,
+/// positional with it on) commits with its push, and a second one acks the rest.
+async fn transaction_acks(accelerated: bool) {
+    let b = purging(accelerated).await;
+    let db = b.sql().await;
+    let pid = far_behind(&b, "txn", 3, json!({})).await;
+    let popped = pop(&b, "txn", Some("p"), G, 10, "")
+        .await
+        .expect("three messages");
+    let push = json!({ "type": "push", "queue": "next", "partition": "p", "transactionId": "n-0", "payload": {} });
+    let (status, answer) = b
+        .post(
+            "/api/v1/transaction",
+            &json!({ "operations": [push, ack_op(&popped.messages[0], "completed", G)] }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(cursor(&db, pid, "g").await.committed, 0);
+    let rest: Vec<Value> = popped.messages[1..]
+        .iter()
+        .map(|m| ack_op(m, "completed", G))
+        .collect();
+    let (_, answer) = b
+        .post("/api/v1/transaction", &json!({ "operations": rest }))
+        .await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.worker), (2, None));
+}
+
+#[tokio::test]
+async fn a_transaction_acking_purged_messages_commits_accelerated() {
+    transaction_acks(true).await;
+}
+
+#[tokio::test]
+async fn a_transaction_acking_purged_messages_commits_by_sql() {
+    transaction_acks(false).await;
+}

@@ -87,7 +87,8 @@ async fn pop(b: &TestBroker, queue: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn counters_move_with_push_pop_and_ack() {
-    let b = common::broker().await;
+    // Every scrape reads its own queue sample (none is held for the next).
+    let b = common::broker_with(|cfg| cfg.metrics_cache_ms = 0).await;
     let before = scrape(&b).await;
     assert_eq!(before.value("queen_database_up", &[]), 1.0);
 
@@ -284,14 +285,83 @@ async fn a_failed_queue_sample_still_answers_with_the_broker_series() {
     b.push("prom-down", "p", &[json!(1)]).await;
     // The sample's function vanishing stands for a database that cannot answer it.
     let db = b.sql().await;
-    db.batch_execute("ALTER FUNCTION queen.admin_metrics_v1(int) RENAME TO admin_metrics_gone")
-        .await
-        .expect("rename the sample function");
+    db.batch_execute(
+        "ALTER FUNCTION queen.admin_metrics_v1(int, text) RENAME TO admin_metrics_gone",
+    )
+    .await
+    .expect("rename the sample function");
     let s = scrape(&b).await;
     assert_eq!(s.value("queen_database_up", &[]), 0.0);
     assert_eq!(s.value("queen_messages_pushed_total", &[]), 1.0);
     assert!(s.samples("queen_queue_pending_messages", &[]).is_empty());
     assert!(s.samples("queen_pending_messages", &[]).is_empty());
+}
+
+/// Counts the broker's reads of the queue sample: the sample function is wrapped by one that
+/// counts its calls in a sequence and takes `delay_ms`, so scrapes sent together overlap.
+async fn count_sample_reads(b: &TestBroker, delay_ms: u32) {
+    let db = b.sql().await;
+    db.batch_execute(&format!(
+        "CREATE SEQUENCE public.sample_reads;
+         ALTER FUNCTION queen.admin_metrics_v1(int, text) RENAME TO admin_metrics_counted;
+         CREATE FUNCTION queen.admin_metrics_v1(p_limit int, p_tenant text DEFAULT '')
+         RETURNS TABLE(queue_name text, consumer_group text, pending bigint, dead_letter bigint)
+         LANGUAGE plpgsql VOLATILE AS $$
+         BEGIN
+             PERFORM nextval('public.sample_reads');
+             PERFORM pg_sleep({delay_ms} / 1000.0);
+             RETURN QUERY SELECT * FROM queen.admin_metrics_counted(p_limit, p_tenant);
+         END $$;"
+    ))
+    .await
+    .expect("wrap the sample function");
+}
+
+async fn sample_reads(b: &TestBroker) -> i64 {
+    let row = b
+        .sql()
+        .await
+        .query_one(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM public.sample_reads",
+            &[],
+        )
+        .await
+        .expect("read the counter");
+    row.get(0)
+}
+
+/// Pop-lane permits admission granted so far (`/metrics`).
+async fn pop_permits(b: &TestBroker) -> u64 {
+    let (_, m) = b.get("/metrics").await;
+    m["admission"]["pop"]["granted"].as_u64().expect("granted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_scrapes_share_one_sample_read_charged_to_admission() {
+    let b = common::broker_with(|cfg| cfg.metrics_cache_ms = 60_000).await;
+    b.push("prom-flight", "p", &[json!(1)]).await;
+    count_sample_reads(&b, 300).await;
+    let permits = pop_permits(&b).await;
+    let scrapes = stream::iter(0..32)
+        .map(|_| scrape(&b))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for s in &scrapes {
+        assert_eq!(s.value("queen_database_up", &[]), 1.0);
+        let queue = [("queue", "prom-flight")];
+        assert_eq!(s.value("queen_queue_pending_messages", &queue), 1.0);
+    }
+    assert_eq!(sample_reads(&b).await, 1, "32 scrapes, one read");
+    assert_eq!(
+        pop_permits(&b).await - permits,
+        1,
+        "the read took one admission permit"
+    );
+    // Within QUEEN_METRICS_CACHE_MS the answer is held (its aging: accel/one_flight.rs, and
+    // `counters_move_with_push_pop_and_ack` with 0).
+    scrape(&b).await;
+    assert_eq!(sample_reads(&b).await, 1, "held");
 }
 
 /// `queen_pg_statements_total` counts where the store takes a statement (`store::prepare`): a

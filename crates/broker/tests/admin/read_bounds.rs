@@ -76,3 +76,86 @@ async fn message_detail_checks_the_tenant_before_reading_a_segment() {
         assert_eq!(other.error(), "Message not found");
     }
 }
+
+/// Text of `GET path` as `token` (none: anonymous), with its status.
+async fn read_text(
+    b: &crate::common::TestBroker,
+    path: &str,
+    token: Option<&str>,
+) -> (StatusCode, String) {
+    let mut req = b.http.get(b.at(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let r = req.send().await.expect("GET");
+    (r.status(), r.text().await.expect("body"))
+}
+
+/// Tenant `acme` pushes to `orders-a` and pops it once; the default tenant pushes to `plain`.
+async fn two_tenants_with_traffic(b: &crate::common::TestBroker) -> (String, String) {
+    let (acme, default) = (tenant_token("a", Some("acme")), tenant_token("ops", None));
+    push_one(b, &acme, "orders-a", "a-1").await;
+    let r = get(b, "/api/v1/pop/queue/orders-a?wait=false", &acme).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let plain = json!({"items": [{"queue": "plain", "payload": 1}]});
+    let r = post(b, "/api/v1/push", &default, &plain).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    (acme, default)
+}
+
+#[tokio::test]
+async fn public_metrics_show_no_other_tenants_names() {
+    let b = hs_broker(|_| {}).await;
+    two_tenants_with_traffic(&b).await;
+    for path in ["/metrics/prometheus", "/metrics"] {
+        let (status, text) = read_text(&b, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path} stays public by default");
+        assert!(
+            !text.contains("orders-a"),
+            "{path} leaks a tenant's queue: {text}"
+        );
+        assert!(!text.contains("acme"), "{path} leaks a tenant: {text}");
+    }
+    let (_, text) = read_text(&b, "/metrics/prometheus", None).await;
+    assert!(
+        text.contains("queue=\"plain\""),
+        "the default tenant's own series stay"
+    );
+}
+
+#[tokio::test]
+async fn metrics_access_names_a_role_and_each_tenant_sees_its_own_series() {
+    let b = hs_broker(|cfg| {
+        cfg.metrics_access = queen_broker::config::MetricsAccess::ReadOnly;
+        cfg.metrics_cache_ms = 0;
+    })
+    .await;
+    let (acme, default) = two_tenants_with_traffic(&b).await;
+    for path in ["/metrics/prometheus", "/metrics"] {
+        let (status, text) = read_text(&b, path, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {text}");
+    }
+    let (status, text) = read_text(&b, "/metrics/prometheus", Some(&acme)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(
+        text.contains("queue=\"orders-a\"") && text.contains("tenant=\"acme\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("plain"),
+        "acme sees another tenant's queue: {text}"
+    );
+    let (_, json) = read_text(&b, "/metrics", Some(&acme)).await;
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert!(json["pop"]["queues"]["orders-a"].is_object(), "{json}");
+
+    let (status, text) = read_text(&b, "/metrics/prometheus", Some(&default)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("queue=\"plain\""), "{text}");
+    assert!(
+        !text.contains("orders-a") && !text.contains("acme"),
+        "{text}"
+    );
+    let (_, json) = read_text(&b, "/metrics", Some(&default)).await;
+    assert!(!json.contains("orders-a"), "{json}");
+}

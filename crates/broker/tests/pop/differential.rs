@@ -1,9 +1,12 @@
 //! The differential test (issue 11): one randomized workload (several queues, partitions and
-//! groups, random batch sizes and partition counts, nacks, lease expiries, lease-less acks,
-//! autoAck, pushes and acks in transactions) runs against a broker with every accelerator
-//! switch on and against one with every switch off. The deliveries per group (as sets), the
-//! final cursors and the DLQ contents must be identical, per-partition order must hold in
-//! both, and nothing pushed may go undelivered.
+//! groups, random batch sizes and partition counts, autopilot pops, nacks, lease expiries,
+//! lease-less acks, autoAck, pushes and acks in transactions) runs against a broker with every
+//! accelerator switch on (hot-list ring, dedup cache, pending gate, ack registry, ack fusion,
+//! autopilot) acting for a non-default tenant, and against one with every switch off acting
+//! for the default tenant without auth. The deliveries per group (as sets), the final cursors
+//! and the DLQ contents (by the client's queue names) must be identical, per-partition order
+//! must hold in both, and nothing pushed may go undelivered. One queue's `delayedProcessing`
+//! is lifted halfway through, which the rings must learn from `/configure` alone.
 //!
 //! The schedule of requests is drawn from the seed alone; what a consumer does with a message
 //! (complete, fail, retry, let the lease expire, ack without the lease) depends only on the
@@ -15,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use queen_broker::config::Config;
+use queen_proto::tenant::{local, tenant_of, Tenant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
@@ -47,6 +51,8 @@ enum Op {
         /// Push one message to this (queue, partition): in the ack's transaction when the pop
         /// delivered a batch to ack, else plainly.
         txn_push: Option<(usize, usize)>,
+        /// `autopilot=true` with `batch` and `partitions` left to the broker.
+        autopilot: bool,
     },
 }
 
@@ -72,6 +78,7 @@ fn schedule(seed: u64) -> Vec<Op> {
                 partitions: rng.gen_range(1..=3),
                 short_lease,
                 txn_push: (!short_lease && rng.gen_bool(0.25)).then_some((queue, partition)),
+                autopilot: rng.gen_bool(0.3),
             }
         });
     }
@@ -110,6 +117,8 @@ struct Outcome {
 /// One broker's run: its outcome's inputs and the order check.
 struct Run<'a> {
     b: &'a TestBroker,
+    /// The tenant `b` acts for (none: the default tenant): stored queue names carry it.
+    tenant: Tenant,
     db: tokio_postgres::Client,
     seq: HashMap<(usize, usize), usize>,
     pushed: BTreeSet<String>,
@@ -126,12 +135,16 @@ struct Run<'a> {
     txn_acks: usize,
     txn_pushes: usize,
     auto_acked: usize,
+    autopilot_pops: usize,
+    /// Delivered answers that echoed the autopilot's sizes.
+    autopilot_echoes: usize,
 }
 
 impl<'a> Run<'a> {
-    async fn new(b: &'a TestBroker) -> Self {
+    async fn new(b: &'a TestBroker, tenant: Tenant) -> Self {
         Run {
             b,
+            tenant,
             db: b.sql().await,
             seq: HashMap::new(),
             pushed: BTreeSet::new(),
@@ -144,7 +157,14 @@ impl<'a> Run<'a> {
             txn_acks: 0,
             txn_pushes: 0,
             auto_acked: 0,
+            autopilot_pops: 0,
+            autopilot_echoes: 0,
         }
+    }
+
+    /// The stored name of the client's queue `name`.
+    fn stored(&self, name: &str) -> String {
+        self.tenant.qualified("queue", name).expect("a valid name")
     }
 
     /// The push items of `count` new messages to (queue, partition), in order.
@@ -199,13 +219,19 @@ impl<'a> Run<'a> {
             partitions,
             short_lease,
             txn_push,
+            autopilot,
         } = op
         else {
             unreachable!("pop of a push op")
         };
         let (q, g) = (QUEUES[*queue].0, GROUPS[*group]);
         let auto = g == "gauto";
-        let mut query = format!("consumerGroup={g}&batch={batch}&partitions={partitions}");
+        let mut query = if *autopilot {
+            self.autopilot_pops += 1;
+            format!("consumerGroup={g}&autopilot=true")
+        } else {
+            format!("consumerGroup={g}&batch={batch}&partitions={partitions}")
+        };
         if auto {
             query.push_str("&autoAck=true");
         }
@@ -220,6 +246,9 @@ impl<'a> Run<'a> {
         let mut txn_push = *txn_push;
         if delivered {
             r.assert_delivered();
+            if *autopilot && r.body["autopilot"].is_object() {
+                self.autopilot_echoes += 1;
+            }
             self.record(q, g, &r);
             if auto {
                 self.auto_acked += r.messages().len();
@@ -345,6 +374,7 @@ impl<'a> Run<'a> {
                     partitions: 3,
                     short_lease: false,
                     txn_push: None,
+                    autopilot: false,
                 };
                 let deadline = Instant::now() + Duration::from_secs(120);
                 while !self.done(queue, group).await {
@@ -364,7 +394,7 @@ impl<'a> Run<'a> {
                  LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = $2
                  WHERE q.name = $1
                    AND (c.partition_id IS NULL OR c.committed < p.last_offset OR c.worker_id IS NOT NULL)",
-                &[&QUEUES[queue].0, &GROUPS[group]],
+                &[&self.stored(QUEUES[queue].0), &GROUPS[group]],
             )
             .await
             .expect("open partitions")
@@ -373,8 +403,9 @@ impl<'a> Run<'a> {
     }
 
     /// What the run exercised, for the report and the check that it did.
-    fn exercised(&self) -> [(&'static str, usize); 6] {
+    fn exercised(&self) -> [(&'static str, usize); 7] {
         [
+            ("autopilot pops", self.autopilot_pops),
             ("lease expiries", self.expired.len()),
             ("retries", self.retried.len()),
             ("lease-less acks", self.lease_less_acks),
@@ -384,7 +415,7 @@ impl<'a> Run<'a> {
         ]
     }
 
-    async fn finish(mut self) -> (Outcome, BTreeSet<String>, Vec<String>) {
+    async fn finish(mut self) -> (Outcome, BTreeSet<String>, Vec<String>, usize) {
         let exercised = self.exercised();
         println!("{exercised:?}");
         for (what, n) in exercised {
@@ -402,9 +433,11 @@ impl<'a> Run<'a> {
             .await
             .expect("cursors")
         {
+            let queue: String = r.get(0);
+            assert_eq!(tenant_of(&queue), self.tenant.id(), "{queue:?}");
             self.outcome
                 .cursors
-                .insert((r.get(0), r.get(1), r.get(2)), r.get(3));
+                .insert((local(&queue).to_string(), r.get(1), r.get(2)), r.get(3));
         }
         for r in self
             .db
@@ -418,20 +451,34 @@ impl<'a> Run<'a> {
             .await
             .expect("dlq")
         {
+            let queue: String = r.get(0);
             self.outcome
                 .dlq
-                .insert((r.get(0), r.get(1), r.get(2), r.get(3)));
+                .insert((local(&queue).to_string(), r.get(1), r.get(2), r.get(3)));
         }
-        (self.outcome, self.pushed, self.violations)
+        let echoes = self.autopilot_echoes;
+        (self.outcome, self.pushed, self.violations, echoes)
     }
 }
 
-async fn run(b: &TestBroker, ops: &[Op]) -> (Outcome, BTreeSet<String>, Vec<String>) {
+async fn run(
+    b: &TestBroker,
+    tenant: Tenant,
+    ops: &[Op],
+) -> (Outcome, BTreeSet<String>, Vec<String>, usize) {
     for (q, _) in QUEUES {
         configure(b, q, json!({ "retryLimit": 1, "leaseTime": 30 })).await;
     }
-    let mut run = Run::new(b).await;
-    for op in ops {
+    // The first queue holds its messages back for an hour until halfway through, when the
+    // hold is lifted: the rings that parked them must learn it from the configure (the
+    // accelerated broker's reseed floor is far beyond the drain's deadline).
+    let held = QUEUES[0].0;
+    configure(b, held, json!({ "delayedProcessing": 3600 })).await;
+    let mut run = Run::new(b, tenant).await;
+    for (i, op) in ops.iter().enumerate() {
+        if i == ops.len() / 2 {
+            configure(b, held, json!({ "delayedProcessing": 0 })).await;
+        }
         match op {
             Op::Push {
                 queue,
@@ -448,11 +495,19 @@ async fn run(b: &TestBroker, ops: &[Op]) -> (Outcome, BTreeSet<String>, Vec<Stri
     run.finish().await
 }
 
+/// Every accelerator switch `on` or off; on, auth is on too, so callers act for tenants.
 fn every_switch(on: bool) -> impl FnOnce(&mut Config) {
     move |cfg: &mut Config| {
         cfg.hotlist = on;
         cfg.dedup_cache = on;
         cfg.pop_pending_gate = on;
+        cfg.ack_registry = on;
+        cfg.ack_fusion = on;
+        cfg.pop_autopilot = on;
+        if on {
+            support::with_tenants(cfg);
+            cfg.hotlist_reseed_ms = 600_000;
+        }
     }
 }
 
@@ -466,9 +521,14 @@ async fn every_accelerator_on_and_off_reach_the_same_outcome() {
     let ops = schedule(seed);
     let on = common::broker_with(every_switch(true)).await;
     let off = common::broker_with(every_switch(false)).await;
-    let (with, pushed, with_violations) = run(&on, &ops).await;
-    let (without, pushed_off, without_violations) = run(&off, &ops).await;
+    let acme = Tenant::parse(Some("acme")).expect("a tenant");
+    let as_acme = support::act_as(&on, Some("acme"));
+    let (with, pushed, with_violations, echoes) = run(&as_acme, acme, &ops).await;
+    let (without, pushed_off, without_violations, echoes_off) =
+        run(&off, Tenant::default(), &ops).await;
     assert!(pushed == pushed_off, "the same messages were pushed");
+    assert!(echoes > 0, "the autopilot sized pops");
+    assert_eq!(echoes_off, 0, "QUEEN_POP_AUTOPILOT=false echoes nothing");
     assert!(
         with_violations.is_empty(),
         "accelerators on: {with_violations:?}"

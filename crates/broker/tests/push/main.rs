@@ -10,6 +10,7 @@ mod binary;
 mod binary_limits;
 mod binary_load;
 mod bodies;
+mod body_budget;
 mod dedup_cache;
 mod dedup_metrics;
 mod encryption;

@@ -9,6 +9,7 @@
 mod acks;
 mod delivery;
 mod leases;
+mod refusals;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -17,10 +18,11 @@ use anyhow::Result;
 use crate::history::Log;
 
 /// The properties, in report order.
-pub const PROPERTIES: [&str; 11] = [
+pub const PROPERTIES: [&str; 12] = [
     "lost",
     "first deliveries out of offset order",
     "redelivered after a successful ack",
+    "ack refused under a live lease",
     "two live leases",
     "nack skipped",
     "dlq row without cause",
@@ -113,6 +115,7 @@ pub fn check(log: &Log, db: &DbState, groups: &[&str], retry_limit: u32) -> Verd
     delivery::first_delivery_order(log, &mut v);
     delivery::redeliveries(log, &mut v, &mut stats);
     leases::overlapping(log, &mut v);
+    refusals::refused_under_live_lease(log, &mut v);
     acks::nacks_not_skipped(log, db, &mut v, &mut stats);
     acks::dead_letters(log, db, retry_limit, &mut v);
     acks::server_errors(log, &mut v, &mut stats);

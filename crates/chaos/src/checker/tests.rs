@@ -265,3 +265,33 @@ fn an_ack_of_a_transaction_id_stored_twice_may_take_either_copy() {
     let l = log(vec![first, middle, second, again], vec![dlq, completed]);
     assert!(violated(&l, &db(&[("g", 1, "tx")]), &[]).is_empty());
 }
+
+#[test]
+fn an_ack_refused_while_its_lease_was_live_is_reported_unless_something_ended_it() {
+    // lease_secs 30: live until 30 000 000 µs after the pop was sent.
+    let refused = |sent| ack(1, 0, "completed", Some("L"), sent, Some((false, false)));
+    let early = log(vec![delivery("g", 0, "L", 0, 10)], vec![refused(20)]);
+    assert!(violated(&early, &db(&[]), &[]).contains("ack refused under a live lease"));
+    let late = log(
+        vec![delivery("g", 0, "L", 0, 10)],
+        vec![refused(30_000_000)],
+    );
+    assert!(!violated(&late, &db(&[]), &[]).contains("ack refused under a live lease"));
+    let overtaken = log(
+        vec![delivery("g", 0, "L", 0, 10)],
+        vec![
+            ack(2, 0, "completed", None, 15, Some((true, false))),
+            refused(20),
+        ],
+    );
+    assert!(!violated(&overtaken, &db(&[]), &[]).contains("ack refused under a live lease"));
+    let mut outage = log(vec![delivery("g", 0, "L", 0, 10)], vec![refused(20)]);
+    outage.faults.push(FaultRec {
+        kind: "postgres crash",
+        start: 0,
+        end: 5,
+        outage: true,
+        detail: String::new(),
+    });
+    assert!(!violated(&outage, &db(&[]), &[]).contains("ack refused under a live lease"));
+}

@@ -44,6 +44,9 @@ fn choose(draining: bool) -> Behaviour {
 }
 
 pub async fn run(ctx: Arc<Ctx>, queue: &'static str, group: Option<&'static str>, id: usize) {
+    if group.is_some() {
+        tokio::time::sleep(ctx.profile.late_groups).await;
+    }
     let mut idle = 0;
     let mut txn_pushes = 0;
     while !consumer_done(&ctx, idle) {

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::history::History;
-use crate::profile::Profile;
+use crate::profile::{Profile, FAR_BEHIND_DEDUP_SECS};
 
 /// `dedupWindowSeconds` default (retries answer `duplicate`) and 0 (retries store copies).
 pub const QUEUES: [&str; 2] = ["chaos-dedup", "chaos-nodedup"];
@@ -48,7 +48,8 @@ impl Ctx {
             .timeout(Duration::from_secs(20))
             .build()
             .expect("HTTP client");
-        let deadline = Instant::now() + profile.push_for + profile.drain_for;
+        // Late groups start with a backlog that much older: their drain gets that much longer.
+        let deadline = Instant::now() + profile.push_for + profile.drain_for + profile.late_groups;
         Self {
             cluster,
             history,
@@ -106,6 +107,8 @@ pub async fn setup(ctx: &Ctx) -> Result<()> {
         });
         if i == 1 {
             options["dedupWindowSeconds"] = json!(0);
+        } else if ctx.profile.far_behind {
+            options["dedupWindowSeconds"] = json!(FAR_BEHIND_DEDUP_SECS);
         }
         queen
             .queue(*q)

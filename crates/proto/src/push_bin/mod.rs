@@ -1,6 +1,7 @@
 //! The binary push body `QPB1` (docs/wire.md §6.1–6.3) and the binary transaction body `QTB1`
-//! (docs/wire.md §10.4): the types both decode into, their errors, and the codecs in
-//! [`decode`](self::decode) and [`encode`](self::encode).
+//! (docs/wire.md §10.4): the types both decode into, their errors, the codecs in
+//! [`decode`](self::decode) and [`encode`](self::encode), and what a body announces it
+//! inflates to ([`announced_inflation`]).
 //!
 //! ```text
 //! QPB1: "QPB1" | u8 flags | [u32 raw_len, flag 1] | body (one zstd frame with flag 1)
@@ -19,11 +20,13 @@ use thiserror::Error;
 use crate::frame::FrameError;
 use crate::segment::SegmentError;
 
+mod announce;
 mod decode;
 mod encode;
 #[cfg(test)]
 mod tests;
 
+pub use announce::announced_inflation;
 pub use decode::{parse_push, parse_txn};
 pub use encode::{
     encode_push_plain, encode_push_precompressed, encode_txn, Batch, BatchItem, EncodeError,

@@ -440,3 +440,50 @@ fn encoder_refuses_long_names() {
     assert!(encode_push_precompressed(&too_long, false).is_err());
     assert!(encode_txn(b"{}", &too_long, false).is_err());
 }
+
+/// The decompressed bytes a parsed body holds: the flag-1 body and every group's frames.
+fn inflated(groups: &[PushGroup]) -> usize {
+    groups
+        .iter()
+        .map(|g| match &g.body {
+            GroupBody::Precompressed { frames_raw, .. } => frames_raw.len(),
+            GroupBody::Items(_) => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn announced_inflation_is_what_parsing_inflates() {
+    assert_eq!(announced_inflation(&hex(PY_PLAIN)), 0);
+    let zstd = hex(PY_PLAIN_ZSTD);
+    assert_eq!(announced_inflation(&zstd), 0x24, "the flag-1 raw_len");
+    let frames = hex(PY_FRAMES);
+    let env = parse_push(Bytes::from(frames.clone()), MAX).expect("frames body");
+    assert!(inflated(&env.groups) > 0);
+    assert_eq!(announced_inflation(&frames), inflated(&env.groups));
+    let txn = hex(PY_TXN);
+    let env = parse_txn(Bytes::from(txn.clone()), MAX).expect("txn body");
+    assert_eq!(announced_inflation(&txn), inflated(&env.groups));
+}
+
+#[test]
+fn announced_inflation_of_broken_or_foreign_bodies() {
+    let frames = hex(PY_FRAMES);
+    let env = parse_push(Bytes::from(frames.clone()), MAX).expect("frames body");
+    let first = inflated(&env.groups[..1]);
+    // Cut inside the second group: only the first one would be inflated.
+    assert_eq!(announced_inflation(&frames[..frames.len() - 10]), first);
+    assert_eq!(announced_inflation(b"{\"items\":[]}"), 0);
+    assert_eq!(announced_inflation(b"QPB1"), 0);
+    // Flag 1 with flag 8: the groups' sizes are inside the outer frame.
+    assert_eq!(
+        announced_inflation(&[b'Q', b'P', b'B', b'1', FLAG_ZSTD | FLAG_FRAMES, 0, 0, 0, 0]),
+        usize::MAX
+    );
+    // A raw_len of 64 MiB behind a few bytes is announced as such.
+    let mut bomb = PUSH_MAGIC.to_vec();
+    bomb.push(FLAG_ZSTD);
+    bomb.extend_from_slice(&(64u32 << 20).to_le_bytes());
+    bomb.extend_from_slice(&segment::compress(&[0u8; 16], 1));
+    assert_eq!(announced_inflation(&bomb), 64 << 20);
+}

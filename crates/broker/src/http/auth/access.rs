@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::config::MetricsAccess;
+
 /// The roles a token's `role` claim can grant, weakest first: each one includes the ones
 /// before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,7 +76,8 @@ const ADMIN: Access = Access::Needs(Role::Admin);
 
 /// Every route of the broker and what it needs. `HEAD` is looked up as `GET`.
 pub const ROUTES: &[RouteAccess] = &[
-    // Liveness and counters, for probes and scrapers that hold no token.
+    // Liveness and counters, for probes and scrapers that hold no token (the two metrics
+    // routes: unless QUEEN_METRICS_ACCESS names a role, METRICS_ROUTES).
     row("GET", "/health", PUBLIC),
     row("GET", "/metrics", PUBLIC),
     row("GET", "/metrics/prometheus", PUBLIC),
@@ -154,6 +157,19 @@ pub const ROUTES: &[RouteAccess] = &[
         ADMIN,
     ),
 ];
+
+/// The routes whose access is `QUEEN_METRICS_ACCESS` instead of their row above.
+pub const METRICS_ROUTES: [&str; 2] = ["/metrics", "/metrics/prometheus"];
+
+/// What the metrics routes ask of a caller under the `QUEEN_METRICS_ACCESS` setting.
+pub fn metrics(setting: MetricsAccess) -> Access {
+    match setting {
+        MetricsAccess::Public => PUBLIC,
+        MetricsAccess::ReadOnly => READ,
+        MetricsAccess::ReadWrite => WRITE,
+        MetricsAccess::Admin => ADMIN,
+    }
+}
 
 /// What the route `template` asks of a `method` call. `None` when the table knows the path
 /// but not the method: the router answers 405 without running a handler, so there is

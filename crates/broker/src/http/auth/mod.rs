@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::config::JwtConfig;
+use crate::config::{JwtConfig, MetricsAccess, SkipPath};
 use crate::error::{Error, Result};
 use access::{Access, Role};
 use queen_proto::tenant::Tenant;
@@ -33,35 +33,49 @@ use token::Verifier;
 pub struct Principal {
     /// The token's `sub`: stamped on every message this caller pushes (`producerSub`).
     pub sub: Arc<str>,
-    /// The granted role, or the `role` claim that names no role.
-    pub role: Result<Role, String>,
+    /// The granted role (the `role` claim's, or `JWT_DEFAULT_ROLE` without one), or why there
+    /// is none.
+    pub role: Result<Role, NoRole>,
     /// The tenant the caller acts for: the token's `tenant` claim, absent → the default.
     pub tenant: Tenant,
+}
+
+/// Why a token grants no role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoRole {
+    /// Its `role` claim names none of the roles.
+    Unknown(String),
+    /// It has no `role` claim and `JWT_DEFAULT_ROLE` is `none`.
+    Missing,
 }
 
 /// The authentication settings the layer runs with.
 pub struct Auth {
     /// `None` when auth is off.
     verifier: Option<Verifier>,
-    skip_paths: Vec<String>,
+    skip_paths: Vec<SkipPath>,
+    /// What `/metrics` and `/metrics/prometheus` ask of a caller (`QUEEN_METRICS_ACCESS`).
+    metrics: Access,
 }
 
 impl Auth {
     /// The layer's state for `cfg`; a configuration that cannot work is refused with the
     /// reason (the broker does not start).
-    pub fn from_config(cfg: &JwtConfig) -> Result<Arc<Auth>, String> {
+    pub fn from_config(cfg: &JwtConfig, metrics: MetricsAccess) -> Result<Arc<Auth>, String> {
         let verifier = cfg.enabled.then(|| Verifier::new(cfg)).transpose()?;
         Ok(Arc::new(Auth {
             verifier,
-            skip_paths: cfg.skip_paths().map(str::to_string).collect(),
+            skip_paths: cfg.skip_rules()?,
+            metrics: access::metrics(metrics),
         }))
     }
 
-    /// `JWT_SKIP_PATHS`: an exact path, or every path under an entry that ends with `/`.
-    fn skipped(&self, path: &str) -> bool {
+    /// `JWT_SKIP_PATHS`: `GET`/`HEAD` (or the entry's method) of an exact path, or of every
+    /// path under an entry that ends with `/`.
+    fn skipped(&self, method: &str, path: &str) -> bool {
         self.skip_paths
             .iter()
-            .any(|skip| path == skip || (skip.ends_with('/') && path.starts_with(skip.as_str())))
+            .any(|skip| skip.matches(method, path))
     }
 }
 
@@ -71,6 +85,7 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
         return next.run(req).await;
     };
     let access = match req.extensions().get::<MatchedPath>() {
+        Some(template) if access::METRICS_ROUTES.contains(&template.as_str()) => Some(auth.metrics),
         Some(template) => access::required(req.method().as_str(), template.as_str()),
         None => Some(Access::Needs(Role::Admin)),
     };
@@ -78,7 +93,7 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
         None | Some(Access::Public) => return next.run(req).await,
         Some(Access::Needs(role)) => role,
     };
-    if auth.skipped(req.uri().path()) {
+    if auth.skipped(req.method().as_str(), req.uri().path()) {
         return next.run(req).await;
     }
     match authorize(verifier, req.headers(), needed).await {
@@ -98,9 +113,13 @@ async fn authorize(verifier: &Verifier, headers: &HeaderMap, needed: Role) -> Re
         Ok(role) => Err(Error::Forbidden(format!(
             "this route needs the {needed} role; the token's role is {role}"
         ))),
-        Err(claim) => Err(Error::Forbidden(format!(
+        Err(NoRole::Unknown(claim)) => Err(Error::Forbidden(format!(
             "this route needs the {needed} role; the token's role {claim:?} is none of \
              read-only, read-write, admin"
+        ))),
+        Err(NoRole::Missing) => Err(Error::Forbidden(format!(
+            "this route needs the {needed} role; the token has no role claim, and \
+             JWT_DEFAULT_ROLE grants none"
         ))),
     }
 }
@@ -182,13 +201,33 @@ mod tests {
 
     #[test]
     fn skip_paths() {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            jwt: JwtConfig,
+        }
+        let cfg = <Serve as clap::Parser>::parse_from([
+            "queen",
+            "--jwt-skip-paths",
+            "/api/v1/status,/open/, post /api/v1/push",
+        ])
+        .jwt;
         let auth = Auth {
             verifier: None,
-            skip_paths: vec!["/api/v1/status".into(), "/open/".into()],
+            skip_paths: cfg.skip_rules().expect("valid entries"),
+            metrics: Access::Public,
         };
-        assert!(auth.skipped("/api/v1/status"));
-        assert!(!auth.skipped("/api/v1/status/x"));
-        assert!(auth.skipped("/open/a/b"));
-        assert!(!auth.skipped("/opener"));
+        assert!(auth.skipped("GET", "/api/v1/status"));
+        assert!(auth.skipped("HEAD", "/api/v1/status"));
+        assert!(!auth.skipped("GET", "/api/v1/status/x"));
+        assert!(auth.skipped("GET", "/open/a/b"));
+        assert!(
+            !auth.skipped("DELETE", "/open/a/b"),
+            "a plain path skips reads only"
+        );
+        assert!(!auth.skipped("POST", "/open/a"));
+        assert!(!auth.skipped("GET", "/opener"));
+        assert!(auth.skipped("POST", "/api/v1/push"));
+        assert!(!auth.skipped("GET", "/api/v1/push"));
     }
 }

@@ -15,8 +15,8 @@ use serde::Deserialize;
 
 use super::access::Role;
 use super::jwks::{Jwks, Key};
-use super::Principal;
-use crate::config::{JwtAlgorithm, JwtConfig};
+use super::{NoRole, Principal};
+use crate::config::{DefaultRole, JwtAlgorithm, JwtConfig};
 use crate::error::{Error, Result};
 use queen_proto::tenant::Tenant;
 
@@ -34,6 +34,8 @@ pub struct Verifier {
     secret: Option<DecodingKey>,
     pem: Option<Arc<Key>>,
     jwks: Option<Jwks>,
+    /// The role of a token without a `role` claim (`JWT_DEFAULT_ROLE`).
+    default_role: Option<Role>,
 }
 
 impl Verifier {
@@ -69,6 +71,12 @@ impl Verifier {
             secret,
             pem: pem.map(Arc::new),
             jwks,
+            default_role: match cfg.default_role {
+                DefaultRole::None => None,
+                DefaultRole::ReadOnly => Some(Role::ReadOnly),
+                DefaultRole::ReadWrite => Some(Role::ReadWrite),
+                DefaultRole::Admin => Some(Role::Admin),
+            },
         })
     }
 
@@ -91,7 +99,7 @@ impl Verifier {
         let key = self.key(header.alg, header.kid.as_deref()).await?;
         let data = jsonwebtoken::decode::<Claims>(token, key.as_ref(), validation)
             .map_err(|e| refused(reason(e.kind())))?;
-        principal(data.claims)
+        principal(data.claims, self.default_role)
     }
 
     /// The key for a token of algorithm `alg`: the secret for HS256; for RS256/ES256 the
@@ -190,16 +198,17 @@ fn pem_key(value: &str) -> Result<Key, String> {
 }
 
 /// The caller a verified token names. `sub` is required (it is the producer identity stamped
-/// on pushes); a token without a `role` claim reads only (README "Roles"); a token without
-/// a `tenant` claim acts for the default tenant (README "Tenants").
-fn principal(claims: Claims) -> Result<Principal> {
+/// on pushes); a token without a `role` claim has `default_role` (`JWT_DEFAULT_ROLE`, README
+/// "Roles"), none by default; a token without a `tenant` claim acts for the default tenant
+/// (README "Tenants").
+fn principal(claims: Claims, default_role: Option<Role>) -> Result<Principal> {
     let sub = claims
         .sub
         .filter(|s| !s.is_empty())
         .ok_or_else(|| refused("the token's sub claim is empty"))?;
     let role = match claims.role.as_deref() {
-        None => Ok(Role::ReadOnly),
-        Some(claim) => Role::parse(claim).ok_or_else(|| claim.to_string()),
+        None => default_role.ok_or(NoRole::Missing),
+        Some(claim) => Role::parse(claim).ok_or_else(|| NoRole::Unknown(claim.to_string())),
     };
     let tenant = Tenant::parse(claims.tenant.as_deref())
         .map_err(|e| refused(format!("the token's tenant claim is unusable: {e}")))?;
@@ -247,18 +256,29 @@ mod tests {
 
     #[test]
     fn the_principal_of_the_claims() {
-        let p = principal(claims(Some("alice"), Some("admin"), Some("acme"))).expect("valid");
+        let p = principal(claims(Some("alice"), Some("admin"), Some("acme")), None).expect("valid");
         assert_eq!(&*p.sub, "alice");
         assert_eq!(p.role, Ok(Role::Admin));
         assert_eq!(p.tenant.id(), "acme");
-        let p = principal(claims(Some("bob"), None, None)).expect("valid");
-        assert_eq!(p.role, Ok(Role::ReadOnly), "no role claim reads only");
+        let p = principal(claims(Some("bob"), None, None), None).expect("valid");
+        assert_eq!(
+            p.role,
+            Err(NoRole::Missing),
+            "no role claim: no rights by default"
+        );
         assert!(p.tenant.is_default());
-        let e = principal(claims(Some("t"), None, Some("a\u{1}b"))).expect_err("bad tenant");
+        let p = principal(claims(Some("bob"), None, None), Some(Role::ReadOnly)).expect("valid");
+        assert_eq!(p.role, Ok(Role::ReadOnly), "JWT_DEFAULT_ROLE=read-only");
+        let p = principal(
+            claims(Some("bob"), Some("admin"), None),
+            Some(Role::ReadOnly),
+        );
+        assert_eq!(p.expect("valid").role, Ok(Role::Admin), "a claim wins");
+        let e = principal(claims(Some("t"), None, Some("a\u{1}b")), None).expect_err("bad tenant");
         assert!(e.to_string().contains("tenant"), "{e}");
-        let p = principal(claims(Some("eve"), Some("root"), None)).expect("valid token");
-        assert_eq!(p.role, Err("root".to_string()));
-        let e = principal(claims(Some(""), Some("admin"), None)).expect_err("empty sub");
+        let p = principal(claims(Some("eve"), Some("root"), None), Some(Role::Admin));
+        assert_eq!(p.expect("valid").role, Err(NoRole::Unknown("root".into())));
+        let e = principal(claims(Some(""), Some("admin"), None), None).expect_err("empty sub");
         assert!(e.to_string().contains("sub"), "{e}");
     }
 }

@@ -10,12 +10,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::post;
-use axum::Router;
+use axum::{Extension, Router};
 
 use crate::engine::push;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::http::auth::{CallerTenant, Producer};
+use crate::http::budget::BodyBudget;
 use crate::http::extract::{is_binary, RawBody};
 
 pub fn routes() -> Router<Engine> {
@@ -26,11 +27,12 @@ async fn push_json(
     State(st): State<Engine>,
     producer: Producer,
     CallerTenant(tenant): CallerTenant,
+    Extension(budget): Extension<BodyBudget>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response> {
     if is_binary(&headers) {
-        return binary::push(&st, body, producer, &tenant).await;
+        return binary::push(&st, &budget, body, producer, &tenant).await;
     }
     let items = parse::parse_items(&body)?;
     let results = push::push(&st, items, producer.0, &tenant).await?;

@@ -16,11 +16,17 @@ use crate::engine::push::binary::decode_group;
 use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::http::budget::{BodyBudget, Charge};
 use crate::http::extract::parse_binary;
 
-/// Parses a `QTB1` body; the flag says whether the answer counts instead of listing.
-pub(super) async fn parse(st: &Engine, body: Bytes) -> Result<(TxnRequest, bool)> {
-    let env = parse_binary(st, body, "transaction", parse_txn).await?;
+/// Parses a `QTB1` body; the flag says whether the answer counts instead of listing, and the
+/// charge holds the body's share of the in-flight budget (keep it until the answer).
+pub(super) async fn parse(
+    st: &Engine,
+    budget: &BodyBudget,
+    body: Bytes,
+) -> Result<(TxnRequest, bool, Charge)> {
+    let (env, charge) = parse_binary(st, budget, body, "transaction", parse_txn).await?;
     let counts_only = env.counts_only();
     let mut req = if env.head.iter().all(u8::is_ascii_whitespace) {
         TxnRequest::default()
@@ -31,5 +37,5 @@ pub(super) async fn parse(st: &Engine, body: Bytes) -> Result<(TxnRequest, bool)
         req.ops
             .extend(decode_group(group)?.items.into_iter().map(TxnOp::Push));
     }
-    Ok((req, counts_only))
+    Ok((req, counts_only, charge))
 }

@@ -11,12 +11,13 @@ use crate::engine::transaction::{self, TxnOutcome};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::http::auth::{CallerTenant, Producer};
+use crate::http::budget::BodyBudget;
 use crate::http::extract::{is_binary, RawBody};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use render::{committed, counted, failure};
 
 pub fn routes() -> Router<Engine> {
@@ -27,12 +28,20 @@ async fn transaction_json(
     State(st): State<Engine>,
     producer: Producer,
     CallerTenant(tenant): CallerTenant,
+    Extension(budget): Extension<BodyBudget>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Response {
     let bundle_id = queen_proto::new_v7().to_string();
+    // A binary body's share of the in-flight budget, held until the bundle has run.
+    let mut inflated = None;
     let parsed = if is_binary(&headers) {
-        binary::parse(&st, body).await
+        binary::parse(&st, &budget, body)
+            .await
+            .map(|(req, counts_only, charge)| {
+                inflated = Some(charge);
+                (req, counts_only)
+            })
     } else {
         parse::parse_bundle(&body).map(|req| (req, false))
     };
@@ -43,6 +52,7 @@ async fn transaction_json(
         ),
         Err(e) => (Err(e), false),
     };
+    drop(inflated);
     match outcome {
         Ok(TxnOutcome::Committed(results)) if counts_only => {
             Json(counted(&bundle_id, &results)).into_response()

@@ -34,6 +34,7 @@ async fn rs256_with_a_pem_key() {
     let b = common::broker_with(|cfg| {
         cfg.jwt.enabled = true;
         cfg.jwt.public_key = Some(fixture("auth_rsa_public.pem"));
+        cfg.jwt.require_audience = Some(false);
     })
     .await;
     let good = sign(
@@ -74,6 +75,7 @@ async fn es256_with_a_pem_file() {
     let b = common::broker_with(|cfg| {
         cfg.jwt.enabled = true;
         cfg.jwt.public_key = Some(path);
+        cfg.jwt.require_audience = Some(false);
     })
     .await;
     let good = sign(
@@ -151,6 +153,8 @@ async fn es256_through_jwks_with_rotation_and_a_refetch_limit() {
     let b = common::broker_with(|cfg| {
         cfg.jwt.enabled = true;
         cfg.jwt.jwks_url = Some(server.url.clone());
+        cfg.jwt.jwks_allow_http = true;
+        cfg.jwt.require_audience = Some(false);
         cfg.jwt.jwks_min_refetch_ms = 1000;
     })
     .await;

@@ -1,8 +1,10 @@
 //! The route → role table (`http/auth/access.rs`, README "Roles") swept over real HTTP: every
 //! row with every role (a weaker role gets a 403 naming the role needed, a sufficient one is
-//! let through to the handler), a token without a role claim reads only, an unknown role is
+//! let through to the handler), a token without a role claim has `JWT_DEFAULT_ROLE` (none by
+//! default), an unknown role is
 //! refused everywhere, and every route the source registers is in the table.
 
+use queen_broker::config::DefaultRole;
 use queen_broker::http::auth::access::{Access, Role, ROUTES};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -72,19 +74,41 @@ async fn every_route_with_every_role() {
 }
 
 #[tokio::test]
-async fn a_token_without_a_role_reads_only_and_an_unknown_role_nothing() {
+async fn a_token_without_a_role_has_no_rights_and_an_unknown_role_nothing() {
     let b = hs_broker(|_| {}).await;
+    // Any token the key verifies, issued for whatever purpose, reads nothing by default.
     let roleless = hs256(&claims("no-role", None));
     let r = get(&b, "/api/v1/resources/queues", &roleless).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(
+        r.error().contains("needs the read-only role")
+            && r.error().contains("no role claim")
+            && r.error().contains("JWT_DEFAULT_ROLE"),
+        "{}",
+        r.body
+    );
+    let r = get(&b, "/api/v1/dlq", &roleless).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
     let push = json!({"items": [{"queue": "roles", "payload": 1}]});
     let r = post(&b, "/api/v1/push", &roleless, &push).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Public routes stay public.
+    let r = get(&b, "/health", &roleless).await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // JWT_DEFAULT_ROLE grants a role to such tokens; a role claim still wins.
+    let readers = hs_broker(|cfg| cfg.jwt.default_role = DefaultRole::ReadOnly).await;
+    let r = get(&readers, "/api/v1/resources/queues", &roleless).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = post(&readers, "/api/v1/push", &roleless, &push).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert!(
         r.error().contains("needs the read-write role"),
         "{}",
         r.body
     );
+    let r = post(&readers, "/api/v1/push", &token("w", "read-write"), &push).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
 
     let odd = token("odd", "superuser");
     let r = get(&b, "/api/v1/resources/queues", &odd).await;

@@ -202,6 +202,77 @@ async fn public_routes_and_skip_paths_need_no_token() {
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
+/// A plain skip path opens reading only: skipping the listings under a prefix does not open
+/// the admin routes under the same prefix; writes are skipped only by a `METHOD /path` entry.
+#[tokio::test]
+async fn skip_paths_open_reads_unless_an_entry_names_the_method() {
+    let b = hs_broker(|cfg| {
+        cfg.jwt.skip_paths = vec![
+            "/api/v1/resources/queues/".into(),
+            "/api/v1/consumer-groups/".into(),
+            "post /api/v1/push".into(),
+        ]
+    })
+    .await;
+    let admin = token("admin", "admin");
+    let push = json!({"items": [{"queue": "skipped", "partition": "p", "payload": 1}]});
+    let r = call(&b, Method::POST, "/api/v1/push", None, Some(&push)).await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "POST /api/v1/push is skipped: {}",
+        r.body
+    );
+    let r = call(
+        &b,
+        Method::GET,
+        "/api/v1/resources/queues/skipped",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = call(
+        &b,
+        Method::HEAD,
+        "/api/v1/resources/queues/skipped",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    call(
+        &b,
+        Method::DELETE,
+        "/api/v1/resources/queues/skipped",
+        None,
+        None,
+    )
+    .await
+    .assert_401("missing bearer token");
+    call(&b, Method::DELETE, "/api/v1/consumer-groups/g", None, None)
+        .await
+        .assert_401("missing bearer token");
+    let seek = json!({"toEnd": true});
+    call(
+        &b,
+        Method::POST,
+        "/api/v1/consumer-groups/g/queues/skipped/seek",
+        None,
+        Some(&seek),
+    )
+    .await
+    .assert_401("missing bearer token");
+    // The queue is still there.
+    let r = get(&b, "/api/v1/resources/queues/skipped", &admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // A read of a path not listed still needs a token.
+    call(&b, Method::GET, "/api/v1/status", None, None)
+        .await
+        .assert_401("missing bearer token");
+}
+
 #[tokio::test]
 async fn auth_off_needs_no_token_anywhere() {
     let b = common::broker().await;
@@ -233,6 +304,7 @@ async fn unusable_configurations_do_not_boot() {
             Box::new(|c| {
                 c.jwt.enabled = true;
                 c.jwt.public_key = Some("/nonexistent/key.pem".into());
+                c.jwt.audience = Some("queen".into());
             }),
         ),
         (
@@ -241,6 +313,7 @@ async fn unusable_configurations_do_not_boot() {
                 c.jwt.enabled = true;
                 c.jwt.public_key =
                     Some("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".into());
+                c.jwt.audience = Some("queen".into());
             }),
         ),
         (
@@ -248,6 +321,7 @@ async fn unusable_configurations_do_not_boot() {
             Box::new(|c| {
                 c.jwt.enabled = true;
                 c.jwt.public_key = Some(fixture("auth_ec1_public.pem"));
+                c.jwt.audience = Some("queen".into());
                 c.jwt.algorithms = vec![queen_broker::config::JwtAlgorithm::Rs256];
             }),
         ),
@@ -256,6 +330,37 @@ async fn unusable_configurations_do_not_boot() {
             Box::new(|c| {
                 c.jwt.enabled = true;
                 c.jwt.jwks_url = Some("file:///etc/jwks.json".into());
+                c.jwt.audience = Some("queen".into());
+            }),
+        ),
+        // Keys of an identity provider that also signs other applications' tokens.
+        (
+            "JWT_AUDIENCE is not set, and the keys are public ones",
+            Box::new(|c| {
+                c.jwt.enabled = true;
+                c.jwt.jwks_url = Some("https://idp.test/.well-known/jwks.json".into());
+            }),
+        ),
+        (
+            "JWT_AUDIENCE is not set, and the keys are public ones",
+            Box::new(|c| {
+                c.jwt.enabled = true;
+                c.jwt.public_key = Some(fixture("auth_rsa_public.pem"));
+            }),
+        ),
+        (
+            "JWT_JWKS_URL http://idp.test/jwks is http://",
+            Box::new(|c| {
+                c.jwt.enabled = true;
+                c.jwt.audience = Some("queen".into());
+                c.jwt.jwks_url = Some("http://idp.test/jwks".into());
+            }),
+        ),
+        (
+            "JWT_SKIP_PATHS entry \"OPEN /api/v1/push\"",
+            Box::new(|c| {
+                with_secret(c);
+                c.jwt.skip_paths = vec!["OPEN /api/v1/push".into()];
             }),
         ),
     ];
