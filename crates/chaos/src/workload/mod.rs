@@ -48,7 +48,8 @@ impl Ctx {
             .timeout(Duration::from_secs(20))
             .build()
             .expect("HTTP client");
-        let deadline = Instant::now() + profile.push_for + profile.drain_for;
+        // Late groups start with a backlog that much older: their drain gets that much longer.
+        let deadline = Instant::now() + profile.push_for + profile.drain_for + profile.late_groups;
         Self {
             cluster,
             history,
