@@ -50,7 +50,7 @@ struct Cli {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ceiling,push,spread,e2e,drain,latency,idle,peer"
+        default_value = "ceiling,push,spread,e2e,overload,drain,latency,idle,peer"
     )]
     scenario: Vec<Scenario>,
     /// Use a running broker instead of starting one (needs --pg-url).
@@ -227,6 +227,7 @@ async fn run(cli: Cli) -> Result<bool> {
             Scenario::Push => scenarios::push::run(&mut ctx).await,
             Scenario::Spread => scenarios::spread::run(&ctx).await,
             Scenario::E2e => scenarios::e2e::run(&mut ctx).await,
+            Scenario::Overload => scenarios::overload::run(&mut ctx).await,
             Scenario::Drain => scenarios::drain::run(&mut ctx).await,
             Scenario::Latency => scenarios::e2e::run_latency(&mut ctx).await,
             Scenario::Idle => scenarios::idle::run(&mut ctx).await,

@@ -1,6 +1,6 @@
 //! The targets of issue 12 (push across partitions, against pgmq and the segment ceiling, many
 //! partitions per request, the first push into new partitions, broker memory, single-message
-//! push latency), read off one run's rows and the broker's memory and printed after the
+//! push latency) and issue 36 (delivery held under overload), read off one run's rows and the broker's memory and printed after the
 //! tables: each line gives the measured figure, the target and whether it is met. Printed and
 //! written to the results file, never asserted (the exit status does not depend on them). A
 //! figure whose cell did not run in this run reads "not measured".
@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::compare::{cell_text, num, ratio, Goal};
 use crate::memwatch::BrokerMemory;
 use crate::report::{self, Row};
+use crate::scenarios::overload::OF_STABLE;
 use crate::scenarios::spread::FIRST_PUSH;
 
 const OURS: &str = "queen-rs";
@@ -133,6 +134,42 @@ pub fn lines(rows: &[Row], memory: &BrokerMemory) -> Vec<Line> {
         String::new(),
     ));
     out.extend(single_message_latency(rows));
+    out.extend(overload(rows));
+    out
+}
+
+/// Issue 36: each overload step delivers at least 0.9 of the stable rate, and the accepted
+/// pushes of the 4× step answer within a second (losses fail the row's verification).
+fn overload(rows: &[Row]) -> Vec<Line> {
+    let mut steps = rows
+        .iter()
+        .filter(|r| r.scenario == "overload" && r.system == OURS);
+    let mut out: Vec<Line> = steps
+        .clone()
+        .map(|r| {
+            Line::new(
+                format!("overload {}: delivered / stable rate", r.cell),
+                r.extra.get(OF_STABLE).copied(),
+                Goal::AtLeast(0.9),
+                format!(
+                    "offered {}, accepted {}, delivered {} msg/s",
+                    cell_text(r.offered_msgs_per_s),
+                    cell_text(r.extra.get("pushed_per_s").copied()),
+                    num(r.msgs_per_s)
+                ),
+            )
+        })
+        .collect();
+    let top = steps.next_back();
+    out.push(Line::new(
+        top.map_or(
+            "overload top step: p99 of accepted pushes, ms".into(),
+            |r| format!("overload {}: p99 of accepted pushes, ms", r.cell),
+        ),
+        top.and_then(|r| r.extra.get("push_p99_ms").copied()),
+        Goal::AtMost(1000.0),
+        String::new(),
+    ));
     out
 }
 

@@ -28,18 +28,18 @@ impl CliError {
                 url: url.to_string(),
                 cause: t.to_string(),
             },
-            queen_client::Error::Api { status, message } if status.as_u16() == 401 => {
-                Self::Refused(format!(
-                    "HTTP {status}: {message} (the broker has auth on: pass a JWT it accepts \
+            queen_client::Error::Api {
+                status, message, ..
+            } if status.as_u16() == 401 => Self::Refused(format!(
+                "HTTP {status}: {message} (the broker has auth on: pass a JWT it accepts \
                      with --token or QUEEN_TOKEN)"
-                ))
-            }
-            queen_client::Error::Api { status, message } if status.as_u16() == 403 => {
-                Self::Refused(format!(
-                    "HTTP {status}: {message} (pass a token of that role with --token or \
+            )),
+            queen_client::Error::Api {
+                status, message, ..
+            } if status.as_u16() == 403 => Self::Refused(format!(
+                "HTTP {status}: {message} (pass a token of that role with --token or \
                      QUEEN_TOKEN)"
-                ))
-            }
+            )),
             other => Self::Refused(other.to_string()),
         }
     }

@@ -60,6 +60,8 @@ pub enum Error {
         status: StatusCode,
         /// The broker's `error` text (or the start of a body that had none).
         message: String,
+        /// The answer's `Retry-After` (whole seconds), on a 429 or 503 that carried one.
+        retry_after: Option<Duration>,
     },
     /// The broker could not be reached, or the connection broke.
     #[error("transport: {0}")]
@@ -201,19 +203,32 @@ impl Queen {
 /// Decodes a 2xx JSON answer, or turns a non-2xx into [`Error::Api`] with the broker's text.
 pub(crate) async fn expect_json<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T> {
     let status = resp.status();
+    let retry_after = retry_after(&resp);
     let bytes = resp.bytes().await?;
     if !status.is_success() {
-        return Err(api_error(status, &bytes));
+        return Err(api_error(status, retry_after, &bytes));
     }
     serde_json::from_slice(&bytes).map_err(|e| Error::Decode(format!("{e} in {}", preview(&bytes))))
 }
 
-pub(crate) fn api_error(status: StatusCode, body: &[u8]) -> Error {
+pub(crate) fn api_error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Error {
     let message = serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| preview(body));
-    Error::Api { status, message }
+    Error::Api {
+        status,
+        message,
+        retry_after,
+    }
+}
+
+/// The `Retry-After` header as a delay (RFC 9110 delay-seconds; an HTTP date is not sent by
+/// the broker and reads as absent).
+pub(crate) fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    let value = resp.headers().get(reqwest::header::RETRY_AFTER)?;
+    let seconds: u64 = value.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds))
 }
 
 fn preview(body: &[u8]) -> String {

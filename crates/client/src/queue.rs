@@ -10,7 +10,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::types::{PushBody, PushWireItem};
-use crate::{api_error, expect_json, Error, PopResponse, PushItem, PushResult, Queen, Result};
+use crate::{
+    api_error, expect_json, retry_after, Error, PopResponse, PushItem, PushResult, Queen, Result,
+};
 
 /// Operations on one queue. Unset pop options are left to the broker's defaults.
 #[derive(Debug, Clone)]
@@ -260,9 +262,10 @@ impl QueueRef {
         if status == StatusCode::NO_CONTENT {
             return Ok(None);
         }
+        let retry_after = retry_after(&resp);
         let body = resp.bytes().await?;
         if !status.is_success() {
-            return Err(api_error(status, &body));
+            return Err(api_error(status, retry_after, &body));
         }
         let popped = parse_pop(&body)?;
         Ok(Some(popped).filter(|p| !p.messages.is_empty()))

@@ -13,6 +13,7 @@ use anyhow::Result;
 use queen_client::{AckItem, QueueRef};
 use tokio::task::JoinSet;
 
+use super::refusals::Refusals;
 use super::Ctx;
 use crate::openloop::{self, Schedule};
 use crate::payload::{Clock, Stamp};
@@ -176,18 +177,23 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
             .collect(),
     );
     let queued = Arc::new(AtomicU64::new(0));
+    let refusals = Arc::new(Refusals::default());
     let next_request = AtomicU64::new(0);
     let batch = cell.push_batch;
     let send = |_slot: u64, due: Instant| {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[(n % u64::from(cell.partitions)) as usize].clone();
         let items = super::push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
-        let queued = queued.clone();
+        let (queued, refusals) = (queued.clone(), refusals.clone());
         async move {
-            let results = lane.push(&items).await.map_err(|e| e.to_string())?;
+            let results = match lane.push(&items).await {
+                Ok(results) => results,
+                Err(e) => return refusals.back_off(e, n).await,
+            };
             let ok = results.iter().filter(|r| r.is_queued()).count() as u64;
             queued.fetch_add(ok, Ordering::Relaxed);
             if ok as usize == results.len() {
+                refusals.accepted(due);
                 Ok(())
             } else {
                 Err(format!(
@@ -215,6 +221,7 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
             .unwrap_or(0)
     };
     tracker.open_window(ctx.clock.now_us());
+    refusals.open_window();
     let backlog_start = backlog(&tracker);
     let per_group_start = tracker.unique();
     let delivered_start: u64 = per_group_start.iter().sum();
@@ -262,6 +269,7 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
         slowest_group as f64 / usage.seconds.max(1e-3),
     );
     row.extra.insert("backlog_end".into(), backlog_end as f64);
+    refusals.report(&mut row);
     row.extra.insert(
         "pushed_per_s".into(),
         pushed as f64 / usage.seconds.max(1e-3),

@@ -5,9 +5,11 @@ pub mod ceiling;
 pub mod drain;
 pub mod e2e;
 pub mod idle;
+pub mod overload;
 pub mod peer;
 pub mod pgpool;
 pub mod push;
+pub mod refusals;
 pub mod search;
 pub mod soak;
 pub mod spread;
@@ -33,6 +35,8 @@ pub enum Scenario {
     /// the first push that creates those partitions.
     Spread,
     E2e,
+    /// e2e on 10 partitions offered 1×, 1.5×, 2× and 4× of its stable rate.
+    Overload,
     /// A pre-pushed backlog drained by autopilot consumers: 10 000 shallow vs 10 deep
     /// partitions.
     Drain,

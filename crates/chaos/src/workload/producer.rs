@@ -91,7 +91,9 @@ async fn push_until_stored(
                 ctx.history.pushes(recs);
                 pending = retry;
             }
-            Err(queen_client::Error::Api { status, message }) if status.is_client_error() => {
+            Err(queen_client::Error::Api {
+                status, message, ..
+            }) if status.is_client_error() && status.as_u16() != 429 => {
                 // Our input is valid: a 4xx here is a finding, kept in the HTTP log.
                 let recs = pending
                     .iter()
