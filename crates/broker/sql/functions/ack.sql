@@ -57,7 +57,7 @@
 -- the span [committed + 1, batch_end] may start below txns_start; those offsets have no
 -- log_txns row left, but the broker can read their transactionIds from the stored segments
 -- (log_ack_span_segments_v1) and hash them. Offsets are immutable, so such a pair is a fact,
--- not a claim: it is used only for offsets of the leased span below txns_start. With
+-- not a claim: it is used only for offsets of the leased span [committed + 1, batch_end]. With
 -- p_span_offs NULL (the default) and such a purged part, nothing changes and the answer is
 --   {"ok":false,"purgedSpan":{"from":committed + 1,"to":batch_end},"error":…}
 -- asking for the pairs of the rest of the leased batch; the broker reads them and calls
@@ -145,17 +145,19 @@ BEGIN
 
     -- The ackable span: above the cursor and the sidecar purge watermark, and under a lease
     -- no further than the leased batch. Under a lease whose batch starts below the watermark,
-    -- the purged part [committed + 1, v_purged_to] resolves by position (see the header).
+    -- the purged part resolves by position (see the header). Given the pairs, they are used
+    -- for the whole rest of the batch, [committed + 1, v_purged_to = batch_end]: the purge
+    -- takes no lock the ack takes, so it may delete the batch's hash rows between this
+    -- function's statements, and the pairs (facts) make that harmless.
     v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
     v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
-    IF v_by_lease AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
-        v_purged_to := LEAST(v_batch_end, v_txns_start - 1);
-        IF p_span_offs IS NULL THEN
-            RETURN jsonb_build_object(
-                'ok', false, 'error', 'hash rows of the leased batch were purged',
-                'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
-        END IF;
+    IF v_by_lease AND p_span_offs IS NOT NULL THEN
+        v_purged_to := v_batch_end;
         v_lo := v_committed + 1;
+    ELSIF v_by_lease AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
+        RETURN jsonb_build_object(
+            'ok', false, 'error', 'hash rows of the leased batch were purged',
+            'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
     END IF;
 
     -- Ranges are disjoint and ascending, so the sidecar rows overlapping the span are the
@@ -231,6 +233,16 @@ BEGIN
     -- `below` (an occurrence at or below the cursor) only tells a noop or stale item from an
     -- unresolvable one, so it is needed only for hashes the span did not resolve; the
     -- consumed history is exploded only when such a hash exists.
+    -- The purge may have deleted the batch's hash rows after txns_start was read above
+    -- (each statement here takes a new snapshot): an unresolved item under a lease whose
+    -- batch now starts below the watermark asks for the pairs, before anything changed.
+    IF v_by_lease AND p_span_offs IS NULL AND array_position(v_eff, NULL) IS NOT NULL
+       AND (SELECT lp.txns_start FROM queen.log_partitions lp WHERE lp.id = p_partition_id)
+           > v_committed + 1 THEN
+        RETURN jsonb_build_object(
+            'ok', false, 'error', 'hash rows of the leased batch were purged',
+            'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
+    END IF;
     IF array_position(v_eff, NULL) IS NOT NULL THEN
         SELECT COALESCE(array_agg(DISTINCT u.h), '{}')
         INTO v_below

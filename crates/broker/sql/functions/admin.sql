@@ -49,6 +49,9 @@ DROP FUNCTION IF EXISTS queen.admin_trace_v1(uuid, bigint, text, text, text, tex
 DROP FUNCTION IF EXISTS queen.admin_message_unindexed_v1(bigint, int);
 -- The metrics sample is per tenant (p_tenant); the form without it would make calls ambiguous.
 DROP FUNCTION IF EXISTS queen.admin_metrics_v1(int);
+-- The group listings filter by tenant in SQL (p_tenant); the form without it would make calls
+-- ambiguous.
+DROP FUNCTION IF EXISTS queen.admin_group_cursors_v1(text, bigint);
 
 -- Which (group, queue) pairs exist: a group is on a queue when it holds a cursor row on one of
 -- its partitions, a queue-wide registration, or a namespace/task registration matching the
@@ -89,7 +92,9 @@ $$;
 -- oldest_unconsumed_at (pending partitions only) is the created_at of the segment holding
 -- the next wanted offset, else of the first segment after it (a retention gap): one backward
 -- primary-key step, then at most one forward step.
-CREATE OR REPLACE FUNCTION queen.admin_group_cursors_v1(p_group text DEFAULT NULL, p_queue_id bigint DEFAULT NULL)
+-- p_tenant (NULL: every tenant) keeps to the queues of one tenant, before anything is counted.
+CREATE OR REPLACE FUNCTION queen.admin_group_cursors_v1(p_group text DEFAULT NULL, p_queue_id bigint DEFAULT NULL,
+                                                        p_tenant text DEFAULT NULL)
 RETURNS TABLE(consumer_group text, queue_id bigint, queue_name text, partition_id bigint,
               partition_name text, committed bigint, worker_id text, lease_live bool,
               total_consumed bigint, last_consumed_at timestamptz, pending bigint,
@@ -104,7 +109,7 @@ LANGUAGE sql STABLE AS $$
            x.pending,
            COALESCE(head.created_at, after_gap.created_at)
       FROM queen.admin_memberships_v1(p_group, p_queue_id) g
-      JOIN queen.queues q ON q.id = g.queue_id
+      JOIN queen.queues q ON q.id = g.queue_id AND (p_tenant IS NULL OR q.tenant_id = p_tenant)
       JOIN queen.log_partitions p ON p.queue_id = q.id
       LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
       CROSS JOIN LATERAL (
@@ -171,8 +176,9 @@ $$;
 -- Consumer groups (docs/wire.md §12)
 -- ---------------------------------------------------------------------------------------
 
--- GET /api/v1/consumer-groups: one row per (group, queue), by group then queue.
-CREATE OR REPLACE FUNCTION queen.admin_groups_v1()
+-- GET /api/v1/consumer-groups: one row per (group, queue) of p_tenant's queues (NULL: all), by
+-- group then queue.
+CREATE OR REPLACE FUNCTION queen.admin_groups_v1(p_tenant text DEFAULT NULL)
 RETURNS TABLE(consumer_group text, queue_name text, partitions bigint, pending bigint,
               active_leases bigint, time_lag_seconds bigint, subscription_mode text,
               subscription_timestamp text)
@@ -180,7 +186,7 @@ LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL)),
+    WITH cur AS MATERIALIZED (SELECT * FROM queen.admin_group_cursors_v1(NULL, NULL, p_tenant)),
     per_queue AS (
         SELECT c.consumer_group AS grp, c.queue_id AS qid, c.queue_name AS qname,
                count(*) AS n,
@@ -198,9 +204,9 @@ BEGIN
 END
 $$;
 
--- GET /api/v1/consumer-groups/:group: one row per partition of every queue the group is on,
--- by queue then partition; no rows when the group is on no queue.
-CREATE OR REPLACE FUNCTION queen.admin_group_v1(p_group text)
+-- GET /api/v1/consumer-groups/:group: one row per partition of every queue of p_tenant (NULL:
+-- all) the group is on, by queue then partition; no rows when the group is on no such queue.
+CREATE OR REPLACE FUNCTION queen.admin_group_v1(p_group text, p_tenant text DEFAULT NULL)
 RETURNS TABLE(queue_name text, conflation bool, subscription_mode text,
               subscription_timestamp text, partition_name text, partition_id text,
               worker_id text, last_consumed_at text, total_consumed bigint, offset_lag bigint,
@@ -215,7 +221,7 @@ BEGIN
            queen.admin_iso(c.last_consumed_at), c.total_consumed, c.pending,
            COALESCE(EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint, 0),
            c.lease_live
-      FROM queen.admin_group_cursors_v1(p_group, NULL) c
+      FROM queen.admin_group_cursors_v1(p_group, NULL, p_tenant) c
       LEFT JOIN queen.consumer_groups_metadata m
         ON m.consumer_group = p_group AND m.queue_id = c.queue_id AND m.partition_name = ''
      ORDER BY c.queue_name, c.partition_name;
@@ -223,8 +229,8 @@ END
 $$;
 
 -- GET /api/v1/consumer-groups/lagging: partitions whose oldest unconsumed message is at least
--- p_min_lag_seconds old, most lagging first.
-CREATE OR REPLACE FUNCTION queen.admin_lagging_v1(p_min_lag_seconds bigint)
+-- p_min_lag_seconds old, most lagging first; p_tenant's queues only (NULL: all).
+CREATE OR REPLACE FUNCTION queen.admin_lagging_v1(p_min_lag_seconds bigint, p_tenant text DEFAULT NULL)
 RETURNS TABLE(consumer_group text, queue_name text, partition_name text, partition_id text,
               worker_id text, offset_lag bigint, time_lag_seconds bigint,
               oldest_unconsumed_at text, last_consumed_at text)
@@ -234,7 +240,7 @@ BEGIN
     RETURN QUERY
     WITH lag AS MATERIALIZED (
         SELECT c.*, EXTRACT(EPOCH FROM now() - c.oldest_unconsumed_at)::bigint AS time_lag
-          FROM queen.admin_group_cursors_v1(NULL, NULL) c
+          FROM queen.admin_group_cursors_v1(NULL, NULL, p_tenant) c
          WHERE c.pending > 0 AND c.oldest_unconsumed_at IS NOT NULL
     )
     SELECT l.consumer_group, l.queue_name, l.partition_name, l.partition_id::text, l.worker_id,
@@ -388,10 +394,23 @@ $$;
 -- Entry points are plpgsql so their (large, inlined) plans are cached per connection instead
 -- of being planned again on every call.
 
+-- The partitions of p_tenant's queues, for admin_partition_stats_v1's p_ids: NULL (every
+-- partition, no filter to pay for) when no other tenant has a queue, or p_tenant is NULL.
+CREATE OR REPLACE FUNCTION queen.admin_tenant_partitions_v1(p_tenant text)
+RETURNS bigint[] LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN p_tenant IS NULL
+          OR NOT EXISTS (SELECT 1 FROM queen.queues q WHERE q.tenant_id <> p_tenant) THEN NULL
+        ELSE (SELECT COALESCE(array_agg(lp.id), '{}') FROM queen.log_partitions lp
+                JOIN queen.queues q ON q.id = lp.queue_id WHERE q.tenant_id = p_tenant)
+    END
+$$;
+
 -- GET /api/v1/resources/queues (p_queue NULL: every queue, by name) and the summary of
 -- GET /api/v1/resources/queues/:queue (p_queue named: its row, none when unknown), with the
 -- message counts summed over the queue's partitions.
-CREATE OR REPLACE FUNCTION queen.admin_queues_v1(p_queue text DEFAULT NULL)
+-- Only p_tenant's queues (NULL: every tenant's), and only their partitions are counted.
+CREATE OR REPLACE FUNCTION queen.admin_queues_v1(p_queue text DEFAULT NULL, p_tenant text DEFAULT NULL)
 RETURNS TABLE(id bigint, name text, namespace text, task text, priority int, created_at text,
               partitions bigint, total bigint, pending bigint, processing bigint,
               dead_letter bigint)
@@ -399,19 +418,23 @@ LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 DECLARE
     v_qid bigint;
+    v_ids bigint[];
 BEGIN
     IF p_queue IS NOT NULL THEN
-        SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
+        SELECT q.id INTO v_qid FROM queen.queues q
+         WHERE q.name = p_queue AND (p_tenant IS NULL OR q.tenant_id = p_tenant);
         IF v_qid IS NULL THEN
             RETURN;
         END IF;
+    ELSE
+        v_ids := queen.admin_tenant_partitions_v1(p_tenant);
     END IF;
     RETURN QUERY
     WITH per_queue AS (
         SELECT s.queue_id AS qid, count(*) AS n, sum(s.total)::bigint AS t,
                sum(s.pending)::bigint AS pe, sum(s.processing)::bigint AS pr,
                sum(s.dead_letter)::bigint AS d
-          FROM queen.admin_partition_stats_v1(v_qid) s
+          FROM queen.admin_partition_stats_v1(v_qid, v_ids) s
          GROUP BY s.queue_id
     )
     SELECT q.id, q.name, q.namespace, q.task, q.priority, queen.admin_iso(q.created_at),
@@ -419,7 +442,7 @@ BEGIN
            COALESCE(pq.d, 0)
       FROM queen.queues q
       LEFT JOIN per_queue pq ON pq.qid = q.id
-     WHERE v_qid IS NULL OR q.id = v_qid
+     WHERE (v_qid IS NULL OR q.id = v_qid) AND (p_tenant IS NULL OR q.tenant_id = p_tenant)
      ORDER BY q.name;
 END
 $$;
@@ -499,7 +522,7 @@ END
 $$;
 
 -- GET /api/v1/resources/overview and the answer of POST /api/v1/stats/refresh, over the
--- queues of p_tenant.
+-- queues of p_tenant (only their partitions are counted).
 CREATE OR REPLACE FUNCTION queen.admin_overview_v1(p_tenant text DEFAULT '')
 RETURNS TABLE(queues bigint, partitions bigint, namespaces bigint, tasks bigint,
               consumer_groups bigint, total bigint, pending bigint, processing bigint,
@@ -510,7 +533,7 @@ BEGIN
     RETURN QUERY
     WITH mine AS MATERIALIZED (SELECT * FROM queen.queues q WHERE q.tenant_id = p_tenant),
     parts AS MATERIALIZED (
-        SELECT s.* FROM queen.admin_partition_stats_v1(NULL) s
+        SELECT s.* FROM queen.admin_partition_stats_v1(NULL, queen.admin_tenant_partitions_v1(p_tenant)) s
          WHERE s.queue_id IN (SELECT id FROM mine))
     SELECT (SELECT count(*) FROM mine),
            (SELECT count(*) FROM parts),
@@ -539,14 +562,8 @@ RETURNS TABLE(queue_name text, consumer_group text, pending bigint, dead_letter 
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 DECLARE
-    v_ids bigint[];
+    v_ids bigint[] := queen.admin_tenant_partitions_v1(COALESCE(p_tenant, ''));
 BEGIN
-    -- Another tenant has queues: count only p_tenant's partitions (NULL: every partition).
-    IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.tenant_id <> COALESCE(p_tenant, '')) THEN
-        SELECT COALESCE(array_agg(lp.id), '{}') INTO v_ids
-          FROM queen.log_partitions lp JOIN queen.queues q ON q.id = lp.queue_id
-         WHERE q.tenant_id = COALESCE(p_tenant, '');
-    END IF;
     RETURN QUERY
     WITH mine AS MATERIALIZED (
         SELECT q.id, q.name FROM queen.queues q WHERE q.tenant_id = COALESCE(p_tenant, '')

@@ -362,7 +362,8 @@ pub struct Config {
     #[arg(long, env = "FILE_BUFFER_ENABLED", default_value = "true", value_parser = parse_bool)]
     pub file_buffer_enabled: bool,
     /// The spool's directory (default `<QUEEN_DATA_DIR>/spool/<PORT>`). One broker per
-    /// directory: a second one refuses to start on it.
+    /// directory: a second one refuses to start on it. Created 0700; it must belong to the
+    /// broker's user.
     #[arg(long, env = "FILE_BUFFER_DIR")]
     pub file_buffer_dir: Option<PathBuf>,
     /// Milliseconds between the drain's looks at a spool it could not replay yet; the first
@@ -376,7 +377,8 @@ pub struct Config {
     /// deleted while the drain goes on.
     #[arg(long, env = "FILE_BUFFER_EVENTS_PER_FILE", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub file_buffer_events_per_file: u64,
-    /// Bytes the spool may hold; a push that would take it further answers 503.
+    /// Bytes the spool may hold; a push that would take it further answers 503. The
+    /// quarantine files (records the drain gave up on) stay within it too.
     #[arg(long, env = "FILE_BUFFER_MAX_BYTES", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub file_buffer_max_bytes: u64,
     /// Bearer-token authentication (docs/wire.md §1).

@@ -44,15 +44,15 @@ pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
 
 /// Every (group, queue) pair of `tenant`'s queues, by group then queue.
 pub async fn list(st: &Engine, tenant: &Tenant) -> Result<Vec<GroupQueueRow>> {
-    let mut rows = store::groups(&st.store).await?;
-    own_rows(tenant, &mut rows, |r| &mut r.queue);
+    let mut rows = store::groups(&st.store, tenant.id()).await?;
+    local_rows(&mut rows, |r| &mut r.queue);
     Ok(rows)
 }
 
 /// Every partition of every queue of `tenant` that `group` is on; 404 when it is on none.
 pub async fn detail(st: &Engine, group: &str, tenant: &Tenant) -> Result<Vec<GroupPartitionRow>> {
-    let mut partitions = store::group(&st.store, group).await?;
-    own_rows(tenant, &mut partitions, |r| &mut r.queue);
+    let mut partitions = store::group(&st.store, group, tenant.id()).await?;
+    local_rows(&mut partitions, |r| &mut r.queue);
     if partitions.is_empty() {
         return Err(Error::NotFound("Consumer group not found".into()));
     }
@@ -64,14 +64,13 @@ pub async fn lagging(
     min_lag_seconds: i64,
     tenant: &Tenant,
 ) -> Result<Vec<LaggingRow>> {
-    let mut rows = store::lagging(&st.store, min_lag_seconds).await?;
-    own_rows(tenant, &mut rows, |r| &mut r.queue);
+    let mut rows = store::lagging(&st.store, min_lag_seconds, tenant.id()).await?;
+    local_rows(&mut rows, |r| &mut r.queue);
     Ok(rows)
 }
 
-/// Keeps the rows whose queue is `tenant`'s, their queue names as its client knows them.
-fn own_rows<R>(tenant: &Tenant, rows: &mut Vec<R>, queue: impl Fn(&mut R) -> &mut String) {
-    rows.retain_mut(|r| tenant::owns(tenant, queue(r)));
+/// The rows' queue names as the tenant's client knows them (SQL kept to the tenant's queues).
+fn local_rows<R>(rows: &mut [R], queue: impl Fn(&mut R) -> &mut String) {
     for r in rows.iter_mut() {
         let name = queue(r);
         *name = tenant::local(name).to_string();

@@ -30,8 +30,7 @@ pub struct QueueDetail {
 
 /// Every queue of `tenant`, by name, with the names its client knows.
 pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<Vec<QueueSummary>> {
-    let mut queues = store::queues(&st.store, None).await?;
-    queues.retain(|q| tenant::owns(tenant, &q.name));
+    let mut queues = store::queues(&st.store, None, tenant.id()).await?;
     queues.iter_mut().for_each(local_summary);
     Ok(queues)
 }
@@ -44,7 +43,7 @@ pub async fn queue(
     tenant: &Tenant,
 ) -> Result<QueueDetail> {
     let name: &str = &tenant::qualify(tenant, "queue", name)?;
-    let mut summary = store::queues(&st.store, Some(name))
+    let mut summary = store::queues(&st.store, Some(name), tenant.id())
         .await?
         .into_iter()
         .next()

@@ -21,9 +21,9 @@ pub struct GroupQueueRow {
     pub subscription_timestamp: Option<String>,
 }
 
-/// Every (group, queue) pair, by group then queue.
-pub async fn groups(store: &Store) -> Result<Vec<GroupQueueRow>> {
-    let found = rows(store, "SELECT * FROM queen.admin_groups_v1()", &[]).await?;
+/// Every (group, queue) pair of `tenant`'s queues, by group then queue.
+pub async fn groups(store: &Store, tenant: &str) -> Result<Vec<GroupQueueRow>> {
+    let found = rows(store, "SELECT * FROM queen.admin_groups_v1($1)", &[&tenant]).await?;
     found
         .iter()
         .map(|r| {
@@ -59,9 +59,15 @@ pub struct GroupPartitionRow {
     pub lease_active: bool,
 }
 
-/// Every partition of every queue `group` is on, by queue then partition (empty: on none).
-pub async fn group(store: &Store, group: &str) -> Result<Vec<GroupPartitionRow>> {
-    let found = rows(store, "SELECT * FROM queen.admin_group_v1($1)", &[&group]).await?;
+/// Every partition of every queue of `tenant` that `group` is on, by queue then partition
+/// (empty: on none).
+pub async fn group(store: &Store, group: &str, tenant: &str) -> Result<Vec<GroupPartitionRow>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_group_v1($1, $2)",
+        &[&group, &tenant],
+    )
+    .await?;
     found
         .iter()
         .map(|r| {
@@ -98,13 +104,13 @@ pub struct LaggingRow {
     pub last_consumed_at: Option<String>,
 }
 
-/// Partitions whose oldest unconsumed message is at least `min_lag_seconds` old, most lagging
-/// first.
-pub async fn lagging(store: &Store, min_lag_seconds: i64) -> Result<Vec<LaggingRow>> {
+/// Partitions of `tenant`'s queues whose oldest unconsumed message is at least
+/// `min_lag_seconds` old, most lagging first.
+pub async fn lagging(store: &Store, min_lag_seconds: i64, tenant: &str) -> Result<Vec<LaggingRow>> {
     let found = rows(
         store,
-        "SELECT * FROM queen.admin_lagging_v1($1)",
-        &[&min_lag_seconds],
+        "SELECT * FROM queen.admin_lagging_v1($1, $2)",
+        &[&min_lag_seconds, &tenant],
     )
     .await?;
     found

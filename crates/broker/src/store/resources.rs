@@ -41,9 +41,15 @@ pub struct QueueSummary {
     pub messages: Counts,
 }
 
-/// Every queue (`None`), or the named one (empty when unknown), by name.
-pub async fn queues(store: &Store, only: Option<&str>) -> Result<Vec<QueueSummary>> {
-    let found = rows(store, "SELECT * FROM queen.admin_queues_v1($1)", &[&only]).await?;
+/// Every queue of `tenant` (`None`), or its named one (empty when unknown), by name; only
+/// that tenant's partitions are counted.
+pub async fn queues(store: &Store, only: Option<&str>, tenant: &str) -> Result<Vec<QueueSummary>> {
+    let found = rows(
+        store,
+        "SELECT * FROM queen.admin_queues_v1($1, $2)",
+        &[&only, &tenant],
+    )
+    .await?;
     found
         .iter()
         .map(|r| {

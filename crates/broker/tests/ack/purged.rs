@@ -311,3 +311,40 @@ async fn a_transaction_acking_purged_messages_commits_accelerated() {
 async fn a_transaction_acking_purged_messages_commits_by_sql() {
     transaction_acks(false).await;
 }
+
+/// The purge takes no lock an ack takes, so a batch's hash rows may vanish between the
+/// procedure's reading of `txns_start` and its resolution. With the pairs given, the rows are
+/// not needed: the hash rows deleted behind an unchanged watermark (what the ack's later
+/// statement would see) still resolve.
+#[tokio::test]
+async fn the_pairs_resolve_a_batch_whose_rows_vanished_behind_the_watermark() {
+    let b = purging(false).await;
+    let db = b.sql().await;
+    configure(&b, "race", json!({ "dedupWindowSeconds": 3600 })).await;
+    push_txns(&b, "race", "p", &txns("race", 2)).await;
+    let popped = pop(&b, "race", Some("p"), G, 10, "")
+        .await
+        .expect("two messages");
+    let pid = popped.partition_id();
+    db.execute(
+        "DELETE FROM queen.log_txns WHERE partition_id = $1",
+        &[&pid],
+    )
+    .await
+    .expect("rows vanish");
+    assert_eq!(txns_start(&db, pid).await, 0, "the watermark as first read");
+    let h0 = queen_proto::txn_hash("race-0").to_vec();
+    let h1 = queen_proto::txn_hash("race-1").to_vec();
+    let answer = call(
+        &db,
+        "SELECT queen.log_ack_by_hash_v1($1, 'g', $2, ARRAY[$3::bytea, $4::bytea], \
+         ARRAY['completed', 'completed'], '{}', '', ARRAY[0, 1]::bigint[], \
+         ARRAY[$3::bytea, $4::bytea])::text",
+        &[&pid, &popped.lease_id, &h0, &h1],
+    )
+    .await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(answer["unresolvedHashes"], json!([]), "{answer}");
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.worker), (1, None));
+}

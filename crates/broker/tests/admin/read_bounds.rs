@@ -159,3 +159,60 @@ async fn metrics_access_names_a_role_and_each_tenant_sees_its_own_series() {
     let (_, json) = read_text(&b, "/metrics", Some(&default)).await;
     assert!(!json.contains("orders-a"), "{json}");
 }
+
+#[tokio::test]
+async fn listings_compute_only_the_callers_tenants_statistics() {
+    let b = hs_broker(|_| {}).await;
+    let (acme, bolt) = (
+        tenant_token("a", Some("acme")),
+        tenant_token("b", Some("bolt")),
+    );
+    let pid = push_one(&b, &acme, "orders", "t-1").await;
+    let r = get(
+        &b,
+        "/api/v1/pop/queue/orders?wait=false&consumerGroup=g",
+        &acme,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let mine = json!({"items": [{"queue": "own", "payload": 1}]});
+    let r = post(&b, "/api/v1/push", &bolt, &mine).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    // A partition of acme's whose counts cannot be computed (its offset arithmetic overflows
+    // bigint): a listing that computes acme's statistics fails, one that does not, answers.
+    b.sql()
+        .await
+        .execute(
+            "UPDATE queen.log_partitions SET last_offset = 9223372036854775807 WHERE id = $1",
+            &[&pid.parse::<i64>().expect("pid")],
+        )
+        .await
+        .expect("set the trap");
+    let listings = [
+        "/api/v1/resources/queues",
+        "/api/v1/resources/overview",
+        "/api/v1/consumer-groups",
+        "/api/v1/consumer-groups/lagging?minLagSeconds=0",
+    ];
+    let r = get(&b, "/api/v1/resources/queues", &acme).await;
+    assert_eq!(
+        r.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the trap: {}",
+        r.body
+    );
+    for path in listings {
+        let r = get(&b, path, &bolt).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(
+            !r.raw.windows(6).any(|w| w == b"orders"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    let r = get(&b, "/api/v1/resources/queues", &bolt).await;
+    assert_eq!(r.body["queues"][0]["name"], "own", "{}", r.body);
+    let r = get(&b, "/api/v1/consumer-groups/g", &bolt).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}

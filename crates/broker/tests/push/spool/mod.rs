@@ -8,6 +8,7 @@
 mod at_rest;
 mod maintenance;
 mod outage;
+mod proxy;
 mod rescue;
 
 use std::path::Path;
