@@ -43,6 +43,13 @@ pub enum Error {
     /// maintenance with the spool off, a full spool): 503 with `Retry-After`.
     #[error("{0}")]
     TryLater(String),
+    /// The broker is too far behind to take this request within its budget; nothing was
+    /// read or done: 429 with `Retry-After`.
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("{0}")]
     Internal(String),
 }

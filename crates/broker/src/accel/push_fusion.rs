@@ -46,6 +46,7 @@ use uuid::Uuid;
 use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
 pub use crate::accel::fusion::Failure;
 use crate::accel::fusion::{shard_of, DoneGuard};
+pub use backlog::Backlog;
 pub use batch::copy_of;
 use batch::LaneBatch;
 
@@ -171,6 +172,7 @@ impl Default for FusionConfig {
 #[derive(Clone)]
 pub struct PushFusion {
     shards: Arc<[mpsc::UnboundedSender<Arrival>]>,
+    backlog: Arc<Backlog>,
 }
 
 struct Arrival {
@@ -194,7 +196,15 @@ impl PushFusion {
                 tx
             })
             .collect();
-        PushFusion { shards }
+        PushFusion {
+            shards,
+            backlog: Arc::default(),
+        }
+    }
+
+    /// What is pending and how fast it settles, for the push door.
+    pub fn backlog(&self) -> &Backlog {
+        &self.backlog
     }
 
     /// Queues `frames` for (queue, partition) and waits until they settled. Returns one
@@ -223,12 +233,31 @@ impl PushFusion {
             bytes,
             reply,
         };
+        self.backlog.arrived(bytes);
+        let settle = SettleGuard {
+            backlog: &self.backlog,
+            bytes,
+        };
         if shard.send(arrival).is_err() {
             return vec![Failure::internal("push fusion is shut down"); n];
         }
-        settled
+        let outcomes = settled
             .await
-            .unwrap_or_else(|_| vec![Failure::internal("push flush aborted"); n])
+            .unwrap_or_else(|_| vec![Failure::internal("push flush aborted"); n]);
+        drop(settle);
+        outcomes
+    }
+}
+
+/// Counts a submission settled however its wait ends (a caller that goes away included).
+struct SettleGuard<'a> {
+    backlog: &'a Backlog,
+    bytes: usize,
+}
+
+impl Drop for SettleGuard<'_> {
+    fn drop(&mut self) {
+        self.backlog.settled(self.bytes);
     }
 }
 
@@ -547,6 +576,7 @@ async fn wait_for(wait: &mut Option<PermitWait>) -> Permit {
     }
 }
 
+mod backlog;
 mod batch;
 #[cfg(test)]
 mod tests;

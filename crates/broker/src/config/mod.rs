@@ -136,6 +136,11 @@ pub struct Config {
     /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
     #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub admission_push_cap: usize,
+    /// How long a push may expect to wait for push fusion before it is refused, before its
+    /// body is read, with 429 and `Retry-After` (docs/engine.md §9, the push door); 0 turns
+    /// the door off.
+    #[arg(long, env = "QUEEN_PUSH_WAIT_BUDGET_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub push_wait_budget_ms: u64,
     /// Push fusion shards: tasks that own disjoint sets of partitions and bundle their ready
     /// ones (docs/engine.md §4.3). A bundle only takes one shard's partitions, so fewer
     /// shards make bigger bundles while pushes wait for the push cap; one (upstream: 8)
@@ -490,7 +495,7 @@ impl Config {
             (None, None) => format!("embedded ({})", self.pg_dir().display()),
         };
         format!(
-            "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
+            "listen={}:{} database={} pool={} db_buffers_mb={} push_cap={} push_wait_budget_ms={} fusion_shards={} bundle_max={} bundle_max_bytes={} push_pipeline={} data_dir={} log_level={} log_format={} \
              metrics_max_queues={} metrics_cache_ms={} metrics_access={} max_body={} body_budget_mb={} \
              header_read_timeout_ms={} body_read_timeout_ms={} idle_timeout_ms={} \
              http_read_buffer_bytes={} max_connections={} peer_connection_share={}% \
@@ -510,6 +515,7 @@ impl Config {
             self.db_pool_size,
             self.db_buffers_mb,
             self.admission_push_cap,
+            self.push_wait_budget_ms,
             self.fusion_shards,
             self.bundle_max,
             self.bundle_max_bytes,

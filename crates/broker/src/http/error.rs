@@ -36,6 +36,7 @@ impl HttpStatus for Error {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Error::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Pool(_) | Error::Unavailable(_) | Error::Db(_) | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -60,8 +61,20 @@ impl IntoResponse for Error {
             // A message naming a stored queue shows it as the tenant's client knows it.
             e => json!({ "error": local_text(&e.to_string()) }),
         };
+        let retry_after = match &self {
+            Error::Overloaded {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        };
         let mut response = (status, axum::Json(body)).into_response();
         match status {
+            StatusCode::TOO_MANY_REQUESTS => {
+                let secs = retry_after.unwrap_or(RETRY_AFTER_SECS);
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, secs.into());
+            }
             StatusCode::SERVICE_UNAVAILABLE => {
                 response
                     .headers_mut()

@@ -58,7 +58,7 @@ async fn post(b: &common::TestBroker, path: &str, body: Vec<u8>) -> (StatusCode,
 }
 
 /// Waits until some backend of the test database waits for a lock.
-async fn until_blocked(db: &tokio_postgres::Client) {
+pub async fn until_blocked(db: &tokio_postgres::Client) {
     for _ in 0..500 {
         let row = db
             .query_one(

@@ -13,6 +13,7 @@ mod bodies;
 mod body_budget;
 mod dedup_cache;
 mod dedup_metrics;
+mod door;
 mod encryption;
 mod faults;
 mod json;

@@ -14,6 +14,7 @@
 pub mod binary;
 pub mod commit;
 pub mod dedup;
+pub mod door;
 pub mod doubt;
 pub mod flush;
 pub mod replay;

@@ -6,15 +6,17 @@ mod binary;
 pub(crate) mod parse;
 mod render;
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::header;
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::post;
 use axum::{Extension, Router};
 
-use crate::engine::push;
+use crate::engine::push::{self, door};
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::http::auth::{CallerTenant, Producer};
 use crate::http::budget::BodyBudget;
 use crate::http::extract::{is_binary, RawBody};
@@ -25,6 +27,7 @@ pub fn routes() -> Router<Engine> {
 
 async fn push_json(
     State(st): State<Engine>,
+    _door: Door,
     producer: Producer,
     CallerTenant(tenant): CallerTenant,
     Extension(budget): Extension<BodyBudget>,
@@ -38,4 +41,23 @@ async fn push_json(
     let results = push::push(&st, items, producer.0, &tenant).await?;
     push::require_stored(&results)?;
     Ok(render::created(&results))
+}
+
+/// Passed through the push door (`engine/push/door.rs`) before the body is read: extracted
+/// from the head alone, it refuses with 429 while push fusion is too far behind, charging
+/// the body's announced `Content-Length`.
+struct Door;
+
+impl FromRequestParts<Engine> for Door {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Engine) -> Result<Self> {
+        let announced = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        door::admit(st, announced)?;
+        Ok(Door)
+    }
 }
