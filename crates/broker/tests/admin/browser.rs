@@ -6,15 +6,13 @@
 //! origin gets CORS answers, its preflights included); and the boot
 //! log warns when auth is off on an address that is not loopback.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use queen_broker::config::LogFormat;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tracing_subscriber::EnvFilter;
 
 use crate::common::{self, TestBroker};
+use crate::logs::Captured;
 
 /// One request with extra headers; the status and the JSON answer (Null when none).
 async fn send(
@@ -310,27 +308,6 @@ async fn unusable_entries_do_not_boot() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("QUEEN_ALLOWED_ORIGINS"), "{err}");
-}
-
-/// A `MakeWriter` appending to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'w> tracing_subscriber::fmt::MakeWriter<'w> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'w self) -> Captured {
-        self.clone()
-    }
 }
 
 /// What booting a broker on `host` with `tweak` logs (on this thread: the test's runtime has

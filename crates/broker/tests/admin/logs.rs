@@ -23,7 +23,7 @@ const ESC: u8 = 0x1b;
 
 /// A `MakeWriter` appending to a shared buffer.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub struct Captured(pub Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -57,6 +57,17 @@ async fn post(b: &common::TestBroker, path: &str, body: Vec<u8>) -> (StatusCode,
     (status, retry, out)
 }
 
+/// Holds every segment write (a push's insert) until the returned transaction ends.
+pub async fn hold_segment_writes(
+    locker: &mut tokio_postgres::Client,
+) -> tokio_postgres::Transaction<'_> {
+    let lock = locker.transaction().await.expect("begin");
+    lock.batch_execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    lock
+}
+
 /// Waits until some backend of the test database waits for a lock.
 pub async fn until_blocked(db: &tokio_postgres::Client) {
     for _ in 0..500 {
@@ -84,10 +95,7 @@ async fn a_body_that_does_not_fit_the_budget_in_flight_gets_503() {
     assert_eq!(status, StatusCode::CREATED, "{out}");
 
     let mut locker = common::connect(&b.pg).await;
-    let lock = locker.transaction().await.expect("begin");
-    lock.batch_execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock");
+    let lock = hold_segment_writes(&mut locker).await;
     let held = {
         let (url, http) = (b.at("/api/v1/push"), b.http.clone());
         let body = small_body("budget", "held", INFLATED);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::body_budget::until_blocked;
+use super::body_budget::{hold_segment_writes, until_blocked};
 use crate::common;
 
 const BUDGET_MS: u64 = 300;
@@ -27,10 +27,7 @@ async fn a_push_that_would_wait_past_its_budget_is_refused_with_429_before_any_w
     assert_eq!(status, StatusCode::CREATED, "{out}");
 
     let mut locker = common::connect(&b.pg).await;
-    let lock = locker.transaction().await.expect("begin");
-    lock.batch_execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock");
+    let lock = hold_segment_writes(&mut locker).await;
     let held = {
         let (url, http) = (b.at("/api/v1/push"), b.http.clone());
         tokio::spawn(async move {
