@@ -1,6 +1,6 @@
 //! The push door (`QUEEN_PUSH_WAIT_BUDGET_MS`, docs/engine.md §9): while push fusion holds work
 //! it cannot settle within the budget (here a push held behind a lock on the segment table
-//! for longer than the budget), a new push is refused at once, before its body is read, with
+//! for longer than the budget), a new push is refused at once, before its body is parsed, with
 //! 429, `Retry-After` and a JSON error, and nothing of it is stored; the held push is never
 //! lost, and once fusion makes progress again pushes are taken.
 

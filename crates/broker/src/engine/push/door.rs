@@ -1,4 +1,4 @@
-//! The push door (docs/engine.md §9, issue 36): refuses a push before its body is read when
+//! The push door (docs/engine.md §9, issue 36): refuses a push before its body is parsed when
 //! push fusion is so far behind that the push could not be settled within
 //! `QUEEN_PUSH_WAIT_BUDGET_MS`. The refusal is a `429` with `Retry-After` (the official client
 //! backs off and sends again), and costs neither parsing, nor a permit, nor PostgreSQL work,
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// The longest `Retry-After` the door asks for, in seconds.
 const MAX_RETRY_AFTER_SECS: u64 = 30;
 
-/// Admits a push announcing `announced` body bytes (0 when unknown), or refuses it with
+/// Admits a push of `announced` body bytes, or refuses it with
 /// [`Error::Overloaded`]. A budget of 0 turns the door off.
 pub fn admit(state: &Engine, announced: usize) -> Result<()> {
     let budget = Duration::from_millis(state.cfg.push_wait_budget_ms);
