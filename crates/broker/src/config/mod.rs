@@ -139,7 +139,7 @@ pub struct Config {
     /// How long a push may expect to wait for push fusion before it is refused, before its
     /// body is read, with 429 and `Retry-After` (docs/engine.md §9, the push door); 0 turns
     /// the door off.
-    #[arg(long, env = "QUEEN_PUSH_WAIT_BUDGET_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    #[arg(long, env = "QUEEN_PUSH_WAIT_BUDGET_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub push_wait_budget_ms: u64,
     /// Push fusion shards: tasks that own disjoint sets of partitions and bundle their ready
     /// ones (docs/engine.md §4.3). A bundle only takes one shard's partitions, so fewer
