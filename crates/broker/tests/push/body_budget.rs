@@ -57,6 +57,20 @@ async fn post(b: &common::TestBroker, path: &str, body: Vec<u8>) -> (StatusCode,
     (status, retry, out)
 }
 
+/// Sends a binary push in the background; answers its status.
+fn spawn_push(b: &common::TestBroker, body: Vec<u8>) -> tokio::task::JoinHandle<StatusCode> {
+    let (url, http) = (b.at("/api/v1/push"), b.http.clone());
+    tokio::spawn(async move {
+        http.post(url)
+            .header("content-type", PUSH_CONTENT_TYPE)
+            .body(body)
+            .send()
+            .await
+            .expect("POST")
+            .status()
+    })
+}
+
 /// Holds every segment write (a push's insert) until the returned transaction ends.
 pub async fn hold_segment_writes(
     locker: &mut tokio_postgres::Client,
@@ -96,19 +110,7 @@ async fn a_body_that_does_not_fit_the_budget_in_flight_gets_503() {
 
     let mut locker = common::connect(&b.pg).await;
     let lock = hold_segment_writes(&mut locker).await;
-    let held = {
-        let (url, http) = (b.at("/api/v1/push"), b.http.clone());
-        let body = small_body("budget", "held", INFLATED);
-        tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", PUSH_CONTENT_TYPE)
-                .body(body)
-                .send()
-                .await
-                .expect("POST")
-                .status()
-        })
-    };
+    let held = spawn_push(&b, small_body("budget", "held", INFLATED));
     let db = b.sql().await;
     until_blocked(&db).await;
 
@@ -137,19 +139,7 @@ async fn a_body_that_does_not_fit_the_budget_in_flight_gets_503() {
         .expect("the transaction waited instead of being refused");
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{out}");
     // A small body still fits beside the held one.
-    let small = tokio::spawn({
-        let (url, http) = (b.at("/api/v1/push"), b.http.clone());
-        let body = small_body("budget", "small", 1024);
-        async move {
-            http.post(url)
-                .header("content-type", PUSH_CONTENT_TYPE)
-                .body(body)
-                .send()
-                .await
-                .expect("POST")
-                .status()
-        }
-    });
+    let small = spawn_push(&b, small_body("budget", "small", 1024));
 
     lock.rollback().await.expect("unlock");
     assert_eq!(held.await.expect("held push"), StatusCode::CREATED);
