@@ -156,7 +156,7 @@ check_browser_file() {
     path="${!var:-$default}"
     [[ -x "$path" ]] && return
     if [[ "$path" != "$default" ]]; then
-        stop "$var=$path is not an executable file" "unset $var   # to use $default ($(apt_command chromium chromium-driver))"
+        stop "$var=$path is not an executable file" "unset $var   # or point it at an executable file"
     fi
     install "$path (the dashboard's browser tests)" chromium chromium-driver
     [[ -x "$path" ]] || stop "$path" "$(apt_command chromium chromium-driver)"
