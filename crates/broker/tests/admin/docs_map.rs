@@ -135,33 +135,45 @@ fn candidates(token: &str, column: Option<&str>, near: &[PathBuf]) -> Vec<PathBu
     bases
 }
 
-/// The paths one token names, resolved, or `Err` when a path names nothing; `Ok(empty)` for
-/// prose.
-fn resolve(token: &str, column: Option<&str>, near: &[PathBuf]) -> Result<Vec<PathBuf>, ()> {
+/// The paths one token names, resolved: `Ok` with what exists (nothing for prose), `Err` with
+/// the expansions (`{a,b}`) that name nothing.
+fn resolve(
+    token: &str,
+    column: Option<&str>,
+    near: &[PathBuf],
+) -> Result<Vec<PathBuf>, Vec<String>> {
     let bases = candidates(token, column, near);
-    let mut found = Vec::new();
+    let (mut found, mut missing) = (Vec::new(), Vec::new());
     for path in expand_braces(token) {
         let rel = match path.strip_prefix("proto/") {
             Some(rest) if !rest.starts_with("src/") => rest.to_string(),
             _ => path.clone(),
         };
         let hit = bases.iter().find_map(|base| {
-            let rel = if base.ends_with("crates/proto/src") { &rel } else { &path };
+            let rel = if base.ends_with("crates/proto/src") {
+                &rel
+            } else {
+                &path
+            };
             let m = matches(base, rel);
             (!m.is_empty()).then_some(m)
         });
         match hit {
             Some(m) => found.extend(m),
-            None if surely_path(&path) => return Err(()),
+            None if surely_path(&path) => missing.push(path),
             None => {
                 let first = path.split('/').next().unwrap_or_default();
                 if bases.iter().any(|b| !matches(b, first).is_empty()) {
-                    return Err(());
+                    missing.push(path);
                 }
             }
         }
     }
-    Ok(found)
+    if missing.is_empty() {
+        Ok(found)
+    } else {
+        Err(missing)
+    }
 }
 
 /// The backticked tokens of a text.
@@ -222,24 +234,45 @@ fn column_base(header: &str) -> Option<String> {
 impl Named {
     /// Records the paths of `text` (one line or one cell), relative to `column` first; `near`
     /// holds the directories named earlier in the same paragraph or table row.
-    fn scan(&mut self, doc: &str, at: usize, text: &str, column: Option<&str>, near: &mut Vec<PathBuf>) {
+    fn scan(
+        &mut self,
+        doc: &str,
+        at: usize,
+        text: &str,
+        column: Option<&str>,
+        near: &mut Vec<PathBuf>,
+    ) {
         for token in backticked(text).into_iter().filter(|t| path_like(t)) {
-            match resolve(token, column, near) {
-                Ok(paths) => {
-                    for p in paths {
-                        let dir = if repo().join(&p).is_dir() {
-                            p.clone()
-                        } else {
-                            p.parent().map(Path::to_path_buf).unwrap_or_default()
-                        };
-                        near.push(dir);
-                        self.found.insert(p);
-                    }
+            let found: Vec<PathBuf> = match resolve(token, column, near) {
+                Ok(paths) => paths,
+                Err(missing) => {
+                    let which = match missing.as_slice() {
+                        [one] if one == token => String::new(),
+                        _ => format!(" (`{}`)", missing.join("`, `")),
+                    };
+                    self.missing.push(format!("{doc}:{at}: `{token}`{which}"));
+                    // The rest of a `{a,b}` group still counts as named.
+                    expand_braces(token)
+                        .into_iter()
+                        .filter(|p| !missing.contains(p))
+                        .flat_map(|p| resolve(&p, column, near).unwrap_or_default())
+                        .collect()
                 }
-                Err(()) => self.missing.push(format!("{doc}:{at}: `{token}`")),
+            };
+            for p in found {
+                let dir = if repo().join(&p).is_dir() {
+                    p.clone()
+                } else {
+                    p.parent().map(Path::to_path_buf).unwrap_or_default()
+                };
+                near.push(dir);
+                self.found.insert(p);
             }
         }
-        let here = Path::new(doc).parent().unwrap_or(Path::new("")).to_path_buf();
+        let here = Path::new(doc)
+            .parent()
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
         for target in link_targets(text) {
             let m = matches(&here, target);
             if m.is_empty() {
@@ -272,7 +305,8 @@ impl Named {
             let m = matches(&parent, name);
             if m.is_empty() {
                 let under = parent.display();
-                self.missing.push(format!("{doc}:{at}: layout entry `{name}` under `{under}`"));
+                self.missing
+                    .push(format!("{doc}:{at}: layout entry `{name}` under `{under}`"));
             }
             self.found.extend(m);
         }
@@ -401,7 +435,11 @@ fn every_module_is_in_the_row_of_its_floor() {
     let src_rel = PathBuf::from("crates/broker/src");
     let mut wrong = Vec::new();
     for entry in std::fs::read_dir(src()).expect("read src") {
-        let name = entry.expect("entry").file_name().into_string().expect("utf-8 name");
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .into_string()
+            .expect("utf-8 name");
         let module = name.trim_end_matches(".rs");
         if module == "lib" {
             continue; // the crate root declares the modules; it is no module of a floor
@@ -414,10 +452,16 @@ fn every_module_is_in_the_row_of_its_floor() {
         let named = rows.iter().find(|(f, _)| f == row_name).map(|(_, n)| n);
         let forms = [src_rel.join(format!("{module}.rs")), src_rel.join(module)];
         if !named.is_some_and(|n| forms.iter().any(|f| n.contains(f))) {
-            wrong.push(format!("src/{name} ({floor}) is not in the `{row_name}` row of the floor table"));
+            wrong.push(format!(
+                "src/{name} ({floor}) is not in the `{row_name}` row of the floor table"
+            ));
         }
     }
-    assert!(wrong.is_empty(), "docs/architecture.md floor table:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md floor table:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -429,13 +473,20 @@ fn every_source_file_is_on_the_architecture_map() {
     let mut absent: Vec<String> = files
         .iter()
         .filter_map(|f| {
-            let rel = f.canonicalize().ok()?.strip_prefix(&root).ok()?.to_path_buf();
+            let rel = f
+                .canonicalize()
+                .ok()?
+                .strip_prefix(&root)
+                .ok()?
+                .to_path_buf();
             let name = rel.file_name()?.to_str()?;
             // The crate root, and unit tests beside the code they test.
             if name == "lib.rs" || name == "tests.rs" || name.ends_with("_tests.rs") {
                 return None;
             }
-            let as_dir = (name == "mod.rs").then(|| rel.parent().map(Path::to_path_buf)).flatten();
+            let as_dir = (name == "mod.rs")
+                .then(|| rel.parent().map(Path::to_path_buf))
+                .flatten();
             let on_map = named.contains(&rel) || as_dir.is_some_and(|d| named.contains(&d));
             (!on_map).then(|| rel.display().to_string())
         })
@@ -455,11 +506,14 @@ fn the_resolver_reads_braces_globs_columns_and_placeholders() {
     assert!(!path_like("/api/v1/push") && !path_like("crate::engine") && !path_like(".sql"));
     let engine = Some("crates/broker/src/engine/");
     assert_eq!(
-        resolve("push/door.rs", engine, &[]),
-        Ok(vec![PathBuf::from("crates/broker/src/engine/push/door.rs")])
+        resolve("push/mod.rs", engine, &[]),
+        Ok(vec![PathBuf::from("crates/broker/src/engine/push/mod.rs")])
     );
     assert_eq!(resolve("LISTEN/NOTIFY", None, &[]), Ok(vec![]));
-    assert_eq!(resolve("engine/push/nothing.rs", None, &[]), Err(()));
+    assert_eq!(
+        resolve("engine/push/{mod,nothing}.rs", None, &[]),
+        Err(vec!["engine/push/nothing.rs".to_string()])
+    );
     assert!(resolve("accel/dedup_cache*", None, &[]).is_ok_and(|m| m.len() >= 2));
     assert!(resolve("sql/migrations/<NNNN>_<name>.sql", None, &[]).is_ok_and(|m| m.len() == 1));
     assert_eq!(
