@@ -1,6 +1,6 @@
 //! Section citations stay true (docs/README.md): code and documents cite the reference documents
-//! by number (`docs/engine.md §6.2`, `engine.md §4.4–§4.5`, `wire.md §16.1/§17`,
-//! `docs/design.md decision 6`, `spec/life-of-a-pop.md Step 4`), and inside a document of
+//! by number (`docs/<doc>.md §6.2`, `<doc>.md §4.4–§4.5`, `<doc>.md §16.1/§17`, a decision
+//! of design.md by `decision 6`, a step of a spec file by `Step 4`), and inside a document of
 //! `docs/` a bare `§6.2` means that document. Every such number must be a heading of the
 //! document it names (a decision of design.md, a step of the spec), so a section renumbered or
 //! removed fails here, naming every place that still cites the old number.
@@ -82,7 +82,7 @@ fn citable() -> BTreeMap<String, Cited> {
 }
 
 /// The citations that follow a document's name at `rest`: (kind, number) pairs, and how many
-/// bytes of `rest` they span. `engine.md §4.4–§4.5, §6` → (§, 4.4), (§, 4.5), (§, 6).
+/// bytes of `rest` they span. `<doc>.md §4.4–§4.5, §6` → (§, 4.4), (§, 4.5), (§, 6).
 fn citations_after(rest: &str) -> (Vec<(&'static str, String)>, usize) {
     let skip = |s: &str| {
         s.len()
@@ -174,7 +174,11 @@ fn broken_in(path: &Path, docs: &BTreeMap<String, Cited>) -> Vec<String> {
             covered[end..end + span].iter_mut().for_each(|c| *c = true);
             for (kind, n) in cites {
                 if !doc.numbers.get(kind).is_some_and(|ns| ns.contains(&n)) {
-                    bad.push(format!("{shown}:{}: {name} {kind} {n}", line_of(start)));
+                    let space = if kind == "§" { "" } else { " " };
+                    bad.push(format!(
+                        "{shown}:{}: {name} {kind}{space}{n}",
+                        line_of(start)
+                    ));
                 }
             }
         }
