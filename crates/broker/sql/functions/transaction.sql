@@ -22,10 +22,13 @@
 --   "kv": the kv rider, checked key-value operations applied first by queen.kv_apply_v1
 --   (kv.sql) for the tenant: a lost required precondition raises 'QKV …' and rolls the
 --   bundle back before any partition is locked.
+--   "stream": a streams cycle (streams.sql): stream_cycle_begin_v1 runs first (its
+--   (query, partition) advisory lock, a remembered cycle raising 'QREPLAY', the state ops),
+--   stream_cycle_end_v1 after the acks (the lease release a partial ack asks for).
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
--- Lock order, the product's total order: the kv rider's keys (kv.sql), provisioning (queues, then partitions, in key
+-- Lock order, the product's total order: a stream cycle's advisory lock and state rows, the kv rider's keys (kv.sql), provisioning (queues, then partitions, in key
 -- order), every pushed partition row ascending by id (FOR NO KEY UPDATE, so pops creating
 -- cursor rows never wait on it), the capped queues' max-size locks (push.sql), the appends,
 -- then consumer rows in ascending (partition_id, group). Consumer locks come only after all partition locks, so the two lock
@@ -64,6 +67,10 @@ DECLARE
     v_span_hashes bytea[];
     v_kv jsonb := '[]';
 BEGIN
+    IF jsonb_typeof(p->'stream') = 'object' THEN
+        PERFORM queen.stream_cycle_begin_v1(
+            p->'stream' || jsonb_build_object('tenant', COALESCE(p->>'tenant', '')));
+    END IF;
     IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
         v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv');
     END IF;
@@ -181,6 +188,9 @@ BEGIN
         v_ack_results[v_row.o] := v_r;
     END LOOP;
 
+    IF jsonb_typeof(p->'stream') = 'object' THEN
+        PERFORM queen.stream_cycle_end_v1(p->'stream');
+    END IF;
     RETURN jsonb_build_object('ok', true,
                               'pushes', COALESCE(to_jsonb(v_push_results), '[]'::jsonb),
                               'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb),

@@ -20,6 +20,7 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod streams;
 pub mod tenant;
 pub mod traces;
 pub mod transaction;

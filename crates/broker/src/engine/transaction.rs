@@ -49,6 +49,9 @@ pub struct TxnRequest {
     /// The `kv` rider: checked key-value operations (`http/kv/parse.rs`), applied by
     /// `queen.kv_apply_v1` inside the bundle's call, before any partition is locked.
     pub kv: Vec<serde_json::Value>,
+    /// A streams cycle's own part (engine/streams.rs): identity, answer, state operations and
+    /// lease release, run by sql/functions/streams.sql around the bundle's pushes and acks.
+    pub stream: Option<serde_json::Value>,
 }
 
 /// The result of one operation of a committed bundle, index-aligned with `TxnRequest::ops`.
@@ -108,6 +111,9 @@ pub enum TxnOutcome {
         lost: KvLost,
         failed_index: usize,
     },
+    /// The bundle's stream cycle was committed before: nothing was written; the answer it
+    /// was given then.
+    Replayed(serde_json::Value),
 }
 
 /// The pushes of a bundle grouped into one segment per (queue, partition).
@@ -137,7 +143,7 @@ pub async fn run(
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
 ) -> Result<TxnOutcome> {
-    if req.ops.is_empty() && req.kv.is_empty() {
+    if req.ops.is_empty() && req.kv.is_empty() && req.stream.is_none() {
         return Err(Error::bad("transaction has no operations"));
     }
     let mut pushes_any = false;
@@ -206,8 +212,15 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let answered =
-            store::transaction_wire(&db, &pushes, &wire_acks, &req.kv, tenant.id()).await;
+        let answered = store::transaction_wire(
+            &db,
+            &pushes,
+            &wire_acks,
+            &req.kv,
+            req.stream.as_ref(),
+            tenant.id(),
+        )
+        .await;
         state.store.charge(&db, SegmentWrite::load(&pushes));
         let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),
@@ -256,6 +269,7 @@ pub async fn run(
             WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
+            WireRefusal::Replayed(answer) => return Ok(TxnOutcome::Replayed(answer)),
             WireRefusal::KvPrecondition(lost) => {
                 let failed_index = req.ops.len() + lost.op_index;
                 return Ok(TxnOutcome::PreconditionLost { lost, failed_index });

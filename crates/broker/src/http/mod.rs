@@ -23,6 +23,7 @@ mod prometheus;
 mod push;
 mod queues;
 mod resources;
+mod streams;
 mod traces;
 mod transaction;
 
@@ -57,6 +58,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(transaction::routes())
         .merge(kv::routes())
         .merge(locks::routes())
+        .merge(streams::routes())
         .merge(groups::routes())
         .merge(resources::routes())
         .merge(messages::routes())

@@ -18,6 +18,7 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod streams;
 pub mod traces;
 pub mod transaction;
 pub mod wake;

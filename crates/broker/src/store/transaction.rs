@@ -72,6 +72,9 @@ pub enum WireRefusal {
     PurgedSpan(SpanNeeded),
     /// A `required` operation of the `kv` rider lost its precondition (SQL `QKV`).
     KvPrecondition(KvLost),
+    /// The stream cycle riding along was committed before (SQL `QREPLAY`): nothing was
+    /// applied; this is the answer it was given then.
+    Replayed(serde_json::Value),
 }
 
 /// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
@@ -81,6 +84,7 @@ pub async fn transaction_wire(
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
     kv: &[serde_json::Value],
+    stream: Option<&serde_json::Value>,
     tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
@@ -123,6 +127,9 @@ pub async fn transaction_wire(
     if !kv.is_empty() {
         spec["kv"] = serde_json::Value::from(kv.to_vec());
     }
+    if let Some(stream) = stream {
+        spec["stream"] = stream.clone();
+    }
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 
@@ -152,7 +159,7 @@ pub async fn transaction_wire(
     Ok(Ok(committed))
 }
 
-/// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
+/// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL`/`QREPLAY` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
     if let Some(lost) = crate::store::kv::lost(e) {
@@ -168,6 +175,10 @@ fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
         serde_json::from_str(db.detail().unwrap_or_default())
             .ok()
             .map(WireRefusal::PurgedSpan)
+    } else if message.starts_with("QREPLAY ") {
+        serde_json::from_str(db.detail().unwrap_or_default())
+            .ok()
+            .map(WireRefusal::Replayed)
     } else if message.starts_with("QENC ") {
         Some(WireRefusal::Encrypt(
             db.detail().unwrap_or_default().to_string(),

@@ -374,7 +374,7 @@ async fn hand_off(
 /// lease's end; a drained partition leaves the ring), and with data pending the queue's
 /// parked pops wake, here and, naming the lease when this broker knows its partition, on
 /// the peers; a partition it does not know marks the queue's rings for a reseed instead.
-fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
+pub(crate) fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
     let pid = ack.partition_id.get();
     let named = state
         .hotlist

@@ -120,6 +120,10 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/api/v1/kv", WRITE),
     row("POST", "/api/v1/locks", WRITE),
     row("POST", "/api/v1/traces", WRITE),
+    // The streams runtime: registering, reading state, committing cycles.
+    row("POST", "/streams/v1/queries", WRITE),
+    row("POST", "/streams/v1/state/get", WRITE),
+    row("POST", "/streams/v1/cycle", WRITE),
     // Configuring, destroying, moving cursors, maintenance.
     row("POST", "/api/v1/configure", ADMIN),
     row("DELETE", "/api/v1/resources/queues/{queue}", ADMIN),

@@ -67,6 +67,11 @@ async fn transaction_json(
             body["transactionId"] = bundle_id.into();
             Json(body).into_response()
         }
+        // Only a streams cycle carries the identity a replay is told by (http/streams).
+        Ok(TxnOutcome::Replayed(_)) => {
+            Error::internal("a transaction without a stream cycle was answered as a replay")
+                .into_response()
+        }
         Err(Error::BadRequest(error)) => {
             failure(StatusCode::BAD_REQUEST, &bundle_id, &error, "bad_request")
         }

@@ -59,6 +59,7 @@ pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
         ops: Vec::with_capacity(ops.len()),
         required_leases: leases(bundle.required_leases)?,
         kv,
+        stream: None,
     };
     for (index, raw) in ops.into_iter().enumerate() {
         let at = |e: Error| Error::bad(format!("operation {index}: {e}"));
