@@ -20,6 +20,7 @@ use uuid::Uuid;
 use crate::accel::admission::Lane;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::encryption::Encryption;
+use crate::engine::kv::KvLost;
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::spool;
@@ -45,6 +46,9 @@ pub struct TxnRequest {
     /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
     /// only one when there is exactly one.
     pub required_leases: Vec<LeaseId>,
+    /// The `kv` rider: checked key-value operations (`http/kv/parse.rs`), applied by
+    /// `queen.kv_apply_v1` inside the bundle's call, before any partition is locked.
+    pub kv: Vec<serde_json::Value>,
 }
 
 /// The result of one operation of a committed bundle, index-aligned with `TxnRequest::ops`.
@@ -60,6 +64,13 @@ pub enum OpResult {
     Ack {
         transaction_id: String,
         outcome: AckOutcome,
+    },
+    /// A `kv` rider operation's verdict (sql/functions/kv.sql); its flat index follows every
+    /// push item and ack.
+    Kv {
+        op_index: usize,
+        op: serde_json::Value,
+        verdict: serde_json::Value,
     },
 }
 
@@ -91,6 +102,12 @@ pub enum TxnOutcome {
         reason: RollbackReason,
         error: String,
     },
+    /// A `required` rider operation's precondition did not hold: nothing was written.
+    /// `failed_index` is its flat index (after every push item and ack).
+    PreconditionLost {
+        lost: KvLost,
+        failed_index: usize,
+    },
 }
 
 /// The pushes of a bundle grouped into one segment per (queue, partition).
@@ -120,7 +137,7 @@ pub async fn run(
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
 ) -> Result<TxnOutcome> {
-    if req.ops.is_empty() {
+    if req.ops.is_empty() && req.kv.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
     let mut pushes_any = false;
@@ -189,7 +206,8 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let answered = store::transaction_wire(&db, &pushes, &wire_acks, tenant.id()).await;
+        let answered =
+            store::transaction_wire(&db, &pushes, &wire_acks, &req.kv, tenant.id()).await;
         state.store.charge(&db, SegmentWrite::load(&pushes));
         let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),
@@ -238,6 +256,10 @@ pub async fn run(
             WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
+            WireRefusal::KvPrecondition(lost) => {
+                let failed_index = req.ops.len() + lost.op_index;
+                return Ok(TxnOutcome::PreconditionLost { lost, failed_index });
+            }
         };
         let error = tenant::local_text(&error).into_owned();
         return Ok(TxnOutcome::RolledBack { reason, error });
@@ -270,13 +292,24 @@ pub async fn run(
             );
         }
     }
-    let ordered = (0..req.ops.len())
+    let mut ordered = (0..req.ops.len())
         .map(|i| {
             results
                 .remove(&i)
                 .ok_or_else(|| Error::internal(format!("operation {i} has no result")))
         })
         .collect::<Result<Vec<_>>>()?;
+    ordered.extend(
+        req.kv
+            .iter()
+            .zip(committed.kv)
+            .enumerate()
+            .map(|(op_index, (op, verdict))| OpResult::Kv {
+                op_index,
+                op: op["op"].clone(),
+                verdict,
+            }),
+    );
     Ok(TxnOutcome::Committed(ordered))
 }
 

@@ -7,6 +7,7 @@ use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
 use crate::store::ack::{AckVerdict, Span};
+use crate::store::kv::KvLost;
 use crate::store::push::{SegmentResult, SegmentWrite};
 
 /// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
@@ -50,6 +51,9 @@ pub struct WireCover {
 pub struct WireCommitted {
     pub pushes: Vec<SegmentResult>,
     pub acks: Vec<AckVerdict>,
+    /// The `kv` rider's verdicts, in rider order.
+    #[serde(default)]
+    pub kv: Vec<serde_json::Value>,
 }
 
 /// Why a bundle was rolled back. The texts end in "transaction rolled back".
@@ -66,6 +70,8 @@ pub enum WireRefusal {
     /// A hash-form ack's leased batch lost its hash rows (SQL `QSPAN`): read the span and
     /// rerun with it.
     PurgedSpan(SpanNeeded),
+    /// A `required` operation of the `kv` rider lost its precondition (SQL `QKV`).
+    KvPrecondition(KvLost),
 }
 
 /// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
@@ -74,6 +80,7 @@ pub async fn transaction_wire(
     db: &impl GenericClient,
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
+    kv: &[serde_json::Value],
     tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
@@ -112,7 +119,10 @@ pub async fn transaction_wire(
             spec
         })
         .collect();
-    let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
+    let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
+    if !kv.is_empty() {
+        spec["kv"] = serde_json::Value::from(kv.to_vec());
+    }
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 
@@ -124,13 +134,19 @@ pub async fn transaction_wire(
         Err(e) => return refusal(&e).map(Err).ok_or_else(|| Error::from(e)),
     };
     let Json(committed): Json<WireCommitted> = row.try_get(0)?;
-    if committed.pushes.len() != pushes.len() || committed.acks.len() != acks.len() {
+    if committed.pushes.len() != pushes.len()
+        || committed.acks.len() != acks.len()
+        || committed.kv.len() != kv.len()
+    {
         return Err(Error::internal(format!(
-            "log_transaction_wire_v1 answered {} pushes and {} acks for {} and {}",
+            "log_transaction_wire_v1 answered {} pushes, {} acks and {} kv verdicts for {}, {} \
+             and {}",
             committed.pushes.len(),
             committed.acks.len(),
+            committed.kv.len(),
             pushes.len(),
-            acks.len()
+            acks.len(),
+            kv.len()
         )));
     }
     Ok(Ok(committed))
@@ -139,6 +155,9 @@ pub async fn transaction_wire(
 /// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
+    if let Some(lost) = crate::store::kv::lost(e) {
+        return Some(WireRefusal::KvPrecondition(lost));
+    }
     let db = e.as_db_error()?;
     let message = db.message();
     if let Some(text) = message.strip_prefix("QDUP ") {

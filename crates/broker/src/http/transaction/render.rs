@@ -8,6 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::engine::transaction::OpResult;
+use crate::http::kv::with_index;
 
 /// The committed answer: one result per operation, in operation order.
 pub(super) fn committed(bundle_id: &str, results: &[OpResult]) -> Value {
@@ -52,6 +53,16 @@ fn render_result(index: usize, r: &OpResult) -> Value {
             "error": outcome.error, "dlq": outcome.dlq, "leaseReleased": outcome.lease_released,
             "noop": outcome.noop,
         }),
+        OpResult::Kv {
+            op_index,
+            op,
+            verdict,
+        } => {
+            let mut v = with_index(verdict.clone(), index, op);
+            v["opIndex"] = json!(op_index);
+            v["type"] = json!("kv");
+            v
+        }
     }
 }
 
@@ -67,7 +78,7 @@ pub(super) fn counted(bundle_id: &str, results: &[OpResult]) -> Value {
             } => duplicate += 1,
             OpResult::Push { .. } => pushed += 1,
             OpResult::Ack { outcome, .. } if outcome.success => acked += 1,
-            OpResult::Ack { .. } => {}
+            OpResult::Ack { .. } | OpResult::Kv { .. } => {}
         }
     }
     json!({
