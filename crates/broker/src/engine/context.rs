@@ -153,9 +153,15 @@ impl Engine {
         Engine(Arc::new(inner))
     }
 
-    /// Whether the database answers a `SELECT 1` within a few seconds (the health probe).
+    /// Whether the database answers the health probe within a few seconds.
     pub async fn database_up(&self) -> bool {
         self.store.ping().await
+    }
+
+    /// Which PostgreSQL server the broker's connections reach and when that last changed, for
+    /// `/health` (docs/engine.md §12.5).
+    pub fn database_server(&self) -> crate::store::server::ServerView {
+        self.store.servers().view()
     }
 
     /// The connection pool's size and use, for `/metrics`.
