@@ -122,6 +122,7 @@ pub async fn transaction_wire(
     let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
     if !kv.is_empty() {
         spec["kv"] = serde_json::Value::from(kv.to_vec());
+        spec["kvReadBudget"] = crate::store::kv::READ_BUDGET_BYTES.into();
     }
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
