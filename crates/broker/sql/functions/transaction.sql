@@ -19,6 +19,9 @@
 --   position, see log_ack_by_hash_v1's p_span_offs. Without it, a hash-form ack whose leased
 --   batch lost its hash rows raises 'QSPAN …' with DETAIL {"partitionId","group","worker",
 --   "from","to"}: the broker reads that span from the segments and reruns the bundle.)
+--   "timers": the bundle's timer operations (log_timers_apply_v1, timers.sql), applied first:
+--   timer rows come before any partition row in the lock order. A fire whose claim was lost
+--   raises 'QTIMER …'.
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
@@ -37,7 +40,7 @@
 --   an ack refused (lease, consumer, position) or referencing a hash found nowhere:
 --   'QTXN …; transaction rolled back' (raise_exception).
 -- Below-cursor acks (noop/stale) are tolerated, so a replayed bundle resolves.
--- Result {"ok":true,"pushes":[push results…],"acks":[ack results…]} in input order; an ack
+-- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"timers":[…]} in input order; an ack
 -- result with "dlq":true still needs the broker's DLQ hand-off after the commit.
 CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
 RETURNS jsonb
@@ -58,6 +61,7 @@ DECLARE
     v_fence bytea[];
     v_span_offs bigint[];
     v_span_hashes bytea[];
+    v_timer_results jsonb := '[]'::jsonb;
 BEGIN
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
@@ -67,6 +71,10 @@ BEGIN
     IF COALESCE(cardinality(p_hashes), 0) <> v_np OR COALESCE(cardinality(p_blobs), 0) <> v_np THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: % pushes but % hash blobs and % segment blobs',
             v_np, COALESCE(cardinality(p_hashes), 0), COALESCE(cardinality(p_blobs), 0);
+    END IF;
+
+    IF p ? 'timers' THEN
+        v_timer_results := queen.log_timers_apply_v1(p->'timers', COALESCE(p->>'tenant', ''));
     END IF;
 
     v_push_results := array_fill(NULL::jsonb, ARRAY[v_np]);
@@ -175,6 +183,7 @@ BEGIN
 
     RETURN jsonb_build_object('ok', true,
                               'pushes', COALESCE(to_jsonb(v_push_results), '[]'::jsonb),
-                              'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb));
+                              'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb),
+                              'timers', v_timer_results);
 END
 $$;

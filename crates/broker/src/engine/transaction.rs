@@ -7,7 +7,8 @@
 //! never skipped by a later completed ack of the same bundle, and their verdicts map back with
 //! the same rules. A group the ack registry proves (its whole batch, all completed, under its
 //! lease) goes in the positional form instead of by hash (docs/engine.md §6.8). The DLQ
-//! hand-off and long-poll wake-ups happen after the commit.
+//! hand-off and long-poll wake-ups happen after the commit. The `timers` rider (and the timer
+//! wheel's fire, engine/timers/fire.rs) rides the same call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYT
 use crate::engine::push::spool;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::tenant::{self, Tenant};
+use crate::engine::timers::{self, TimerOp, TimerOutcome};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::ack::PurgedSpan;
@@ -45,6 +47,8 @@ pub struct TxnRequest {
     /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
     /// only one when there is exactly one.
     pub required_leases: Vec<LeaseId>,
+    /// The `timers` rider (engine/timers/), applied in the same PostgreSQL transaction.
+    pub timers: Vec<TimerOp>,
 }
 
 /// The result of one operation of a committed bundle, index-aligned with `TxnRequest::ops`.
@@ -61,6 +65,11 @@ pub enum OpResult {
         transaction_id: String,
         outcome: AckOutcome,
     },
+    /// A `timers` rider operation; these follow the operations' results (the flat index).
+    Timer {
+        op_index: usize,
+        outcome: TimerOutcome,
+    },
 }
 
 /// Why a bundle was rolled back.
@@ -70,6 +79,8 @@ pub enum RollbackReason {
     Duplicate,
     /// A push would take its queue past its `maxSize`.
     Full,
+    /// A timer fire's claim was taken over (the wheel's own bundles only).
+    TimerLost,
 }
 
 impl RollbackReason {
@@ -78,6 +89,7 @@ impl RollbackReason {
             RollbackReason::RejectedAck => "rejected_ack",
             RollbackReason::Duplicate => "duplicate",
             RollbackReason::Full => "full",
+            RollbackReason::TimerLost => "timer_claim_lost",
         }
     }
 }
@@ -120,9 +132,11 @@ pub async fn run(
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
 ) -> Result<TxnOutcome> {
-    if req.ops.is_empty() {
+    if req.ops.is_empty() && req.timers.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
+    timers::check(&req.timers)?;
+    let timer_ops = timers::to_sql(&req.timers);
     let mut pushes_any = false;
     for (index, op) in req.ops.iter_mut().enumerate() {
         if let TxnOp::Push(item) = op {
@@ -189,7 +203,7 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let answered = store::transaction_wire(&db, &pushes, &wire_acks, tenant.id()).await;
+        let answered = store::transaction_wire(&db, &pushes, &wire_acks, &timer_ops, tenant.id()).await;
         state.store.charge(&db, SegmentWrite::load(&pushes));
         let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),
@@ -238,6 +252,7 @@ pub async fn run(
             WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
+            WireRefusal::TimerLost(error) => (RollbackReason::TimerLost, error),
         };
         let error = tenant::local_text(&error).into_owned();
         return Ok(TxnOutcome::RolledBack { reason, error });
@@ -270,13 +285,21 @@ pub async fn run(
             );
         }
     }
-    let ordered = (0..req.ops.len())
+    let mut ordered = (0..req.ops.len())
         .map(|i| {
             results
                 .remove(&i)
                 .ok_or_else(|| Error::internal(format!("operation {i} has no result")))
         })
         .collect::<Result<Vec<_>>>()?;
+    timers::committed(state, &req.timers);
+    let timer_outcomes = timers::outcomes(&req.timers, committed.timers);
+    ordered.extend(
+        timer_outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(op_index, outcome)| OpResult::Timer { op_index, outcome }),
+    );
     Ok(TxnOutcome::Committed(ordered))
 }
 

@@ -59,6 +59,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(4, "0004_auth.sql"),
     migration!(5, "0005_tenants.sql"),
     migration!(6, "0006_push_path.sql"),
+    migration!(7, "0007_timers.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
@@ -74,6 +75,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("ack.sql"),
     functions!("lease.sql"),
     functions!("dlq.sql"),
+    functions!("timers.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),

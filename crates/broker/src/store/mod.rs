@@ -17,6 +17,7 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod timers;
 pub mod traces;
 pub mod transaction;
 pub mod wake;

@@ -8,6 +8,7 @@ use tokio_postgres::types::Json;
 use crate::error::{Error, Result};
 use crate::store::ack::{AckVerdict, Span};
 use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::timers::TimerVerdict;
 
 /// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
 /// positional when `cover` is set.
@@ -50,6 +51,9 @@ pub struct WireCover {
 pub struct WireCommitted {
     pub pushes: Vec<SegmentResult>,
     pub acks: Vec<AckVerdict>,
+    /// The `timers` rider's verdicts (store/timers.rs).
+    #[serde(default)]
+    pub timers: Vec<TimerVerdict>,
 }
 
 /// Why a bundle was rolled back. The texts end in "transaction rolled back".
@@ -66,6 +70,8 @@ pub enum WireRefusal {
     /// A hash-form ack's leased batch lost its hash rows (SQL `QSPAN`): read the span and
     /// rerun with it.
     PurgedSpan(SpanNeeded),
+    /// A timer fire's claim was lost (SQL `QTIMER`): another fire or a reschedule has it.
+    TimerLost(String),
 }
 
 /// Runs the bundle: `Ok(Ok(_))` committed, `Ok(Err(_))` rolled back by a refusal, `Err(_)` a
@@ -74,6 +80,7 @@ pub async fn transaction_wire(
     db: &impl GenericClient,
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
+    timers: &[serde_json::Value],
     tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
     let push_specs: Vec<serde_json::Value> = pushes
@@ -112,7 +119,10 @@ pub async fn transaction_wire(
             spec
         })
         .collect();
-    let spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
+    let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
+    if !timers.is_empty() {
+        spec["timers"] = serde_json::Value::from(timers.to_vec());
+    }
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 
@@ -124,25 +134,32 @@ pub async fn transaction_wire(
         Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
     };
     let Json(committed): Json<WireCommitted> = row.try_get(0)?;
-    if committed.pushes.len() != pushes.len() || committed.acks.len() != acks.len() {
+    if committed.pushes.len() != pushes.len()
+        || committed.acks.len() != acks.len()
+        || committed.timers.len() != timers.len()
+    {
         return Err(Error::internal(format!(
-            "log_transaction_wire_v1 answered {} pushes and {} acks for {} and {}",
+            "log_transaction_wire_v1 answered {} pushes, {} acks and {} timers for {}, {} and {}",
             committed.pushes.len(),
             committed.acks.len(),
+            committed.timers.len(),
             pushes.len(),
-            acks.len()
+            acks.len(),
+            timers.len()
         )));
     }
     Ok(Ok(committed))
 }
 
-/// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
+/// The refusal a `QDUP`/`QTXN`/`QTIMER`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
     let db = e.as_db_error()?;
     let message = db.message();
     if let Some(text) = message.strip_prefix("QDUP ") {
         Some(WireRefusal::Duplicate(text.to_string()))
+    } else if let Some(text) = message.strip_prefix("QTIMER ") {
+        Some(WireRefusal::TimerLost(text.to_string()))
     } else if let Some(text) = message.strip_prefix("QTXN ") {
         Some(WireRefusal::RejectedAck(text.to_string()))
     } else if message.starts_with("QSPAN ") {

@@ -12,6 +12,7 @@ use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack, AckItem};
 use crate::http::push::parse::parse_item;
+use crate::http::timers::parse::parse_ops;
 
 #[derive(Deserialize)]
 struct Bundle<'a> {
@@ -37,7 +38,7 @@ struct OpHead<'a> {
 pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let bundle: Bundle<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
-    for (name, rider) in [("kv", &bundle.kv), ("timers", &bundle.timers)] {
+    for (name, rider) in [("kv", &bundle.kv)] {
         if rider
             .as_ref()
             .is_some_and(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()))
@@ -53,6 +54,10 @@ pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let mut req = TxnRequest {
         ops: Vec::with_capacity(ops.len()),
         required_leases: leases(bundle.required_leases)?,
+        timers: match bundle.timers {
+            None | Some(Value::Null) => Vec::new(),
+            Some(t) => parse_ops(&t, "timers")?,
+        },
     };
     for (index, raw) in ops.into_iter().enumerate() {
         let at = |e: Error| Error::bad(format!("operation {index}: {e}"));

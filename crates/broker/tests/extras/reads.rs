@@ -1,0 +1,1 @@
+//! Reads by offset (docs/wire.md §21).
