@@ -33,7 +33,7 @@ BROKER_BIN="$TARGET_DIR/debug/queen"
 # The official core files of docs/wire.md §16.1/§17 (beyond-core kv/locks/timers/reads excluded).
 OFFICIAL_TESTS=(test_queue test_push test_pop test_consume test_transaction test_ack_commit
   test_ack_window test_transaction_lease_fencing test_dlq test_subscription test_complete
-  test_docs test_auth test_timers test_reads)
+  test_docs test_auth test_timers)
 ALL_PASSES=(ours-json ours-binary official-json official-binary auth-json auth-binary)
 PASS_TIMEOUT_SECONDS=900   # a whole pass; single tests are bounded by pytest-timeout
 TEST_TIMEOUT_SECONDS=180

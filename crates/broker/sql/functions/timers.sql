@@ -1,8 +1,8 @@
--- timers: the pending timers of queen.log_timers (migration 0007, docs/engine.md §13) — the
+-- timers: the pending timers of queen.log_timers (migration 0007, docs/engine.md §15) — the
 -- operations of POST /api/v1/timers and of the transaction's `timers` rider, and the wheel's
 -- claim. Replayed (CREATE OR REPLACE) when its checksum changes.
 --
--- A due timer is fired by the wheel of some broker (engine/timers/): it claims due rows with
+-- A due timer is fired by the wheel of some broker (engine/timer_wheel/): it claims due rows with
 -- FOR UPDATE SKIP LOCKED (log_timers_claim_v1: a token and a short claim, committed at once),
 -- then runs ONE transaction that pushes the messages and deletes the rows it still holds the
 -- token of (the `fire` op below, through log_transaction_wire_v1). A broker that dies between

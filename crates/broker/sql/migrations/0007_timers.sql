@@ -1,9 +1,9 @@
--- 0007_timers: the pending timers (docs/engine.md §13). Applied once; idempotent all the same.
+-- 0007_timers: the pending timers (docs/engine.md §15). Applied once; idempotent all the same.
 --
 -- One row per pending timer, keyed by the caller's tenant, the queue as the client names it
 -- and the timer key: a schedule on the same key is an upsert. A timer names its queue by name
 -- and is not tied to a queue row: the queue may not exist until the fire creates it. The fire
--- (timers.sql, engine/timers/) pushes the message and deletes the row in ONE transaction, so
+-- (timers.sql, engine/timer_wheel/) pushes the message and deletes the row in ONE transaction, so
 -- a delivered timer has no row (no tombstone) and a timer is delivered at most once.
 --
 -- visible_at is when the wheel may next take the row: deliver_at at first, then the end of a

@@ -19,6 +19,7 @@ pub mod queues;
 pub mod resources;
 pub mod retention;
 pub mod tenant;
+mod timer_wheel;
 pub mod timers;
 pub mod traces;
 pub mod transaction;
@@ -156,11 +157,11 @@ impl Engine {
     }
 
     /// Starts the background work that needs the whole engine: the spool's drain
-    /// (`push/replay.rs`) and the timer wheel (`timers/wheel.rs`). Await the handles after
+    /// (`push/replay.rs`) and the timer wheel (`timer_wheel/`). Await the handles after
     /// [`Engine::begin_shutdown`].
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks: Vec<_> = push::replay::spawn(self).into_iter().collect();
-        tasks.push(timers::wheel::start(self));
+        tasks.push(timer_wheel::start(self));
         tasks
     }
 

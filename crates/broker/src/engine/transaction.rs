@@ -8,7 +8,7 @@
 //! the same rules. A group the ack registry proves (its whole batch, all completed, under its
 //! lease) goes in the positional form instead of by hash (docs/engine.md §6.8). The DLQ
 //! hand-off and long-poll wake-ups happen after the commit. The `timers` rider (and the timer
-//! wheel's fire, engine/timers/fire.rs) rides the same call.
+//! wheel's fire, engine/timer_wheel/fire.rs) rides the same call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub struct TxnRequest {
     /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
     /// only one when there is exactly one.
     pub required_leases: Vec<LeaseId>,
-    /// The `timers` rider (engine/timers/), applied in the same PostgreSQL transaction.
+    /// The `timers` rider (engine/timers.rs), applied in the same PostgreSQL transaction.
     pub timers: Vec<TimerOp>,
 }
 
@@ -203,7 +203,8 @@ pub async fn run(
         let (planned, built) = build_segments(state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
-        let answered = store::transaction_wire(&db, &pushes, &wire_acks, &timer_ops, tenant.id()).await;
+        let answered =
+            store::transaction_wire(&db, &pushes, &wire_acks, &timer_ops, tenant.id()).await;
         state.store.charge(&db, SegmentWrite::load(&pushes));
         let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),

@@ -1,4 +1,4 @@
-//! Typed calls of `sql/functions/timers.sql` (docs/engine.md §13): the timer operations of a
+//! Typed calls of `sql/functions/timers.sql` (docs/engine.md §15): the timer operations of a
 //! route call (`queen.log_timers_apply_v1`; the transaction rider goes through
 //! `store/transaction.rs`), the wheel's claim, next-due probe and back-off, and the reads.
 
@@ -156,8 +156,7 @@ pub async fn list(
     limit: i32,
 ) -> Result<Vec<PendingTimer>> {
     let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.log_timers_list_v1($1, $2, $3, $4)")
-            .await?;
+        crate::store::prepare(db, "SELECT * FROM queen.log_timers_list_v1($1, $2, $3, $4)").await?;
     let rows = db.query(&stmt, &[&tenant, &queue, &after, &limit]).await?;
     rows.iter()
         .map(|r| {

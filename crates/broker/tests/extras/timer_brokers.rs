@@ -1,4 +1,4 @@
-//! Timers across several brokers and restarts (docs/engine.md §13.2): each due timer is
+//! Timers across several brokers and restarts (docs/engine.md §15.2): each due timer is
 //! pushed exactly once, whichever wheels race for it, and none is lost to a broker that dies.
 
 use std::collections::HashMap;
@@ -38,8 +38,14 @@ async fn two_brokers_racing_fire_each_timer_exactly_once() {
             })
             .collect();
         for chunk in ops.chunks(200) {
-            let (_, r) = broker.post("/api/v1/timers", &json!({"operations": chunk})).await;
-            assert_eq!(r["results"].as_array().map(Vec::len), Some(chunk.len()), "{r}");
+            let (_, r) = broker
+                .post("/api/v1/timers", &json!({"operations": chunk}))
+                .await;
+            assert_eq!(
+                r["results"].as_array().map(Vec::len),
+                Some(chunk.len()),
+                "{r}"
+            );
         }
     }
     let db = a.sql().await;
@@ -73,14 +79,19 @@ async fn a_claim_left_by_a_dead_broker_runs_out_and_is_fired_once() {
     let tx = db.transaction().await.expect("begin");
     tx.execute(
         "SELECT queen.log_timers_apply_v1($1, '')",
-        &[&json!([{"op": "schedule", "queue": "orphan", "timerKey": "k", "partition": "Default",
+        &[
+            &json!([{"op": "schedule", "queue": "orphan", "timerKey": "k", "partition": "Default",
                    "payload": "eyJ2IjoxfQ==", "txn": "orphan-txn",
-                   "messageId": "0198e4c2-0000-7000-8000-000000000002", "delayMs": -1000}])],
+                   "messageId": "0198e4c2-0000-7000-8000-000000000002", "delayMs": -1000}]),
+        ],
     )
     .await
     .expect("schedule");
     let stale: uuid::Uuid = tx
-        .query_one("SELECT claim_token FROM queen.log_timers_claim_v1(10, 1500)", &[])
+        .query_one(
+            "SELECT claim_token FROM queen.log_timers_claim_v1(10, 1500)",
+            &[],
+        )
         .await
         .expect("claim")
         .get(0);
@@ -89,7 +100,9 @@ async fn a_claim_left_by_a_dead_broker_runs_out_and_is_fired_once() {
     assert_eq!(peek["firing"], true, "{peek}");
     let (_, late) = a.delete("/api/v1/timers/orphan/k").await;
     assert_eq!(late["status"], "too_late", "{late}");
-    let m = first_message(&a, "orphan", 10).await.expect("fired after the claim ran out");
+    let m = first_message(&a, "orphan", 10)
+        .await
+        .expect("fired after the claim ran out");
     assert_eq!(m["data"], json!({"v": 1}));
     // The dead broker's fire, arriving late, is refused whole.
     let ghost = db
@@ -123,9 +136,15 @@ async fn a_timer_outlives_a_kill_9_of_the_broker_that_scheduled_it() {
     queen.kill9();
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let db = common::connect(&pg).await;
-    assert_eq!(common::count(&db, "queen.log_timers").await, 1, "nobody fired it");
+    assert_eq!(
+        common::count(&db, "queen.log_timers").await,
+        1,
+        "nobody fired it"
+    );
     let second = common::broker_on(pg, |_| {}).await;
-    let m = first_message(&second, "phoenix", 10).await.expect("fired after the restart");
+    let m = first_message(&second, "phoenix", 10)
+        .await
+        .expect("fired after the restart");
     assert_eq!(m["data"], json!({"alive": true}));
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(drain(&second, "phoenix").await.is_empty(), "fired twice");

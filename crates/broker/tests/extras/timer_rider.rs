@@ -51,9 +51,15 @@ async fn a_rolled_back_bundle_schedules_and_cancels_nothing() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["success"], false, "{body}");
     let (_, new) = b.get("/api/v1/timers/fate/new").await;
-    assert_eq!(new["found"], false, "the rolled-back schedule stayed: {new}");
+    assert_eq!(
+        new["found"], false,
+        "the rolled-back schedule stayed: {new}"
+    );
     let (_, keep) = b.get("/api/v1/timers/fate/keep").await;
-    assert_eq!(keep["found"], true, "the rolled-back cancel took effect: {keep}");
+    assert_eq!(
+        keep["found"], true,
+        "the rolled-back cancel took effect: {keep}"
+    );
 }
 
 #[tokio::test]

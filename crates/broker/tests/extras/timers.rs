@@ -25,7 +25,11 @@ async fn schedule_upserts_lists_peeks_and_cancels() {
     assert_eq!(first["index"], 0);
     assert_eq!(body["results"][1]["timerKey"], "b/c");
     let at = first["deliverAt"].as_str().expect("deliverAt");
-    assert_eq!(at.len(), "2026-12-06T21:00:00.000000Z".len(), "fixed width: {at}");
+    assert_eq!(
+        at.len(),
+        "2026-12-06T21:00:00.000000Z".len(),
+        "fixed width: {at}"
+    );
     assert!(first["messageId"].as_str().is_some_and(|m| m.len() == 36));
 
     // The same key again is an upsert: rescheduled, sooner, still one row.
@@ -74,12 +78,18 @@ async fn malformed_timer_calls_are_named_400s() {
     for (what, ops) in [
         (
             "the same key twice",
-            json!([schedule("tq", "a", &json!({}), 1000), schedule("tq", "a", &json!({}), 2)]),
+            json!([
+                schedule("tq", "a", &json!({}), 1000),
+                schedule("tq", "a", &json!({}), 2)
+            ]),
         ),
         ("a server-owned field", json!([owned])),
         ("a payload that is not JSON", json!([not_json])),
         ("a delay past the horizon", json!([far])),
-        ("an unknown op", json!([{"op": "fire", "queue": "tq", "timerKey": "a"}])),
+        (
+            "an unknown op",
+            json!([{"op": "fire", "queue": "tq", "timerKey": "a"}]),
+        ),
         ("no operations array", json!({"op": "schedule"})),
     ] {
         let (status, body) = b.post("/api/v1/timers", &json!({"operations": ops})).await;
@@ -103,9 +113,14 @@ async fn a_due_timer_becomes_its_message_once_and_not_before() {
         )
         .await;
     let promised = body["results"][0]["messageId"].clone();
-    let m = first_message(&b, "fired", 10).await.expect("the timer fired");
+    let m = first_message(&b, "fired", 10)
+        .await
+        .expect("the timer fired");
     let waited = asked.elapsed();
-    assert!(waited >= Duration::from_millis(400), "fired early: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(400),
+        "fired early: {waited:?}"
+    );
     assert!(waited < Duration::from_secs(3), "fired late: {waited:?}");
     assert_eq!(m["data"], json!({"orderId": "9f1"}));
     assert_eq!(m["transactionId"], "txn-fired-k");
@@ -135,7 +150,9 @@ async fn a_cancelled_or_rescheduled_timer_never_fires_its_old_self() {
         )
         .await;
     assert_eq!(r["results"][0]["status"], "rescheduled", "{r}");
-    let m = first_message(&b, "cq", 10).await.expect("the reschedule fired");
+    let m = first_message(&b, "cq", 10)
+        .await
+        .expect("the reschedule fired");
     assert_eq!(m["data"], json!({"v": 2}));
     assert_eq!(m["transactionId"], "t2");
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -149,9 +166,11 @@ async fn timers_belong_to_the_scheduling_tenant_only() {
     // Another tenant's pending timer under the same queue and key, written as its route would.
     db.execute(
         "SELECT queen.log_timers_apply_v1($1, 'acme')",
-        &[&json!([{"op": "schedule", "queue": "shared", "timerKey": "k", "partition": "Default",
+        &[
+            &json!([{"op": "schedule", "queue": "shared", "timerKey": "k", "partition": "Default",
                    "payload": "e30=", "txn": "acme-txn",
-                   "messageId": "0198e4c2-0000-7000-8000-000000000001", "delayMs": 60000}])],
+                   "messageId": "0198e4c2-0000-7000-8000-000000000001", "delayMs": 60000}]),
+        ],
     )
     .await
     .expect("acme's timer");

@@ -19,12 +19,12 @@ use queen_proto::Name;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::engine::timers::PendingTimer;
 use crate::engine::timers::{self, TimerOp, TimerOutcome, LIST_DEFAULT, LIST_MAX};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::http::auth::CallerTenant;
 use crate::http::extract::{json_body, Query, RawBody};
-use crate::store::timers::PendingTimer;
 
 /// The code of every malformed timer call, as the client reads it.
 const BAD_REQUEST: &str = "timers_bad_request";
@@ -178,8 +178,7 @@ async fn list(
             }
         };
         let after = q.after.filter(|a| !a.is_empty());
-        let (rows, truncated) =
-            timers::list(&st, &tenant, &queue, after.as_deref(), limit).await?;
+        let (rows, truncated) = timers::list(&st, &tenant, &queue, after.as_deref(), limit).await?;
         let next_after = rows.last().map(|r| r.timer_key.clone());
         let rows: Vec<Value> = rows.iter().map(|t| pending_json(&queue, t)).collect();
         Ok::<_, Error>(json!({

@@ -139,7 +139,9 @@ fn payload(op: &Map<String, Value>) -> Result<Vec<u8>> {
         None | Some(Value::Null) | Some(Value::Bool(false)) => {}
         Some(Value::Bool(true)) => {
             if !bytes.starts_with(&ZSTD_MAGIC) {
-                return Err(Error::bad("payloadZstd is true but payload is not a zstd frame"));
+                return Err(Error::bad(
+                    "payloadZstd is true but payload is not a zstd frame",
+                ));
             }
             bytes = queen_proto::segment::decompress(&bytes, MAX_PAYLOAD_BYTES)
                 .map_err(|e| Error::bad(format!("payload is not a zstd frame: {e}")))?;

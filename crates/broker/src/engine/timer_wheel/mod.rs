@@ -1,26 +1,25 @@
-//! The timer wheel (docs/engine.md §13.2): one task per broker that sleeps until the next
+//! The timer wheel (docs/engine.md §15.2): one task per broker that sleeps until the next
 //! timer is due, fires what is due, and sleeps again. It never polls per timer: each turn is
 //! one index probe for the earliest due time (`queen.log_timers_next_v1`) and, when something
 //! is due, a claim of up to [`CLAIM_LIMIT`] rows with `FOR UPDATE SKIP LOCKED`, so the wheels
 //! of several brokers on one database split the due timers between them and none is fired
 //! twice (`fire.rs`). A schedule on this broker due sooner than the wheel's longest sleep wakes
-//! it at once ([`super::committed`]); a timer scheduled through another broker is seen at the
-//! next probe, at most [`MAX_SLEEP_MS`] later. The task ends when the broker shuts down.
+//! it at once (`engine::timers::committed`); a timer scheduled through another broker is seen at the
+//! next probe, at most [`WHEEL_MAX_SLEEP_MS`] later. The task ends when the broker shuts down.
 
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::engine::timers::fire;
+mod fire;
+
+use crate::engine::timers::WHEEL_MAX_SLEEP_MS;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
 use crate::store::timers as store;
 
-/// The wheel's longest sleep: how late it may see a timer scheduled through another broker
-/// (or rescheduled sooner there).
-pub const MAX_SLEEP_MS: i64 = 1000;
 /// Its shortest: when due rows exist but another broker's claim holds them.
 const MIN_SLEEP_MS: i64 = 5;
 /// Timers one claim takes (and one fire transaction pushes, per tenant).
@@ -47,7 +46,7 @@ async fn run(engine: Engine) {
                 if let Some(suppressed) = FAILURES.admit(&text) {
                     tracing::warn!(error = %text, suppressed, "timer wheel turn failed");
                 }
-                MAX_SLEEP_MS
+                WHEEL_MAX_SLEEP_MS
             }
         };
         let pause = Duration::from_millis(u64::try_from(sleep_ms).unwrap_or(0));
@@ -65,8 +64,8 @@ async fn turn(engine: &Engine) -> Result<i64> {
         let claimed = {
             let db = engine.store.conn().await?;
             match store::next_due_ms(&db).await? {
-                None => return Ok(MAX_SLEEP_MS),
-                Some(ms) if ms > 0 => return Ok(ms.min(MAX_SLEEP_MS)),
+                None => return Ok(WHEEL_MAX_SLEEP_MS),
+                Some(ms) if ms > 0 => return Ok(ms.min(WHEEL_MAX_SLEEP_MS)),
                 Some(_) => store::claim(&db, CLAIM_LIMIT, CLAIM_MS).await?,
             }
         };

@@ -1,12 +1,8 @@
-//! Timers (docs/engine.md §13, docs/wire.md §20): a message scheduled for later under a key
+//! Timers (docs/engine.md §15, docs/wire.md §20): a message scheduled for later under a key
 //! of its queue. This module owns the operations (schedule, reschedule, cancel, and the
-//! wheel's own fire), their rules, and the reads; `wheel.rs` fires the due ones and `fire.rs`
-//! turns a claimed batch into messages. The rows live in `queen.log_timers`
+//! wheel's own fire), their rules, and the reads; `engine/timer_wheel/` fires the due ones. The rows live in `queen.log_timers`
 //! (sql/functions/timers.sql), keyed by the caller's tenant, the queue as the client names it
 //! and the timer key.
-
-pub mod fire;
-pub mod wheel;
 
 use std::collections::HashSet;
 
@@ -16,7 +12,9 @@ use uuid::Uuid;
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::store::timers::{self as store, PendingTimer, TimerVerdict};
+use crate::store::timers::{self as store, TimerVerdict};
+
+pub use crate::store::timers::{Claimed, PendingTimer};
 
 /// Most operations in one call (route or transaction rider).
 pub const MAX_OPS: usize = 256;
@@ -29,6 +27,9 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// Rows of a list page when the caller names no limit, and the most it may ask for.
 pub const LIST_DEFAULT: i32 = 100;
 pub const LIST_MAX: i32 = 1000;
+/// The timer wheel's longest sleep (engine/timer_wheel/): how late it may see a timer
+/// scheduled through another broker. A schedule here due sooner wakes it.
+pub const WHEEL_MAX_SLEEP_MS: i64 = 1000;
 
 /// A schedule (or reschedule: the same upsert, named by intent).
 #[derive(Debug, Clone)]
@@ -177,7 +178,7 @@ pub fn outcomes(ops: &[TimerOp], verdicts: Vec<TimerVerdict>) -> Vec<TimerOutcom
 /// Tells this broker's wheel about timers it may have to fire before its next look.
 pub fn committed(state: &Engine, ops: &[TimerOp]) {
     let soon = ops.iter().any(|op| match op {
-        TimerOp::Schedule(s) => s.delay_ms < wheel::MAX_SLEEP_MS,
+        TimerOp::Schedule(s) => s.delay_ms < WHEEL_MAX_SLEEP_MS,
         _ => false,
     });
     if soon {
@@ -186,7 +187,11 @@ pub fn committed(state: &Engine, ops: &[TimerOp]) {
 }
 
 /// `POST /api/v1/timers` and the cancel route: the operations in one statement.
-pub async fn apply(state: &Engine, ops: Vec<TimerOp>, tenant: &Tenant) -> Result<Vec<TimerOutcome>> {
+pub async fn apply(
+    state: &Engine,
+    ops: Vec<TimerOp>,
+    tenant: &Tenant,
+) -> Result<Vec<TimerOutcome>> {
     check(&ops)?;
     let db = state.store.conn().await?;
     let verdicts = store::apply(&db, &Value::from(to_sql(&ops)), tenant.id()).await?;
