@@ -246,7 +246,13 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
         .map(|(end, start)| end - start)
         .min()
         .unwrap_or(0);
-    let stable = stable(backlog_start, backlog_end, pushed, batch);
+    let window = Window {
+        backlog_start,
+        backlog_end,
+        pushed,
+        offered: cell.rate * usage.seconds,
+    };
+    let stable = stable(&window, batch);
     let abandon = may_abandon && !stable;
     let expected = queued.load(Ordering::Relaxed);
     if !abandon {
@@ -337,10 +343,25 @@ pub async fn drain(tracker: &Tracker, expected: u64, limit: Duration) {
     }
 }
 
-/// Stable: over the window the backlog grew by at most a tenth of what was pushed (plus one
-/// request's worth, the granularity of production).
-pub fn stable(backlog_start: u64, backlog_end: u64, pushed: u64, batch: u32) -> bool {
-    backlog_end <= backlog_start + pushed / 10 + u64::from(batch)
+/// What an attempt's window saw: the backlog at its start and end, the messages the broker
+/// accepted, and the messages the schedule offered.
+pub struct Window {
+    pub backlog_start: u64,
+    pub backlog_end: u64,
+    pub pushed: u64,
+    pub offered: f64,
+}
+
+/// Share of the offered messages the broker must accept for a rate to count as kept up: a
+/// broker that refuses (429) or slows the producers below their schedule has not kept up with
+/// that rate, however flat its backlog stays.
+const KEPT_UP: f64 = 0.95;
+
+/// Stable: over the window the broker accepted what was offered, and the backlog grew by at
+/// most a tenth of what was pushed (plus one request's worth, the granularity of production).
+pub fn stable(w: &Window, batch: u32) -> bool {
+    w.pushed as f64 >= KEPT_UP * w.offered
+        && w.backlog_end <= w.backlog_start + w.pushed / 10 + u64::from(batch)
 }
 
 pub type ConsumerArgs = (
@@ -396,5 +417,34 @@ pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: Consu
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(pushed: u64, backlog_end: u64) -> Window {
+        Window {
+            backlog_start: 0,
+            backlog_end,
+            pushed,
+            offered: 10_000.0,
+        }
+    }
+
+    #[test]
+    fn a_flat_backlog_of_everything_offered_is_stable() {
+        assert!(stable(&window(10_000, 500), 100));
+    }
+
+    #[test]
+    fn a_growing_backlog_is_not() {
+        assert!(!stable(&window(10_000, 5_000), 100));
+    }
+
+    #[test]
+    fn a_flat_backlog_of_refused_pushes_is_not() {
+        assert!(!stable(&window(6_000, 0), 100));
     }
 }

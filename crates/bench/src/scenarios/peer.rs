@@ -362,7 +362,13 @@ async fn e2e_cell(
         .saturating_sub(tracker.unique()[0]);
     let expected = sent.load(Ordering::Relaxed);
     let pushed = expected - pushed_start;
-    let stable = super::e2e::stable(backlog_start, backlog_end, pushed, 100);
+    let window = super::e2e::Window {
+        backlog_start,
+        backlog_end,
+        pushed,
+        offered: rate * usage.seconds,
+    };
+    let stable = super::e2e::stable(&window, 100);
     let abandon = may_abandon && !stable;
     if !abandon {
         super::e2e::drain(&tracker, expected, ctx.profile.drain_timeout).await;

@@ -2,7 +2,7 @@
 # Browser tests of the dashboard: builds the broker, starts two of them on fresh embedded
 # PostgreSQL clusters and free ports (one with auth off, one with HS256 JWT auth on), prepares
 # a virtualenv with Selenium, and drives the machine's Chromium (Debian packages chromium and
-# chromium-driver; .ci/run installs them). Screenshots land in target/dashboard-screenshots/.
+# chromium-driver; scripts/setup.sh installs them). Screenshots land in target/dashboard-screenshots/.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../../.." && pwd)"

@@ -19,13 +19,16 @@
 --   position, see log_ack_by_hash_v1's p_span_offs. Without it, a hash-form ack whose leased
 --   batch lost its hash rows raises 'QSPAN …' with DETAIL {"partitionId","group","worker",
 --   "from","to"}: the broker reads that span from the segments and reruns the bundle.)
+--   "kv": the kv rider, checked key-value operations applied first by queen.kv_apply_v1
+--   (kv.sql) for the tenant: a lost required precondition raises 'QKV …' and rolls the
+--   bundle back before any partition is locked.
 --   "timers": the bundle's timer operations (log_timers_apply_v1, timers.sql), applied first:
 --   timer rows come before any partition row in the lock order. A fire whose claim was lost
 --   raises 'QTIMER …'.
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
--- Lock order, the product's total order: provisioning (queues, then partitions, in key
+-- Lock order, the product's total order: the kv rider's keys (kv.sql), provisioning (queues, then partitions, in key
 -- order), every pushed partition row ascending by id (FOR NO KEY UPDATE, so pops creating
 -- cursor rows never wait on it), the capped queues' max-size locks (push.sql), the appends,
 -- then consumer rows in ascending (partition_id, group). Consumer locks come only after all partition locks, so the two lock
@@ -40,7 +43,8 @@
 --   an ack refused (lease, consumer, position) or referencing a hash found nowhere:
 --   'QTXN …; transaction rolled back' (raise_exception).
 -- Below-cursor acks (noop/stale) are tolerated, so a replayed bundle resolves.
--- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"timers":[…]} in input order; an ack
+-- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"kv":[kv verdicts…],
+-- "timers":[timer verdicts…]} in input order; an ack
 -- result with "dlq":true still needs the broker's DLQ hand-off after the commit.
 CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
 RETURNS jsonb
@@ -61,8 +65,12 @@ DECLARE
     v_fence bytea[];
     v_span_offs bigint[];
     v_span_hashes bytea[];
+    v_kv jsonb := '[]';
     v_timer_results jsonb := '[]'::jsonb;
 BEGIN
+    IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
+        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv');
+    END IF;
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
     END IF;
@@ -184,6 +192,7 @@ BEGIN
     RETURN jsonb_build_object('ok', true,
                               'pushes', COALESCE(to_jsonb(v_push_results), '[]'::jsonb),
                               'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb),
+                              'kv', v_kv,
                               'timers', v_timer_results);
 END
 $$;

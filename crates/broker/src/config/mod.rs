@@ -136,10 +136,10 @@ pub struct Config {
     /// low cap is what makes bundles grow when PostgreSQL is the bottleneck.
     #[arg(long, env = "QUEEN_ADMISSION_PUSH_CAP", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub admission_push_cap: usize,
-    /// How long a push may expect to wait for push fusion before it is refused, before its
-    /// body is read, with 429 and `Retry-After` (docs/engine.md §9, the push door); 0 turns
-    /// the door off.
-    #[arg(long, env = "QUEEN_PUSH_WAIT_BUDGET_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    /// How long a push may expect to wait for push fusion before it may be refused, before
+    /// its body is parsed, with 429 and `Retry-After` (docs/engine.md §9, the push door); 0
+    /// turns the door off.
+    #[arg(long, env = "QUEEN_PUSH_WAIT_BUDGET_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub push_wait_budget_ms: u64,
     /// Push fusion shards: tasks that own disjoint sets of partitions and bundle their ready
     /// ones (docs/engine.md §4.3). A bundle only takes one shard's partitions, so fewer

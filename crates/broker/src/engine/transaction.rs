@@ -21,6 +21,7 @@ use uuid::Uuid;
 use crate::accel::admission::Lane;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::encryption::Encryption;
+use crate::engine::kv::KvLost;
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::spool;
@@ -47,6 +48,9 @@ pub struct TxnRequest {
     /// The distinct lease ids the client holds; an ack without its own leaseId borrows the
     /// only one when there is exactly one.
     pub required_leases: Vec<LeaseId>,
+    /// The `kv` rider: checked key-value operations (`http/kv/parse.rs`), applied by
+    /// `queen.kv_apply_v1` inside the bundle's call, before any partition is locked.
+    pub kv: Vec<serde_json::Value>,
     /// The `timers` rider (engine/timers.rs), applied in the same PostgreSQL transaction.
     pub timers: Vec<TimerOp>,
 }
@@ -65,7 +69,14 @@ pub enum OpResult {
         transaction_id: String,
         outcome: AckOutcome,
     },
-    /// A `timers` rider operation; these follow the operations' results (the flat index).
+    /// A `kv` rider operation's verdict (sql/functions/kv.sql); its flat index follows every
+    /// push item and ack.
+    Kv {
+        op_index: usize,
+        op: serde_json::Value,
+        verdict: serde_json::Value,
+    },
+    /// A `timers` rider operation; these follow the `kv` rider's results (the flat index).
     Timer {
         op_index: usize,
         outcome: TimerOutcome,
@@ -103,6 +114,12 @@ pub enum TxnOutcome {
         reason: RollbackReason,
         error: String,
     },
+    /// A `required` rider operation's precondition did not hold: nothing was written.
+    /// `failed_index` is its flat index (after every push item and ack).
+    PreconditionLost {
+        lost: KvLost,
+        failed_index: usize,
+    },
 }
 
 /// The pushes of a bundle grouped into one segment per (queue, partition).
@@ -132,7 +149,7 @@ pub async fn run(
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
 ) -> Result<TxnOutcome> {
-    if req.ops.is_empty() && req.timers.is_empty() {
+    if req.ops.is_empty() && req.kv.is_empty() && req.timers.is_empty() {
         return Err(Error::bad("transaction has no operations"));
     }
     timers::check(&req.timers)?;
@@ -204,7 +221,8 @@ pub async fn run(
         plan = planned;
         let pushes = segment_writes(&plan, &built);
         let answered =
-            store::transaction_wire(&db, &pushes, &wire_acks, &timer_ops, tenant.id()).await;
+            store::transaction_wire(&db, &pushes, &wire_acks, &req.kv, &timer_ops, tenant.id())
+                .await;
         state.store.charge(&db, SegmentWrite::load(&pushes));
         let refusal = match answered? {
             Ok(committed) => break (plan, built, committed),
@@ -254,6 +272,10 @@ pub async fn run(
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
             WireRefusal::TimerLost(error) => (RollbackReason::TimerLost, error),
+            WireRefusal::KvPrecondition(lost) => {
+                let failed_index = req.ops.len() + lost.op_index;
+                return Ok(TxnOutcome::PreconditionLost { lost, failed_index });
+            }
         };
         let error = tenant::local_text(&error).into_owned();
         return Ok(TxnOutcome::RolledBack { reason, error });
@@ -293,6 +315,17 @@ pub async fn run(
                 .ok_or_else(|| Error::internal(format!("operation {i} has no result")))
         })
         .collect::<Result<Vec<_>>>()?;
+    ordered.extend(
+        req.kv
+            .iter()
+            .zip(committed.kv)
+            .enumerate()
+            .map(|(op_index, (op, verdict))| OpResult::Kv {
+                op_index,
+                op: op["op"].clone(),
+                verdict,
+            }),
+    );
     timers::committed(state, &req.timers);
     let timer_outcomes = timers::outcomes(&req.timers, committed.timers);
     ordered.extend(

@@ -12,7 +12,9 @@ mod error;
 pub mod extract;
 mod groups;
 mod health;
+mod kv;
 mod lease;
+mod locks;
 mod maintenance;
 mod messages;
 mod observe;
@@ -54,6 +56,8 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(maintenance::routes())
         .merge(dlq::routes())
         .merge(transaction::routes())
+        .merge(kv::routes())
+        .merge(locks::routes())
         .merge(groups::routes())
         .merge(resources::routes())
         .merge(messages::routes())

@@ -12,6 +12,13 @@
 //! connection only costs a new one later (created lazily by the pool): nothing it did is lost,
 //! since it is only retired between requests.
 //!
+//! Retirements are paced: at most one per [`RETIRE_EVERY`]. A new connection is a new
+//! PostgreSQL backend that loads its catalog caches, compiles the PL/pgSQL functions again and
+//! plans every statement afresh; under overload, bundles at their cap kept every connection
+//! over the budget, and retiring one after each bundle spent PostgreSQL's CPU on reconnections
+//! until delivery fell to a third (issue 36). Between retirements the total may stay over the
+//! budget; it converges one connection at a time.
+//!
 //! Identity: a connection's statement cache (`Arc<StatementCache>`, one per connection, dropped
 //! with it). A charge holds a weak reference to it, so its address is not reused while the
 //! charge exists; a charge whose cache has died belongs to a closed connection and is dropped.
@@ -19,6 +26,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{ClientWrapper, Pool, StatementCache};
 
@@ -64,10 +72,15 @@ pub struct BuffersSnapshot {
     pub retired: u64,
 }
 
+/// The shortest time between two retirements.
+pub const RETIRE_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct State {
     charges: HashMap<usize, Charge>,
     total: usize,
+    /// When the last connection was retired.
+    last_retired: Option<Instant>,
 }
 
 struct Charge {
@@ -151,25 +164,27 @@ impl Buffers {
     /// charged one, until the total fits.
     fn evict_idle(&self, client: &ClientWrapper) -> bool {
         let mut st = lock(&self.state);
-        if st.total <= self.budget {
+        if st.total <= self.budget || !st.may_retire() {
             return false;
         }
         let evicted = st.remove(key(&client.statement_cache));
         if evicted {
+            st.last_retired = Some(Instant::now());
             self.retired.fetch_add(1, Relaxed);
         }
         evicted
     }
 
     /// The pool's question before handing out an idle connection: false when it was marked
-    /// for retirement (it is then closed, and its charge dropped).
+    /// for retirement and the pace allows one (it is then closed, and its charge dropped).
     pub fn may_serve(&self, client: &ClientWrapper) -> bool {
         let k = key(&client.statement_cache);
         let mut st = lock(&self.state);
-        if !st.charges.get(&k).is_some_and(|c| c.retire) {
+        if !st.charges.get(&k).is_some_and(|c| c.retire) || !st.may_retire() {
             return true;
         }
         st.remove(k);
+        st.last_retired = Some(Instant::now());
         self.retired.fetch_add(1, Relaxed);
         false
     }
@@ -186,6 +201,12 @@ impl Buffers {
 }
 
 impl State {
+    /// Whether [`RETIRE_EVERY`] has passed since the last retirement.
+    fn may_retire(&self) -> bool {
+        self.last_retired
+            .is_none_or(|t| t.elapsed() >= RETIRE_EVERY)
+    }
+
     /// Drops the charge of `k`; whether there was one.
     fn remove(&mut self, k: usize) -> bool {
         let Some(charge) = self.charges.remove(&k) else {

@@ -59,7 +59,8 @@ const MIGRATIONS: &[Migration] = &[
     migration!(4, "0004_auth.sql"),
     migration!(5, "0005_tenants.sql"),
     migration!(6, "0006_push_path.sql"),
-    migration!(7, "0007_timers.sql"),
+    migration!(7, "0007_kv.sql"),
+    migration!(8, "0008_timers.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
@@ -75,6 +76,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("ack.sql"),
     functions!("lease.sql"),
     functions!("dlq.sql"),
+    functions!("kv.sql"),
     functions!("timers.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),

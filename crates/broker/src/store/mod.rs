@@ -8,6 +8,7 @@ pub mod db_error;
 pub mod dlq;
 pub mod groups;
 pub mod hotlist;
+pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod messages;

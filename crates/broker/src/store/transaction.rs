@@ -7,6 +7,7 @@ use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
 use crate::store::ack::{AckVerdict, Span};
+use crate::store::kv::KvLost;
 use crate::store::push::{SegmentResult, SegmentWrite};
 use crate::store::timers::TimerVerdict;
 
@@ -51,6 +52,9 @@ pub struct WireCover {
 pub struct WireCommitted {
     pub pushes: Vec<SegmentResult>,
     pub acks: Vec<AckVerdict>,
+    /// The `kv` rider's verdicts, in rider order.
+    #[serde(default)]
+    pub kv: Vec<serde_json::Value>,
     /// The `timers` rider's verdicts (store/timers.rs).
     #[serde(default)]
     pub timers: Vec<TimerVerdict>,
@@ -70,6 +74,8 @@ pub enum WireRefusal {
     /// A hash-form ack's leased batch lost its hash rows (SQL `QSPAN`): read the span and
     /// rerun with it.
     PurgedSpan(SpanNeeded),
+    /// A `required` operation of the `kv` rider lost its precondition (SQL `QKV`).
+    KvPrecondition(KvLost),
     /// A timer fire's claim was lost (SQL `QTIMER`): another fire or a reschedule has it.
     TimerLost(String),
 }
@@ -80,6 +86,7 @@ pub async fn transaction_wire(
     db: &impl GenericClient,
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
+    kv: &[serde_json::Value],
     timers: &[serde_json::Value],
     tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
@@ -120,6 +127,9 @@ pub async fn transaction_wire(
         })
         .collect();
     let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
+    if !kv.is_empty() {
+        spec["kv"] = serde_json::Value::from(kv.to_vec());
+    }
     if !timers.is_empty() {
         spec["timers"] = serde_json::Value::from(timers.to_vec());
     }
@@ -136,15 +146,19 @@ pub async fn transaction_wire(
     let Json(committed): Json<WireCommitted> = row.try_get(0)?;
     if committed.pushes.len() != pushes.len()
         || committed.acks.len() != acks.len()
+        || committed.kv.len() != kv.len()
         || committed.timers.len() != timers.len()
     {
         return Err(Error::internal(format!(
-            "log_transaction_wire_v1 answered {} pushes, {} acks and {} timers for {}, {} and {}",
+            "log_transaction_wire_v1 answered {} pushes, {} acks, {} kv verdicts and {} timers \
+             for {}, {}, {} and {}",
             committed.pushes.len(),
             committed.acks.len(),
+            committed.kv.len(),
             committed.timers.len(),
             pushes.len(),
             acks.len(),
+            kv.len(),
             timers.len()
         )));
     }
@@ -154,6 +168,9 @@ pub async fn transaction_wire(
 /// The refusal a `QDUP`/`QTXN`/`QTIMER`/`QSPAN`/`QENC`/`QFULL` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
+    if let Some(lost) = crate::store::kv::lost(e) {
+        return Some(WireRefusal::KvPrecondition(lost));
+    }
     let db = e.as_db_error()?;
     let message = db.message();
     if let Some(text) = message.strip_prefix("QDUP ") {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Which floor each top-level module of `src/` belongs to.
-const FLOOR_OF: &[(&str, &str)] = &[
+pub(crate) const FLOOR_OF: &[(&str, &str)] = &[
     ("main", "main"),
     ("server", "server"),
     ("listener", "server"),

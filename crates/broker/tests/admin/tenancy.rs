@@ -199,6 +199,13 @@ async fn victim(b: &TestBroker, tok: &str) -> Victim {
     let trace = json!({"transactionId": "a-2", "partitionId": second["partitionId"], "data": {}});
     let r = post(b, "/api/v1/traces", tok, &trace).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let kv = json!({"operations": [{"op": "put", "ns": "ns", "key": "k", "forever": true,
+                                    "value": {"secret": MARKER}}]});
+    let r = post(b, "/api/v1/kv", tok, &kv).await;
+    assert_eq!(r.body["results"][0]["applied"], true, "{}", r.body);
+    let lock = json!({"operations": [{"op": "acquire", "name": "L", "ttlSeconds": 600}]});
+    let r = post(b, "/api/v1/locks", tok, &lock).await;
+    assert_eq!(r.body["results"][0]["acquired"], true, "{}", r.body);
     Victim {
         pid: second["partitionId"].as_str().expect("pid").to_string(),
         lease: leased.body["leaseId"].as_str().expect("lease").to_string(),
@@ -235,6 +242,8 @@ async fn state_of_acme(db: &Client) -> String {
                                        retry_count), ';' ORDER BY id)
              FROM queen.log_dlq WHERE partition_id IN (SELECT id FROM p)),
           (SELECT count(*) FROM queen.message_traces WHERE partition_id IN (SELECT id FROM p)),
+          (SELECT string_agg(concat_ws(',', namespace, key, value, version, expires_at), ';'
+                             ORDER BY namespace, key) FROM queen.kv WHERE tenant_id = 'acme'),
           (SELECT string_agg(key || '=' || value::text, ';' ORDER BY key) FROM queen.system_state))";
     db.query_one(SQL, &[]).await.expect("digest").get(0)
 }
@@ -281,6 +290,13 @@ fn aimed(route_path: &str, method: &Method, v: &Victim) -> (String, Value) {
             json!({"queue": "orders", "options": {"leaseTime": 5, "retryLimit": 9}}),
         ),
         (_, "/api/v1/dlq") => ("?queue=orders", json!(null)),
+        ("POST", "/api/v1/kv") => (
+            "",
+            json!({"operations": [{"op": "get", "ns": "ns", "key": "k"},
+                                  {"op": "delete", "ns": "ns", "key": "k"},
+                                  {"op": "getPrefix", "ns": "ns", "prefix": "k"}]}),
+        ),
+        ("POST", "/api/v1/locks") => ("", json!({"operations": [{"op": "get", "name": "L"}]})),
         ("POST", p) if p.starts_with("/api/v1/system/maintenance") => {
             ("", json!({"enabled": true}))
         }
@@ -385,6 +401,15 @@ fn expect_unknown(template: &str, method: &Method, r: &Reply) {
         }
         ("POST", "/api/v1/transaction") => {
             assert_eq!(r.body["success"], false, "{what}: {}", r.body)
+        }
+        ("POST", "/api/v1/kv") => {
+            let results = &r.body["results"];
+            assert_eq!(results[0]["found"], false, "{what}: {}", r.body);
+            assert_eq!(results[1]["reason"], "absent", "{what}: {}", r.body);
+            assert_eq!(results[2]["rows"], json!([]), "{what}: {}", r.body);
+        }
+        ("POST", "/api/v1/locks") => {
+            assert_eq!(r.body["results"][0]["held"], false, "{what}: {}", r.body)
         }
         ("POST", "/api/v1/push") => {
             assert_eq!(common::statuses(&r.body), ["queued"], "{what}: {}", r.body)

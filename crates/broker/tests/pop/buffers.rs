@@ -4,7 +4,7 @@
 //! lose nothing and deliver everything once, in order.
 
 use queen_broker::engine::Engine;
-use queen_broker::store::buffers::{BuffersSnapshot, Load};
+use queen_broker::store::buffers::{BuffersSnapshot, Load, RETIRE_EVERY};
 use serde_json::json;
 
 use crate::common;
@@ -93,6 +93,44 @@ async fn idle_charged_connections_are_closed_first_least_recently_used_first() {
         1,
         "a charge within the budget retires nothing"
     );
+}
+
+#[tokio::test]
+async fn retirements_are_paced_one_per_interval() {
+    let b = common::broker_with(|cfg| cfg.db_buffers_mb = 1).await;
+    let store = &state(&b).store;
+    let (a, c, d) = (
+        store.conn().await.expect("a"),
+        store.conn().await.expect("c"),
+        store.conn().await.expect("d"),
+    );
+    // Each charged 2 × 600 KiB, every one alone over the 1 MiB budget.
+    store.charge(&a, Load::received(600 * KIB));
+    store.charge(&c, Load::received(600 * KIB));
+    drop(a);
+    drop(c);
+    let id_d = backend(&d).await;
+    store.charge(&d, Load::received(600 * KIB));
+    assert_eq!(
+        buffers(&b).retired,
+        1,
+        "one retirement, not one per connection"
+    );
+    drop(d);
+    // d is marked, but the pace holds it: the pool serves it again rather than reconnect.
+    let again = store.conn().await.expect("d again");
+    assert_eq!(backend(&again).await, id_d);
+    assert_eq!(buffers(&b).retired, 1);
+    drop(again);
+
+    tokio::time::sleep(RETIRE_EVERY).await;
+    let fresh = store.conn().await.expect("a fresh connection");
+    assert_ne!(
+        backend(&fresh).await,
+        id_d,
+        "once the interval passed, d was retired"
+    );
+    assert_eq!(buffers(&b).retired, 2);
 }
 
 #[tokio::test]

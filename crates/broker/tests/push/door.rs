@@ -42,7 +42,8 @@ async fn a_push_that_would_wait_past_its_budget_is_refused_with_429_before_any_w
     };
     let db = b.sql().await;
     until_blocked(&db).await;
-    tokio::time::sleep(Duration::from_millis(2 * BUDGET_MS)).await;
+    // Stalled past twice the budget: every push is refused, none by chance.
+    tokio::time::sleep(Duration::from_millis(3 * BUDGET_MS)).await;
 
     let refused = tokio::time::timeout(
         PROMPT,

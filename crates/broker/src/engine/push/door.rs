@@ -4,6 +4,10 @@
 //! backs off and sends again), and costs neither parsing, nor a permit, nor PostgreSQL work,
 //! so a broker at capacity keeps its cores for the pushes it took and for the pops and acks
 //! that drain them. What a push already admitted waits for is bounded by the same budget.
+//!
+//! Past the budget the door refuses a share of the pushes that grows with the excess, all of
+//! them at twice the budget: refusing every push the moment the budget is passed sent every
+//! producer away for the same second at once, and the fusion then idled between their waves.
 
 use std::time::Duration;
 
@@ -21,7 +25,8 @@ pub fn admit(state: &Engine, announced: usize) -> Result<()> {
         return Ok(());
     }
     let wait = state.push_fusion.backlog().expected_wait(announced);
-    if wait <= budget {
+    let share = refused_share(wait, budget);
+    if share <= 0.0 || rand::random::<f64>() >= share {
         return Ok(());
     }
     let retry_after = (wait - budget).as_secs().clamp(1, MAX_RETRY_AFTER_SECS);
@@ -34,4 +39,36 @@ pub fn admit(state: &Engine, announced: usize) -> Result<()> {
         ),
         retry_after_secs: retry_after,
     })
+}
+
+/// The share of pushes refused at an expected `wait`: none within the budget, then rising
+/// in step with the excess, every push from twice the budget on.
+fn refused_share(wait: Duration, budget: Duration) -> f64 {
+    let over = wait.saturating_sub(budget).as_secs_f64();
+    (over / budget.as_secs_f64()).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUDGET: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn within_the_budget_nothing_is_refused() {
+        assert_eq!(refused_share(Duration::ZERO, BUDGET), 0.0);
+        assert_eq!(refused_share(BUDGET, BUDGET), 0.0);
+    }
+
+    #[test]
+    fn the_refused_share_grows_with_the_excess() {
+        let half = refused_share(Duration::from_millis(150), BUDGET);
+        assert!((half - 0.5).abs() < 1e-9, "{half}");
+    }
+
+    #[test]
+    fn from_twice_the_budget_every_push_is_refused() {
+        assert_eq!(refused_share(2 * BUDGET, BUDGET), 1.0);
+        assert_eq!(refused_share(30 * BUDGET, BUDGET), 1.0);
+    }
 }

@@ -2,7 +2,7 @@
 //! once from one database clock reading; every due partition drained by its phase's step
 //! until the step says done, `RETENTION_PARALLELISM` partitions at a time, each on its own
 //! pooled connection; then, on their own cadences, partition cleanup and the watermark
-//! safety walk.
+//! safety walk; every run, the key-value store's sweep of expired rows.
 //!
 //! A partition that rule 2 keeps holding back (its slowest cursor has not moved) is left out
 //! of the work list for a growing number of runs, so a few stalled consumers cannot fill the
@@ -88,6 +88,7 @@ pub(super) async fn once(
         .collect()
         .await;
     state.note(&outcomes);
+    sweep_kv(engine, closing).await?;
     if state.cleanup_due(engine) {
         cleanup(engine, closing).await?;
         state.last_cleanup = Some(Instant::now());
@@ -225,6 +226,19 @@ fn count(engine: &Engine, phase: Phase, step: &Step) {
         }
         Phase::Sidecar => add(&c.sidecar_rows_purged, step.deleted),
     }
+}
+
+/// The key-value store's expired rows (docs/engine.md §12), already absent to every reader:
+/// deleted in batches until one comes back short.
+async fn sweep_kv(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()> {
+    let db = engine.store.conn().await?;
+    let batch = engine.cfg.retention_batch_size;
+    while !*closing.borrow() {
+        if crate::store::kv::sweep_step(&db, batch).await? < i64::from(batch) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Partition cleanup: batches until one comes back short.

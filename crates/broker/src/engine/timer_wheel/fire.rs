@@ -72,8 +72,8 @@ pub async fn fire(state: &Engine, claimed: Vec<Claimed>) {
 async fn attempt(state: &Engine, tenant: &Tenant, batch: &[Claimed]) -> Fired {
     let req = TxnRequest {
         ops: batch.iter().map(|c| TxnOp::Push(item(c))).collect(),
-        required_leases: Vec::new(),
         timers: batch.iter().map(fire_op).collect(),
+        ..TxnRequest::default()
     };
     settle(transaction::run(state, req, None, tenant).await)
 }
@@ -81,9 +81,8 @@ async fn attempt(state: &Engine, tenant: &Tenant, batch: &[Claimed]) -> Fired {
 /// Deletes the row of a timer whose message is already stored.
 async fn delivered(state: &Engine, tenant: &Tenant, c: &Claimed) -> Fired {
     let req = TxnRequest {
-        ops: Vec::new(),
-        required_leases: Vec::new(),
         timers: vec![fire_op(c)],
+        ..TxnRequest::default()
     };
     settle(transaction::run(state, req, None, tenant).await)
 }
@@ -96,6 +95,10 @@ fn settle(outcome: Result<TxnOutcome>) -> Fired {
             RollbackReason::TimerLost => Fired::Lost,
             RollbackReason::RejectedAck | RollbackReason::Full => Fired::Failed(error),
         },
+        // A fire carries no kv rider; answered as the failure it would be.
+        Ok(TxnOutcome::PreconditionLost { failed_index, .. }) => {
+            Fired::Failed(format!("kv precondition lost at {failed_index}"))
+        }
         Err(e) => Fired::Failed(failure_text(&e)),
     }
 }

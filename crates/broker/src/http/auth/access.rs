@@ -117,6 +117,8 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/api/v1/ack/batch", WRITE),
     row("POST", "/api/v1/lease/{lease_id}/extend", WRITE),
     row("POST", "/api/v1/transaction", WRITE),
+    row("POST", "/api/v1/kv", WRITE),
+    row("POST", "/api/v1/locks", WRITE),
     row("POST", "/api/v1/traces", WRITE),
     row("POST", "/api/v1/timers", WRITE),
     row("GET", "/api/v1/timers/{queue}", READ),

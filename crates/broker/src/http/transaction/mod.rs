@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::http::auth::{CallerTenant, Producer};
 use crate::http::budget::BodyBudget;
 use crate::http::extract::{is_binary, RawBody};
+use crate::http::kv::precondition_lost;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -60,6 +61,11 @@ async fn transaction_json(
         Ok(TxnOutcome::Committed(results)) => Json(committed(&bundle_id, &results)).into_response(),
         Ok(TxnOutcome::RolledBack { reason, error }) => {
             failure(StatusCode::OK, &bundle_id, &error, reason.as_str())
+        }
+        Ok(TxnOutcome::PreconditionLost { lost, failed_index }) => {
+            let mut body = precondition_lost(&lost, failed_index);
+            body["transactionId"] = bundle_id.into();
+            Json(body).into_response()
         }
         Err(Error::BadRequest(error)) => {
             failure(StatusCode::BAD_REQUEST, &bundle_id, &error, "bad_request")

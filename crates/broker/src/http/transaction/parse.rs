@@ -11,8 +11,9 @@ use serde_json::Value;
 use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack, AckItem};
+use crate::http::kv::parse::{parse_ops, Caller};
 use crate::http::push::parse::parse_item;
-use crate::http::timers::parse::parse_ops;
+use crate::http::timers::parse::parse_ops as timer_ops;
 
 #[derive(Deserialize)]
 struct Bundle<'a> {
@@ -38,14 +39,11 @@ struct OpHead<'a> {
 pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let bundle: Bundle<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
-    for (name, rider) in [("kv", &bundle.kv)] {
-        if rider
-            .as_ref()
-            .is_some_and(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()))
-        {
-            return Err(Error::bad(format!("{name} operations are not supported")));
-        }
-    }
+    let kv = match bundle.kv {
+        None | Some(Value::Null) => Vec::new(),
+        Some(ops) => parse_ops(&ops, Caller::Transaction)
+            .map_err(|r| Error::bad(format!("kv: {} ({})", r.detail, r.reason)))?,
+    };
     let ops = bundle
         .operations
         .ok_or_else(|| Error::bad("bad body: operations is required"))?;
@@ -54,9 +52,10 @@ pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let mut req = TxnRequest {
         ops: Vec::with_capacity(ops.len()),
         required_leases: leases(bundle.required_leases)?,
+        kv,
         timers: match bundle.timers {
             None | Some(Value::Null) => Vec::new(),
-            Some(t) => parse_ops(&t, "timers")?,
+            Some(t) => timer_ops(&t, "timers")?,
         },
     };
     for (index, raw) in ops.into_iter().enumerate() {
@@ -147,6 +146,8 @@ mod tests {
             json!({"operations": [{"type": "ack", "transactionId": "t", "partitionId": "x"}]}),
             json!({"operations": [{"type": "push", "items": [{"payload": 1}]}]}),
             json!({"operations": [], "kv": [{"op": "set"}]}),
+            json!({"operations": [], "kv": [{"op": "getPrefix", "ns": "a", "prefix": "p"}]}),
+            json!({"operations": [], "timers": [{"op": "schedule"}]}),
         ] {
             assert!(
                 matches!(parse(bad.clone()), Err(Error::BadRequest(_))),

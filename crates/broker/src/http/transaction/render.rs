@@ -8,6 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::engine::transaction::OpResult;
+use crate::http::kv::with_index;
 
 /// The committed answer: one result per operation, in operation order, then one per rider
 /// operation (the flat index: `index` counts on past the operations, `opIndex` within the
@@ -54,6 +55,16 @@ fn render_result(index: usize, r: &OpResult) -> Value {
             "error": outcome.error, "dlq": outcome.dlq, "leaseReleased": outcome.lease_released,
             "noop": outcome.noop,
         }),
+        OpResult::Kv {
+            op_index,
+            op,
+            verdict,
+        } => {
+            let mut v = with_index(verdict.clone(), index, op);
+            v["opIndex"] = json!(op_index);
+            v["type"] = json!("kv");
+            v
+        }
         OpResult::Timer { op_index, outcome } => {
             let mut v = crate::http::timers::outcome_json(outcome);
             v["index"] = json!(index);
@@ -77,7 +88,7 @@ pub(super) fn counted(bundle_id: &str, results: &[OpResult]) -> Value {
             } => duplicate += 1,
             OpResult::Push { .. } => pushed += 1,
             OpResult::Ack { outcome, .. } if outcome.success => acked += 1,
-            OpResult::Ack { .. } | OpResult::Timer { .. } => {}
+            OpResult::Ack { .. } | OpResult::Kv { .. } | OpResult::Timer { .. } => {}
         }
     }
     json!({

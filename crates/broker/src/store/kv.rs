@@ -1,0 +1,66 @@
+//! The typed calls of sql/functions/kv.sql: `queen.kv_apply_v1` (one call of checked
+//! operations, applied in one PostgreSQL transaction) and the retention loop's sweep of expired
+//! rows. A lost `required` precondition (SQL `QKV`) is told apart from a fault.
+
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_postgres::types::Json;
+
+use crate::error::{Error, Result};
+
+/// A `required` operation whose precondition did not hold: the whole call (and the
+/// transaction it rode in) was rolled back.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvLost {
+    /// Its index among the call's operations.
+    pub op_index: usize,
+    /// `exists`, `absent`, `version`, `limit` or `type`.
+    pub kv_reason: String,
+    /// The key's version as it is (0: absent).
+    pub version: Value,
+    /// The key's value as it is.
+    pub value: Value,
+}
+
+/// The lost precondition a `QKV` exception carries in its detail.
+pub fn lost(e: &tokio_postgres::Error) -> Option<KvLost> {
+    let db = e.as_db_error()?;
+    if !db.message().starts_with("QKV ") {
+        return None;
+    }
+    serde_json::from_str(db.detail().unwrap_or_default()).ok()
+}
+
+/// Applies `ops` (checked by the http floor) for `tenant`: their verdicts, index-aligned, or
+/// the lost `required` precondition that rolled them all back.
+pub async fn apply(
+    db: &impl GenericClient,
+    tenant: &str,
+    ops: &[Value],
+) -> Result<std::result::Result<Vec<Value>, KvLost>> {
+    let stmt = crate::store::prepare(db, "SELECT queen.kv_apply_v1($1, $2)").await?;
+    let ops = Json(ops);
+    match db.query_one(&stmt, &[&tenant, &ops]).await {
+        Ok(row) => {
+            let Json(results): Json<Vec<Value>> = row.try_get(0)?;
+            if results.len() != ops.0.len() {
+                return Err(Error::internal(format!(
+                    "kv_apply_v1 answered {} results for {} operations",
+                    results.len(),
+                    ops.0.len()
+                )));
+            }
+            Ok(Ok(results))
+        }
+        Err(e) => lost(&e).map(Err).ok_or(Error::Db(e)),
+    }
+}
+
+/// `queen.kv_sweep_step_v1`: deletes up to `max_rows` expired rows; returns how many.
+pub async fn sweep_step(db: &impl GenericClient, max_rows: i32) -> Result<i64> {
+    let stmt = crate::store::prepare(db, "SELECT queen.kv_sweep_step_v1($1)").await?;
+    let n: i32 = db.query_one(&stmt, &[&max_rows]).await?.try_get(0)?;
+    Ok(i64::from(n))
+}
