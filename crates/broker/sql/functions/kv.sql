@@ -1,4 +1,4 @@
--- kv: the key-value store (docs/engine.md §12, table in migrations/0007_kv.sql). ONE apply
+-- kv: the key-value store (docs/engine.md §15, table in migrations/0007_kv.sql). ONE apply
 -- function, queen.kv_apply_v1, serves POST /api/v1/kv, the transaction's kv rider
 -- (transaction.sql, before any partition lock) and the locks (engine/locks.rs), plus the
 -- retention loop's sweep of expired rows. Replayed (CREATE OR REPLACE) when its checksum

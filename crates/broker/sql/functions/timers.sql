@@ -1,4 +1,4 @@
--- timers: the pending timers of queen.log_timers (migration 0008, docs/engine.md §15) — the
+-- timers: the pending timers of queen.log_timers (migration 0008, docs/engine.md §16) — the
 -- operations of POST /api/v1/timers and of the transaction's `timers` rider, and the wheel's
 -- claim. Replayed (CREATE OR REPLACE) when its checksum changes.
 --

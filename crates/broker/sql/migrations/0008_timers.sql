@@ -1,4 +1,4 @@
--- 0008_timers: the pending timers (docs/engine.md §15). Applied once; idempotent all the same.
+-- 0008_timers: the pending timers (docs/engine.md §16). Applied once; idempotent all the same.
 --
 -- One row per pending timer, keyed by the caller's tenant, the queue as the client names it
 -- and the timer key: a schedule on the same key is an upsert. A timer names its queue by name

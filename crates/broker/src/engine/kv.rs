@@ -1,4 +1,4 @@
-//! The key-value store (docs/engine.md §12): its limits, and the one way its operations run —
+//! The key-value store (docs/engine.md §15): its limits, and the one way its operations run —
 //! checked operations handed to `queen.kv_apply_v1` (sql/functions/kv.sql) in one PostgreSQL
 //! transaction. `POST /api/v1/kv`, the transaction's `kv` rider and the locks
 //! (engine/locks.rs) all go through it; the rider runs it inside the bundle's own call.

@@ -1,4 +1,4 @@
-//! Timers (docs/engine.md §15, docs/wire.md §20): a message scheduled for later under a key
+//! Timers (docs/engine.md §16, docs/wire.md §22): a message scheduled for later under a key
 //! of its queue. This module owns the operations (schedule, reschedule, cancel, and the
 //! wheel's own fire), their rules, and the reads; `engine/timer_wheel/` fires the due ones. The rows live in `queen.log_timers`
 //! (sql/functions/timers.sql), keyed by the caller's tenant, the queue as the client names it

@@ -1,4 +1,4 @@
-//! Typed calls of `sql/functions/timers.sql` (docs/engine.md §15): the timer operations of a
+//! Typed calls of `sql/functions/timers.sql` (docs/engine.md §16): the timer operations of a
 //! route call (`queen.log_timers_apply_v1`; the transaction rider goes through
 //! `store/transaction.rs`), the wheel's claim, next-due probe and back-off, and the reads.
 

@@ -1,4 +1,4 @@
-//! Tests of the surfaces beyond the core queue (docs/wire.md §20–§21): timers (their routes,
+//! Tests of the surfaces beyond the core queue (docs/wire.md §22–§23): timers (their routes,
 //! their firing by the wheel, the transaction rider, several brokers and restarts) and the
 //! reads by offset. One PostgreSQL cluster serves the whole binary; each test gets its own
 //! database (see `queen_test_harness`).

@@ -1,1 +1,1 @@
-//! Reads by offset (docs/wire.md §21).
+//! Reads by offset (docs/wire.md §23).

@@ -1,4 +1,4 @@
-//! Timers across several brokers and restarts (docs/engine.md §15.2): each due timer is
+//! Timers across several brokers and restarts (docs/engine.md §16.2): each due timer is
 //! pushed exactly once, whichever wheels race for it, and none is lost to a broker that dies.
 
 use std::collections::HashMap;

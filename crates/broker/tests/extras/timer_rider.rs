@@ -1,4 +1,4 @@
-//! The transaction's `timers` rider (docs/wire.md §10, §20.3): applied in the same
+//! The transaction's `timers` rider (docs/wire.md §10, §22.3): applied in the same
 //! PostgreSQL transaction as the bundle's pushes and acks, results in the flat index.
 
 use reqwest::StatusCode;

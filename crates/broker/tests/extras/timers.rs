@@ -1,4 +1,4 @@
-//! The timer routes (docs/wire.md §20) and the wheel's firing on one broker.
+//! The timer routes (docs/wire.md §22) and the wheel's firing on one broker.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! Turns claimed due timers into messages (docs/engine.md §15.2): one transaction per tenant
+//! Turns claimed due timers into messages (docs/engine.md §16.2): one transaction per tenant
 //! that pushes every message and deletes every timer row it still holds the claim of
 //! (`engine/transaction.rs` with the `fire` timer op), so a timer is pushed exactly when its row
 //! goes. A batch that fails is fired timer by timer, so one bad timer does not hold the others

@@ -1,4 +1,4 @@
-//! The timer wheel (docs/engine.md §15.2): one task per broker that sleeps until the next
+//! The timer wheel (docs/engine.md §16.2): one task per broker that sleeps until the next
 //! timer is due, fires what is due, and sleeps again. It never polls per timer: each turn is
 //! one index probe for the earliest due time (`queen.log_timers_next_v1`) and, when something
 //! is due, a claim of up to [`CLAIM_LIMIT`] rows with `FOR UPDATE SKIP LOCKED`, so the wheels

@@ -1,4 +1,4 @@
-//! The timer routes (docs/wire.md §20): `POST /api/v1/timers` (schedule, reschedule, cancel;
+//! The timer routes (docs/wire.md §22): `POST /api/v1/timers` (schedule, reschedule, cancel;
 //! a batch, index-aligned), `GET /api/v1/timers/{queue}` (a keyset page of one queue's
 //! pending timers), `GET` and `DELETE /api/v1/timers/{queue}/{*key}` (peek, cancel). Verdicts
 //! (`absent`, `too_late`, a miss) are 200; a malformed call is 400 with the client's envelope

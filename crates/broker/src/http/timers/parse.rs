@@ -1,4 +1,4 @@
-//! Timer operations as the client sends them (docs/wire.md §20.1), for `POST /api/v1/timers`
+//! Timer operations as the client sends them (docs/wire.md §22.1), for `POST /api/v1/timers`
 //! and the transaction's `timers` rider: each one checked field by field into a
 //! [`TimerOp`]. Every refusal is a 400 naming the operation and the field.
 
