@@ -1,11 +1,9 @@
-//! Tests of the surfaces beyond the core queue (docs/wire.md §22–§23): timers (their routes,
-//! their firing by the wheel, the transaction rider, several brokers and restarts) and the
-//! reads by offset. One PostgreSQL cluster serves the whole binary; each test gets its own
-//! database (see `queen_test_harness`).
+//! Tests of the surfaces beyond the core queue: timers (docs/wire.md §22; their routes, their
+//! firing by the wheel, the transaction rider, several brokers and restarts). One PostgreSQL
+//! cluster serves the whole binary; each test gets its own database (see `queen_test_harness`).
 
 use queen_test_harness as common;
 
-mod reads;
 mod timer_brokers;
 mod timer_rider;
 mod timers;

@@ -1,1 +1,0 @@
-//! Reads by offset (docs/wire.md §23).
