@@ -161,6 +161,12 @@ impl Engine {
         self.store.ping().await
     }
 
+    /// Which PostgreSQL server the broker's connections reach and when that last changed, for
+    /// `/health` (docs/engine.md §12.5).
+    pub fn database_server(&self) -> crate::store::server::ServerView {
+        self.store.servers().view()
+    }
+
     /// The connection pool's size and use, for `/metrics`.
     pub fn pool_status(&self) -> deadpool_postgres::Status {
         self.store.pool().status()

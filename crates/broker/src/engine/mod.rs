@@ -34,6 +34,7 @@ pub use crate::accel::admission::AdmissionSnapshot;
 pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::hotlist::HotListSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
+pub use crate::store::server::ServerView;
 pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot};
 
 use std::sync::Arc;

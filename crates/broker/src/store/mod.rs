@@ -18,6 +18,7 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod server;
 pub mod timers;
 pub mod traces;
 pub mod transaction;
@@ -37,6 +38,7 @@ use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::telemetry::statement_sent;
 use buffers::{Buffers, Load};
+use server::ServerWatch;
 
 /// How long the health probe waits for its `SELECT 1`.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
@@ -116,6 +118,7 @@ pub struct Store {
     pool: Pool,
     pg: tokio_postgres::Config,
     buffers: Arc<Buffers>,
+    servers: Arc<ServerWatch>,
 }
 
 impl Store {
@@ -144,13 +147,20 @@ impl Store {
         // every connection and grew them all (docs/performance.md §7).
         let buffers = Arc::new(Buffers::new(buffers_bytes));
         let serves = buffers.clone();
+        let servers = Arc::new(ServerWatch::default());
+        let watch = servers.clone();
         let pool = Pool::builder(mgr)
             .max_size(pool_size.max(1))
             .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(Duration::from_secs(30)))
             .create_timeout(Some(Duration::from_secs(10)))
-            .pre_recycle(Hook::sync_fn(move |client, _| {
+            .post_create(Hook::async_fn(move |client, _| {
+                let watch = watch.clone();
+                Box::pin(async move { watch.identify(client).await })
+            }))
+            .pre_recycle(Hook::sync_fn(move |client, metrics| {
+                server::may_reuse(metrics)?;
                 if serves.may_serve(client) {
                     Ok(())
                 } else {
@@ -161,12 +171,22 @@ impl Store {
             }))
             .build()
             .expect("pool builder with a runtime never fails");
-        Store { pool, pg, buffers }
+        Store {
+            pool,
+            pg,
+            buffers,
+            servers,
+        }
     }
 
     /// Charges `conn` with what a statement carrying payloads moved (see [`buffers`]).
     pub fn charge(&self, conn: &Object, load: Load) {
         self.buffers.charge(&self.pool, &conn.statement_cache, load);
+    }
+
+    /// Which server the pool's connections reach, and when that last changed.
+    pub fn servers(&self) -> &ServerWatch {
+        &self.servers
     }
 
     pub fn buffers(&self) -> &Buffers {

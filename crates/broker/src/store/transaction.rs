@@ -141,7 +141,7 @@ pub async fn transaction_wire(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
     let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
-        Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
+        Err(e) => return refusal(&e).map(Err).ok_or_else(|| Error::from(e)),
     };
     let Json(committed): Json<WireCommitted> = row.try_get(0)?;
     if committed.pushes.len() != pushes.len()

@@ -9,6 +9,7 @@ mod at_rest;
 mod maintenance;
 mod outage;
 mod proxy;
+mod read_only;
 mod rescue;
 
 use std::path::Path;
