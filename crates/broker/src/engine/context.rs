@@ -156,7 +156,7 @@ impl Engine {
         Engine(Arc::new(inner))
     }
 
-    /// Whether the database answers a `SELECT 1` within a few seconds (the health probe).
+    /// Whether the database answers the health probe within a few seconds.
     pub async fn database_up(&self) -> bool {
         self.store.ping().await
     }

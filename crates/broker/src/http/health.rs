@@ -55,6 +55,7 @@ fn render_server(v: &ServerView) -> Value {
         "since": stamp(v.since),
         "switches": v.switches,
         "lastSwitchAt": stamp(v.last_switch),
+        "writable": v.writable,
     })
 }
 

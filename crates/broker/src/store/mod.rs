@@ -40,7 +40,7 @@ use crate::telemetry::statement_sent;
 use buffers::{Buffers, Load};
 use server::ServerWatch;
 
-/// How long the health probe waits for its `SELECT 1`.
+/// How long the health probe waits for its answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Failed health probes, logged at most once per window per cause.
@@ -216,17 +216,21 @@ impl Store {
         &self.pg
     }
 
-    /// `SELECT 1` with a short deadline: the health probe. A failure is logged with its cause
+    /// `SHOW transaction_read_only` with a short deadline: the health probe, which also tells
+    /// the server watch whether the server takes writes. A failure is logged with its cause
     /// (identical ones once per window): it is what a 503 of `/health` means.
     pub async fn ping(&self) -> bool {
         let probe = async {
             let c = self.conn().await?;
             statement_sent();
-            c.simple_query("SELECT 1").await?;
-            Ok::<_, crate::error::Error>(())
+            let answer = c.simple_query("SHOW transaction_read_only").await?;
+            Ok::<_, crate::error::Error>(server::read_only_answer(&answer))
         };
         let cause = match tokio::time::timeout(PING_TIMEOUT, probe).await {
-            Ok(Ok(())) => return true,
+            Ok(Ok(read_only)) => {
+                self.servers.probed(read_only);
+                return true;
+            }
             Ok(Err(e)) => e.chain(),
             Err(_) => format!("no answer within {PING_TIMEOUT:?}"),
         };

@@ -57,6 +57,9 @@ pub struct ServerView {
     pub switches: u64,
     /// When the last switch was seen.
     pub last_switch: Option<DateTime<Utc>>,
+    /// Whether the server took writes at the last health probe (`transaction_read_only` off);
+    /// `None` before the first probe, or when its answer could not be read.
+    pub writable: Option<bool>,
 }
 
 /// The server watch of one pool.
@@ -68,6 +71,13 @@ pub struct ServerWatch {
 impl ServerWatch {
     pub fn view(&self) -> ServerView {
         self.view.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Records what the health probe found: `read_only` is the server's `transaction_read_only`.
+    pub fn probed(&self, read_only: Option<bool>) {
+        if let Ok(mut view) = self.view.lock() {
+            view.writable = read_only.map(|r| !r);
+        }
     }
 
     /// Records the server a new connection reached; logs a switch.
@@ -107,6 +117,14 @@ impl ServerWatch {
         }
         Ok(())
     }
+}
+
+/// `transaction_read_only` from the answer of `SHOW transaction_read_only`.
+pub fn read_only_answer(answer: &[SimpleQueryMessage]) -> Option<bool> {
+    answer.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "on"),
+        _ => None,
+    })
 }
 
 /// Failed identity questions, logged at most once per window per cause.

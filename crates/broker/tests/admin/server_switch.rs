@@ -68,6 +68,7 @@ async fn health_names_the_server_written_to_and_a_switch_is_logged() {
     assert_eq!(before["port"], first.get_ports()[0], "{before}");
     assert_eq!(before["switches"], 0, "{before}");
     assert_eq!(before["inRecovery"], false, "{before}");
+    assert_eq!(before["writable"], true, "{before}");
     assert!(before["lastSwitchAt"].is_null(), "{before}");
     assert!(before["address"].is_null(), "over a Unix socket: {before}");
     assert!(before["since"].is_string(), "{before}");

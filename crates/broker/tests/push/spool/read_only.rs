@@ -105,6 +105,13 @@ async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable()
         Some(json!({ "operations": [op] })),
     )
     .await;
+    let (status, health) = b.get("/health").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the broker itself is fine: {health}"
+    );
+    assert_eq!(health["server"]["writable"], false, "{health}");
     // Far more than five drain rounds meet the read-only server meanwhile.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
@@ -113,6 +120,8 @@ async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable()
     wait_stored(&db, "ro", 12, Duration::from_secs(20)).await;
     let got = drain(&b.http, &b.url, "ro", "p").await;
     assert_eq!(got, want, "every push, in order, under its answered id");
+    let (_, health) = b.get("/health").await;
+    assert_eq!(health["server"]["writable"], true, "{health}");
     assert!(
         !spool_dir.join(QUARANTINE_FILE).exists(),
         "nothing answered buffered is quarantined"
