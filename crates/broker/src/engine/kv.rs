@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::accel::admission::Lane;
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
@@ -29,8 +30,11 @@ pub const PREFIX_LIMIT_MAX: u64 = 1000;
 /// precondition that rolled them all back.
 pub type KvOutcome = std::result::Result<Vec<Value>, KvLost>;
 
-/// Applies checked operations (`http/kv/parse.rs`) for `tenant`, all in one transaction.
+/// Applies checked operations (`http/kv/parse.rs`) for `tenant`, all in one transaction. A
+/// call is a short write like an ack, so it takes a permit of the ack lane of the admission
+/// limiter: key-value traffic holds no more connections than the lane allows.
 pub async fn apply(state: &Engine, tenant: &Tenant, ops: &[Value]) -> Result<KvOutcome> {
+    let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
     crate::store::kv::apply(&db, tenant.id(), ops).await
 }
