@@ -11,6 +11,7 @@ mod outage;
 mod proxy;
 mod read_only;
 mod rescue;
+mod standby;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
