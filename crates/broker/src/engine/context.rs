@@ -66,6 +66,9 @@ pub struct Inner {
         OneFlight<queen_proto::tenant::Tenant, Result<Arc<MetricsSample>, Arc<str>>>,
     /// What this broker's retention loop did (engine/retention/).
     pub retention: RetentionCounters,
+    /// Wakes this broker's timer wheel when a timer due sooner than its longest sleep is
+    /// scheduled here (engine/timer_wheel/).
+    pub timer_wheel: Arc<tokio::sync::Notify>,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
     pub broker_id: uuid::Uuid,

@@ -23,6 +23,7 @@ mod prometheus;
 mod push;
 mod queues;
 mod resources;
+mod timers;
 mod traces;
 mod transaction;
 
@@ -61,6 +62,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(resources::routes())
         .merge(messages::routes())
         .merge(traces::routes())
+        .merge(timers::routes())
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

@@ -60,6 +60,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005_tenants.sql"),
     migration!(6, "0006_push_path.sql"),
     migration!(7, "0007_kv.sql"),
+    migration!(8, "0008_timers.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
@@ -76,6 +77,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("lease.sql"),
     functions!("dlq.sql"),
     functions!("kv.sql"),
+    functions!("timers.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),

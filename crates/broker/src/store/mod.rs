@@ -19,6 +19,7 @@ pub mod queues;
 pub mod resources;
 pub mod retention;
 pub mod server;
+pub mod timers;
 pub mod traces;
 pub mod transaction;
 pub mod wake;

@@ -120,6 +120,10 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/api/v1/kv", WRITE),
     row("POST", "/api/v1/locks", WRITE),
     row("POST", "/api/v1/traces", WRITE),
+    row("POST", "/api/v1/timers", WRITE),
+    row("GET", "/api/v1/timers/{queue}", READ),
+    row("GET", "/api/v1/timers/{queue}/{*key}", READ),
+    row("DELETE", "/api/v1/timers/{queue}/{*key}", WRITE),
     // Configuring, destroying, moving cursors, maintenance.
     row("POST", "/api/v1/configure", ADMIN),
     row("DELETE", "/api/v1/resources/queues/{queue}", ADMIN),
