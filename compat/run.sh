@@ -33,7 +33,10 @@ BROKER_BIN="$TARGET_DIR/debug/queen"
 # The official core files of docs/wire.md §16.1/§17 (beyond-core kv/locks/timers/reads excluded).
 OFFICIAL_TESTS=(test_queue test_push test_pop test_consume test_transaction test_ack_commit
   test_ack_window test_transaction_lease_fencing test_dlq test_subscription test_complete
-  test_docs test_auth)
+  test_docs test_auth test_kv test_locks test_transaction_kv_timers test_timers)
+# Official tests of the files above that need a surface not served yet (issue 37): deselected,
+# by node id, until it is. None today.
+OFFICIAL_PENDING=()
 ALL_PASSES=(ours-json ours-binary official-json official-binary auth-json auth-binary)
 PASS_TIMEOUT_SECONDS=900   # a whole pass; single tests are bounded by pytest-timeout
 TEST_TIMEOUT_SECONDS=180
@@ -235,7 +238,9 @@ run_pass() {
   fi
   case "$name" in
     ours-*) run_pytest "$LOGS/$name.junit.xml" "$COMPAT_DIR" "" tests || rc=$? ;;
-    official-*) run_pytest "$LOGS/$name.junit.xml" "$SDIST_DIR" "" "${official[@]}" || rc=$? ;;
+    official-*)
+      run_pytest "$LOGS/$name.junit.xml" "$SDIST_DIR" "" "${official[@]}" \
+        "${OFFICIAL_PENDING[@]/#/--deselect=}" || rc=$? ;;
     auth-*)
       run_pytest "$LOGS/$name.junit.xml" "$SDIST_DIR" "$secret" tests/test_auth.py || rc=$?
       run_pytest "$LOGS/$name.ours.junit.xml" "$COMPAT_DIR" "$secret" auth || rc=$? ;;

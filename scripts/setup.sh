@@ -16,6 +16,7 @@
 #                /usr/bin/chromedriver), the dashboard's browser tests (chromium chromium-driver)
 #   Python       python3 with venv and ensurepip, for compat/ and the dashboard tests
 #                                                          (python3-venv)
+#   valgrind     queen-bench's cost scenario (instructions per message)   (valgrind)
 # Exit status: 0 when everything is there; 1 after printing what to run.
 set -euo pipefail
 
@@ -179,10 +180,20 @@ check_python() {
     log "ok: $(python3 --version 2>&1) with venv ($(command -v python3))"
 }
 
+# queen-bench's cost scenario counts the broker's instructions under callgrind.
+check_valgrind() {
+    if ! command -v valgrind >/dev/null 2>&1; then
+        install "valgrind (queen-bench --scenario cost)" valgrind
+        command -v valgrind >/dev/null 2>&1 || stop "valgrind" "$(apt_command valgrind)"
+    fi
+    log "ok: $(valgrind --version)"
+}
+
 check_rust
 check_cc
 check_postgres
 check_postgres_user
 check_browser
 check_python
+check_valgrind
 log "everything the tests need is here"

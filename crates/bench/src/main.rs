@@ -4,6 +4,8 @@
 //! non-zero when any row failed delivery verification or a scenario could not run.
 
 mod compare;
+mod fleet;
+mod instructions;
 mod memwatch;
 mod meter;
 mod openloop;
@@ -205,6 +207,12 @@ async fn run(cli: Cli) -> Result<bool> {
                 duration: std::time::Duration::from_secs(cli.soak_seconds),
                 retention_s: cli.soak_retention,
             },
+            queen_bin: match &cli.url {
+                Some(_) => cli.queen_bin.clone(),
+                None => Some(target::locate_queen(cli.queen_bin.clone())?),
+            },
+            broker_env: broker_env.clone(),
+            keep_data: cli.keep_data,
         },
         payloads: Payloads::new(0x5eed),
         clock: Clock::new(),
@@ -235,6 +243,8 @@ async fn run(cli: Cli) -> Result<bool> {
                 let ours = rows.clone();
                 scenarios::peer::run(&mut ctx, &ours).await
             }
+            Scenario::Brokers => scenarios::brokers::run(&ctx).await,
+            Scenario::Cost => scenarios::cost::run(&mut ctx).await,
             Scenario::Soak => scenarios::soak::run(&mut ctx).await,
         };
         match result {

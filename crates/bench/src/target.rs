@@ -15,6 +15,8 @@ use queen_launch::BOOT_TIMEOUT;
 pub struct Target {
     pub url: String,
     pub pg: tokio_postgres::Config,
+    /// The same database as a URL, for brokers started beside this one (`DATABASE_URL`).
+    pub pg_url: String,
     pub broker_pid: Option<u32>,
     pub postmaster_pid: Option<u32>,
     spawned: Option<Spawned>,
@@ -35,6 +37,7 @@ impl Target {
         Ok(Self {
             url,
             pg,
+            pg_url: pg_url.to_string(),
             broker_pid,
             postmaster_pid,
             spawned: None,
@@ -43,6 +46,18 @@ impl Target {
 
     /// Starts `queen serve` on a free loopback port with a fresh data directory.
     pub async fn spawn(
+        queen_bin: &Path,
+        keep: bool,
+        extra_env: &[(String, String)],
+    ) -> Result<Self> {
+        Self::spawn_wrapped(&[], queen_bin, keep, extra_env).await
+    }
+
+    /// `spawn` under a wrapper command (`valgrind --tool=callgrind ...`, see `instructions.rs`);
+    /// the broker's pid is the wrapper's. The embedded PostgreSQL the broker starts runs outside
+    /// the wrapper (valgrind does not follow children unless told to).
+    pub async fn spawn_wrapped(
+        wrapper: &[String],
         queen_bin: &Path,
         keep: bool,
         extra_env: &[(String, String)],
@@ -58,7 +73,7 @@ impl Target {
         let log = data_dir.join("broker.log");
         let mut env = vec![("QUEEN_DATA_DIR".to_string(), data_dir.display().to_string())];
         env.extend_from_slice(extra_env);
-        let child = queen_launch::spawn_broker(queen_bin, port, &env, &log)?;
+        let child = queen_launch::spawn_broker_wrapped(wrapper, queen_bin, port, &env, &log)?;
         let broker_pid = child.id();
         let mut spawned = Spawned {
             child,
@@ -78,9 +93,14 @@ impl Target {
             .port(pg_port)
             .user("postgres")
             .dbname("postgres");
+        let pg_url = format!(
+            "postgresql://postgres@/postgres?host={}&port={pg_port}",
+            socket_dir.display()
+        );
         Ok(Self {
             url,
             pg,
+            pg_url,
             broker_pid: Some(broker_pid),
             postmaster_pid: Some(postmaster),
             spawned: Some(spawned),

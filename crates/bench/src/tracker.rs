@@ -74,7 +74,8 @@ impl Tracker {
     }
 
     /// Records one delivery to `group` of message `seq` scheduled at `sched_us`; `lane` is the
-    /// (partitionId, offset) the broker reported, when it reports one.
+    /// (partitionId, offset) the broker reported, when it reports one. True for the message's
+    /// first delivery to the group.
     pub fn record(
         &self,
         group: usize,
@@ -83,7 +84,7 @@ impl Tracker {
         sched_us: i64,
         now_us: i64,
         lane: Option<(&str, i64)>,
-    ) {
+    ) -> bool {
         let fresh = {
             let mut g = self.groups[group].lock().unwrap_or_else(|p| p.into_inner());
             let fresh = g.mark(seq);
@@ -109,6 +110,12 @@ impl Tracker {
             let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
             let _ = h.record((now_us - sched_us).max(1) as u64);
         }
+        fresh
+    }
+
+    /// Whether a message scheduled at `sched_us` falls in the measured window.
+    pub fn in_window(&self, sched_us: i64) -> bool {
+        sched_us >= self.window_start_us.load(Ordering::Relaxed)
     }
 
     /// Unique deliveries per group so far.

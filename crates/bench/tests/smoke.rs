@@ -111,3 +111,95 @@ fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
         );
     }
 }
+
+/// The scenarios outside the default list that the tiny profile must still run: several
+/// brokers on one PostgreSQL (issue 38) and the broker's instructions per message under
+/// callgrind (issue 39; needs valgrind, which scripts/setup.sh installs).
+#[test]
+fn tiny_profile_runs_several_brokers_and_counts_instructions() {
+    let out = std::env::temp_dir().join(format!(
+        "queen-bench-smoke-brokers-{}.json",
+        std::process::id()
+    ));
+    let run = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
+        .args([
+            "--profile",
+            "tiny",
+            "--scenario",
+            "brokers,cost",
+            "--queen-bin",
+        ])
+        .arg(queen_bin())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run queen-bench");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text =
+        std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("no results file ({e}):\n{log}"));
+    let _ = std::fs::remove_file(&out);
+    assert!(
+        run.status.success(),
+        "queen-bench failed ({}):\n{log}",
+        run.status
+    );
+    let doc: Value = serde_json::from_str(&text).expect("results are JSON");
+    let rows = doc["rows"].as_array().expect("rows");
+    let of = |scenario: &str| -> Vec<&Value> {
+        rows.iter().filter(|r| r["scenario"] == scenario).collect()
+    };
+    let brokers = of("brokers");
+    for k in ["1 broker ", "2 brokers ", "3 brokers "] {
+        for batch in ["bp-100", "bp-1"] {
+            assert!(
+                brokers.iter().any(|r| r["cell"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with(k) && c.ends_with(batch))),
+                "no {k}{batch} row in {text}"
+            );
+        }
+    }
+    for r in brokers
+        .iter()
+        .filter(|r| !r["cell"].as_str().unwrap_or("").starts_with("1 "))
+    {
+        assert!(
+            r["extra"]["cross_share"].as_f64().unwrap_or(0.0) > 0.0
+                && r["extra"]["cross_p99_ms"].as_f64().is_some(),
+            "{} popped nothing through another broker than the pushing one: {r}",
+            r["cell"]
+        );
+        assert!(r["extra"]["pg_cpu_us_per_msg"].as_f64().is_some(), "{r}");
+    }
+    let cost = of("cost");
+    assert_eq!(
+        cost.len(),
+        5,
+        "push bp-1, push bp-100, spread, e2e, drain: {text}"
+    );
+    for r in &cost {
+        let per = r["extra"]["broker_instr_per_msg"].as_f64().unwrap_or(0.0);
+        assert!(
+            per > 1_000.0,
+            "{} counted {per} instructions per message",
+            r["cell"]
+        );
+    }
+    for r in brokers.iter().chain(&cost) {
+        let v = &r["verification"];
+        assert_eq!(
+            v["ok"], true,
+            "{} {} failed verification: {v}",
+            r["scenario"], r["cell"]
+        );
+        assert!(
+            r["msgs"].as_u64().unwrap_or(0) > 0,
+            "{} moved nothing",
+            r["cell"]
+        );
+    }
+}

@@ -2,6 +2,10 @@
 //! found, what went wrong inside, and whether the database could be reached. It knows nothing
 //! of HTTP; `http/error.rs` maps it to statuses and bodies, once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,8 +38,10 @@ pub enum Error {
     DecompressedTooLarge(usize),
     #[error("database unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
+    /// A statement PostgreSQL failed (made only through `From`, which notes a server refusing
+    /// writes, see [`writes_refused_after`]).
     #[error("database error: {0}")]
-    Db(#[from] tokio_postgres::Error),
+    Db(#[source] tokio_postgres::Error),
     /// The database could not be reached and nothing was stored: 503 with `Retry-After`.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -98,17 +104,62 @@ impl Error {
     }
 }
 
-/// A connection that broke or could not be made: closed, an I/O error, or a SQLSTATE of class
-/// 08 (connection exception) or 57P01-57P03 (the server shutting down or starting up).
+/// A connection that broke or could not be made, or a server that cannot take writes now: the
+/// connection is closed, an I/O error, or a SQLSTATE [`unavailable_sqlstate`] names.
 fn connection_lost(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }
     if let Some(code) = e.code() {
-        let code = code.code();
-        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+        return unavailable_sqlstate(code.code());
     }
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// Whether a SQLSTATE says the database is unavailable rather than refusing the request
+/// (docs/engine.md §12.5 tables every SQLSTATE the broker classifies): class 08 (connection
+/// exception), 57P01/57P02/57P03 (the server shutting down, crashing, or starting up / in
+/// recovery) and 25006 (a read-only transaction: a standby, or a primary being demoted or
+/// put in read-only mode). The same request works once a writable primary takes it.
+pub fn unavailable_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "25006" | "57P01" | "57P02" | "57P03")
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if e.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+            note_writes_refused();
+        }
+        Error::Db(e)
+    }
+}
+
+/// When a server last refused a write as read-only (25006), in microseconds since [`epoch`]
+/// (0: never). The pool retires every connection made before it (`store/server.rs`): a
+/// session that met a read-only server keeps reaching it, while a new connection finds the
+/// writable primary (`target_session_attrs=read-write`) or a server made writable again
+/// (`ALTER DATABASE … SET default_transaction_read_only` binds a session at its start).
+static WRITES_REFUSED_AT: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn note_writes_refused() {
+    let micros = u64::try_from(epoch().elapsed().as_micros()).unwrap_or(u64::MAX);
+    WRITES_REFUSED_AT.fetch_max(micros.max(1), Ordering::Relaxed);
+}
+
+/// Whether a server refused a write as read-only at or after `made` (a connection's birth).
+pub fn writes_refused_after(made: Instant) -> bool {
+    match WRITES_REFUSED_AT.load(Ordering::Relaxed) {
+        0 => false,
+        at => {
+            let made = made.saturating_duration_since(epoch()).as_micros();
+            u128::from(at) >= made
+        }
+    }
 }
 
 impl From<queen_proto::NameError> for Error {

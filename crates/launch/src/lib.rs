@@ -31,12 +31,32 @@ pub fn spawn_broker(
     env: &[(String, String)],
     log: &Path,
 ) -> Result<Child> {
+    spawn_broker_wrapped(&[], queen_bin, port, env, log)
+}
+
+/// `spawn_broker` under a wrapper command (e.g. `valgrind --tool=callgrind ...`): the wrapper's
+/// words come first, then the broker binary and `serve`. The child's pid is the wrapper's, which
+/// for valgrind is the process running the broker's code.
+pub fn spawn_broker_wrapped(
+    wrapper: &[String],
+    queen_bin: &Path,
+    port: u16,
+    env: &[(String, String)],
+    log: &Path,
+) -> Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let mut cmd = Command::new(queen_bin);
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(queen_bin);
+            cmd
+        }
+        None => Command::new(queen_bin),
+    };
     cmd.arg("serve")
         .env("PORT", port.to_string())
         .env("HOST", "127.0.0.1")
@@ -57,8 +77,10 @@ pub fn spawn_broker(
             Ok(())
         });
     }
-    cmd.spawn()
-        .with_context(|| format!("starting {}", queen_bin.display()))
+    cmd.spawn().with_context(|| match wrapper.first() {
+        Some(w) => format!("starting {} under {w}", queen_bin.display()),
+        None => format!("starting {}", queen_bin.display()),
+    })
 }
 
 /// Waits until `url/health` answers 2xx, failing early if `child` exits.

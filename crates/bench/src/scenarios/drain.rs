@@ -21,27 +21,27 @@ use crate::report::Row;
 use crate::tracker::Tracker;
 
 /// Consumers draining each backlog.
-const CONSUMERS: u32 = 10;
+pub(super) const CONSUMERS: u32 = 10;
 /// Concurrent push requests while the backlog is stored.
 const PUSHERS: usize = 32;
 /// Messages per push request (at most).
 const PUSH_BATCH: u64 = 100;
 /// Long-poll deadline of the consumers: short, so they notice the end of the drain quickly.
-const POP_TIMEOUT_MS: u64 = 1000;
+pub(super) const POP_TIMEOUT_MS: u64 = 1000;
 
 /// One backlog: `partitions` partitions holding `depth` messages each.
 #[derive(Debug, Clone, Copy)]
-struct Backlog {
-    partitions: u64,
-    depth: u64,
+pub(super) struct Backlog {
+    pub(super) partitions: u64,
+    pub(super) depth: u64,
 }
 
 impl Backlog {
-    fn messages(self) -> u64 {
+    pub(super) fn messages(self) -> u64 {
         self.partitions * self.depth
     }
 
-    fn label(self) -> String {
+    pub(super) fn label(self) -> String {
         format!(
             "part-{} x{} autopilot c-{CONSUMERS}",
             self.partitions, self.depth
@@ -140,7 +140,7 @@ async fn run_cell(ctx: &Ctx, backlog: Backlog) -> Result<Row> {
 
 /// Pushes the backlog (sequence numbers partition by partition), `PUSHERS` requests at a
 /// time; the seconds it took.
-async fn store(ctx: &Ctx, queue: &QueueRef, backlog: Backlog) -> Result<f64> {
+pub(super) async fn store(ctx: &Ctx, queue: &QueueRef, backlog: Backlog) -> Result<f64> {
     let started = Instant::now();
     let now = ctx.clock.now_us();
     let mut requests: Vec<(QueueRef, Vec<PushItem>)> = Vec::new();

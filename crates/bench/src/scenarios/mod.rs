@@ -1,7 +1,9 @@
 //! The scenarios and what they share: the target, the meter, the HTTP handle, payloads, and
 //! numbers one scenario hands to the next (ceilings, push capacity, e2e rates).
 
+pub mod brokers;
 pub mod ceiling;
+pub mod cost;
 pub mod drain;
 pub mod e2e;
 pub mod idle;
@@ -43,6 +45,11 @@ pub enum Scenario {
     Latency,
     Idle,
     Peer,
+    /// Not in the default list: e2e through 1, 2 and 3 brokers on one PostgreSQL.
+    Brokers,
+    /// Not in the default list: broker instructions per message of a fixed workload, the
+    /// broker under callgrind (or perf).
+    Cost,
     /// Not in the default list: `--scenario soak`.
     Soak,
 }
@@ -56,6 +63,11 @@ pub struct Overrides {
     pub pgmq_sql: Option<PathBuf>,
     pub pgbench: Option<PathBuf>,
     pub soak: soak::SoakOptions,
+    /// The broker binary, for scenarios that start brokers of their own (`None` with `--url`).
+    pub queen_bin: Option<PathBuf>,
+    /// `--broker-env` of every broker this program starts.
+    pub broker_env: Vec<(String, String)>,
+    pub keep_data: bool,
 }
 
 /// PostgreSQL's own throughput for the write patterns, messages per second.

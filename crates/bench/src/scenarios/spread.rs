@@ -65,7 +65,7 @@ impl Shape {
         u64::from(self.partitions.div_ceil(self.per_request))
     }
 
-    fn cell(self) -> String {
+    pub fn cell(self) -> String {
         format!(
             "bp-{BATCH} over {} of {} part",
             self.per_request, self.partitions
@@ -78,10 +78,10 @@ fn partition_name(p: u32) -> String {
 }
 
 /// Where a cell pushes.
-struct Lane {
+pub(super) struct Lane {
     http: reqwest::Client,
     url: String,
-    queue: String,
+    pub(super) queue: String,
     shape: Shape,
     binary: bool,
 }
@@ -101,7 +101,7 @@ struct WireBody<'a> {
 }
 
 impl Lane {
-    fn new(ctx: &Ctx, queue: String, shape: Shape) -> Arc<Self> {
+    pub(super) fn new(ctx: &Ctx, queue: String, shape: Shape) -> Arc<Self> {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(usize::MAX)
             .tcp_nodelay(true)
@@ -160,7 +160,7 @@ impl Lane {
     }
 
     /// Pushes request `n`'s `items`; counts the answer into `outcome`.
-    async fn send(
+    pub(super) async fn send(
         self: Arc<Self>,
         n: u64,
         items: Vec<PushItem>,
@@ -228,7 +228,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
 }
 
 /// Creates the cell's queue (no partition yet); its name.
-async fn queue(ctx: &Ctx, shape: Shape) -> Result<String> {
+pub(super) async fn queue(ctx: &Ctx, shape: Shape) -> Result<String> {
     let name = ctx.queue_name(&format!("spread-p{}", shape.partitions));
     ctx.queen
         .queue(&name)
@@ -238,7 +238,7 @@ async fn queue(ctx: &Ctx, shape: Shape) -> Result<String> {
 }
 
 /// The items of request `n` (sequence numbers `n * BATCH ..`, unique per queue).
-fn items(ctx: &Ctx, n: u64, due: Instant) -> Vec<PushItem> {
+pub(super) fn items(ctx: &Ctx, n: u64, due: Instant) -> Vec<PushItem> {
     push::items(ctx, n * u64::from(BATCH), BATCH, ctx.clock.micros(due))
 }
 

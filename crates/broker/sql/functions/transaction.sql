@@ -20,11 +20,14 @@
 --   batch lost its hash rows raises 'QSPAN …' with DETAIL {"partitionId","group","worker",
 --   "from","to"}: the broker reads that span from the segments and reruns the bundle.)
 --   "kv": the kv rider, checked key-value operations applied first by queen.kv_apply_v1
---   (kv.sql) for the tenant: a lost required precondition raises 'QKV …' and rolls the
+--   (kv.sql) for the tenant, with "kvReadBudget" bytes for its reads: a lost required precondition raises 'QKV …' and rolls the
 --   bundle back before any partition is locked.
+--   "timers": the bundle's timer operations (log_timers_apply_v1, timers.sql), applied first:
+--   timer rows come before any partition row in the lock order. A fire whose claim was lost
+--   raises 'QTIMER …'.
 --   "stream": a streams cycle (streams.sql): stream_cycle_begin_v1 runs first (its
 --   (query, partition) advisory lock, a remembered cycle raising 'QREPLAY', the state ops),
---   stream_cycle_end_v1 after the acks (the lease release a partial ack asks for).
+--   stream_cycle_end_v1 after the acks (completing a full-batch cycle's leased batch).
 --   p_hashes[i] / p_blobs[i]: the i-th push's hash sidecar (16 bytes per frame) and segment
 --   blob, aligned with p->'pushes' (bytea parameters instead of hex/base64 inside the JSON).
 --
@@ -43,8 +46,8 @@
 --   an ack refused (lease, consumer, position) or referencing a hash found nowhere:
 --   'QTXN …; transaction rolled back' (raise_exception).
 -- Below-cursor acks (noop/stale) are tolerated, so a replayed bundle resolves.
--- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"kv":[kv verdicts…]} in
--- input order; an ack
+-- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"kv":[kv verdicts…],
+-- "timers":[timer verdicts…]} in input order; an ack
 -- result with "dlq":true still needs the broker's DLQ hand-off after the commit.
 CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
 RETURNS jsonb
@@ -66,13 +69,15 @@ DECLARE
     v_span_offs bigint[];
     v_span_hashes bytea[];
     v_kv jsonb := '[]';
+    v_timer_results jsonb := '[]'::jsonb;
 BEGIN
     IF jsonb_typeof(p->'stream') = 'object' THEN
         PERFORM queen.stream_cycle_begin_v1(
             p->'stream' || jsonb_build_object('tenant', COALESCE(p->>'tenant', '')));
     END IF;
     IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
-        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv');
+        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv',
+                                  (p->>'kvReadBudget')::bigint);
     END IF;
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
@@ -82,6 +87,10 @@ BEGIN
     IF COALESCE(cardinality(p_hashes), 0) <> v_np OR COALESCE(cardinality(p_blobs), 0) <> v_np THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: % pushes but % hash blobs and % segment blobs',
             v_np, COALESCE(cardinality(p_hashes), 0), COALESCE(cardinality(p_blobs), 0);
+    END IF;
+
+    IF p ? 'timers' THEN
+        v_timer_results := queen.log_timers_apply_v1(p->'timers', COALESCE(p->>'tenant', ''));
     END IF;
 
     v_push_results := array_fill(NULL::jsonb, ARRAY[v_np]);
@@ -194,6 +203,7 @@ BEGIN
     RETURN jsonb_build_object('ok', true,
                               'pushes', COALESCE(to_jsonb(v_push_results), '[]'::jsonb),
                               'acks', COALESCE(to_jsonb(v_ack_results), '[]'::jsonb),
-                              'kv', v_kv);
+                              'kv', v_kv,
+                              'timers', v_timer_results);
 END
 $$;

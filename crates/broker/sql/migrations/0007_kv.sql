@@ -1,4 +1,4 @@
--- 0007_kv: the key-value store (docs/engine.md §12, docs/wire.md §17): one table shared by
+-- 0007_kv: the key-value store (docs/engine.md §15, docs/wire.md §20): one table shared by
 -- POST /api/v1/kv, the transaction's kv rider and the locks (a permit is a row of namespace
 -- "queen-locks"). Applied once; idempotent all the same.
 --

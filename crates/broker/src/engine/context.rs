@@ -66,6 +66,9 @@ pub struct Inner {
         OneFlight<queen_proto::tenant::Tenant, Result<Arc<MetricsSample>, Arc<str>>>,
     /// What this broker's retention loop did (engine/retention/).
     pub retention: RetentionCounters,
+    /// Wakes this broker's timer wheel when a timer due sooner than its longest sleep is
+    /// scheduled here (engine/timer_wheel/).
+    pub timer_wheel: Arc<tokio::sync::Notify>,
     pub started: Instant,
     /// Identifies this broker in cross-broker wake notifications.
     pub broker_id: uuid::Uuid,
@@ -153,9 +156,15 @@ impl Engine {
         Engine(Arc::new(inner))
     }
 
-    /// Whether the database answers a `SELECT 1` within a few seconds (the health probe).
+    /// Whether the database answers the health probe within a few seconds.
     pub async fn database_up(&self) -> bool {
         self.store.ping().await
+    }
+
+    /// Which PostgreSQL server the broker's connections reach and when that last changed, for
+    /// `/health` (docs/engine.md §12.5).
+    pub fn database_server(&self) -> crate::store::server::ServerView {
+        self.store.servers().view()
     }
 
     /// The connection pool's size and use, for `/metrics`.

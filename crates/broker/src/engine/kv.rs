@@ -1,14 +1,15 @@
-//! The key-value store (docs/engine.md §12): its limits, and the one way its operations run —
+//! The key-value store (docs/engine.md §15): its limits, and the one way its operations run —
 //! checked operations handed to `queen.kv_apply_v1` (sql/functions/kv.sql) in one PostgreSQL
 //! transaction. `POST /api/v1/kv`, the transaction's `kv` rider and the locks
 //! (engine/locks.rs) all go through it; the rider runs it inside the bundle's own call.
 
 use serde_json::Value;
 
+use crate::accel::admission::Lane;
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
-pub use crate::store::kv::KvLost;
+pub use crate::store::kv::{KvLost, READ_BUDGET_BYTES};
 
 /// Most operations in one call (a request or a transaction's rider).
 pub const MAX_OPS: usize = 256;
@@ -29,8 +30,11 @@ pub const PREFIX_LIMIT_MAX: u64 = 1000;
 /// precondition that rolled them all back.
 pub type KvOutcome = std::result::Result<Vec<Value>, KvLost>;
 
-/// Applies checked operations (`http/kv/parse.rs`) for `tenant`, all in one transaction.
+/// Applies checked operations (`http/kv/parse.rs`) for `tenant`, all in one transaction. A
+/// call is a short write like an ack, so it takes a permit of the ack lane of the admission
+/// limiter: key-value traffic holds no more connections than the lane allows.
 pub async fn apply(state: &Engine, tenant: &Tenant, ops: &[Value]) -> Result<KvOutcome> {
+    let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
-    crate::store::kv::apply(&db, tenant.id(), ops).await
+    crate::store::kv::apply(&db, tenant.id(), ops, READ_BUDGET_BYTES).await
 }

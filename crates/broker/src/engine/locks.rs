@@ -1,4 +1,4 @@
-//! Locks and semaphores (docs/engine.md §13), turned into key-value operations: a permit IS the
+//! Locks and semaphores (docs/engine.md §15.2), turned into key-value operations: a permit IS the
 //! row `<name>#<slot>` of namespace [`NAMESPACE`], value `{"owner"}` (plus `since` once
 //! renewed), its lifetime the row's expiry, and its fencing token the row's version. Acquire is
 //! a `putIfAbsent` on a free slot, renew a `put` with `expect`, release a `delete` with

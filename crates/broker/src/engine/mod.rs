@@ -22,6 +22,8 @@ pub mod resources;
 pub mod retention;
 pub mod streams;
 pub mod tenant;
+mod timer_wheel;
+pub mod timers;
 pub mod traces;
 pub mod transaction;
 mod wake;
@@ -33,6 +35,7 @@ pub use crate::accel::admission::AdmissionSnapshot;
 pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::hotlist::HotListSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
+pub use crate::store::server::ServerView;
 pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot};
 
 use std::sync::Arc;
@@ -150,6 +153,7 @@ impl Engine {
             telemetry: Telemetry::start(),
             metrics_samples,
             retention: RetentionCounters::default(),
+            timer_wheel: Arc::new(tokio::sync::Notify::new()),
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),
@@ -157,9 +161,12 @@ impl Engine {
     }
 
     /// Starts the background work that needs the whole engine: the spool's drain
-    /// (`push/replay.rs`). Await the handles after [`Engine::begin_shutdown`].
+    /// (`push/replay.rs`) and the timer wheel (`timer_wheel/`). Await the handles after
+    /// [`Engine::begin_shutdown`].
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        push::replay::spawn(self).into_iter().collect()
+        let mut tasks: Vec<_> = push::replay::spawn(self).into_iter().collect();
+        tasks.push(timer_wheel::start(self));
+        tasks
     }
 
     /// Ack fusion's counters; `None` when it is off.

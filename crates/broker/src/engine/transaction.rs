@@ -7,7 +7,8 @@
 //! never skipped by a later completed ack of the same bundle, and their verdicts map back with
 //! the same rules. A group the ack registry proves (its whole batch, all completed, under its
 //! lease) goes in the positional form instead of by hash (docs/engine.md §6.8). The DLQ
-//! hand-off and long-poll wake-ups happen after the commit.
+//! hand-off and long-poll wake-ups happen after the commit. The `timers` rider (and the timer
+//! wheel's fire, engine/timer_wheel/fire.rs) rides the same call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYT
 use crate::engine::push::spool;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::tenant::{self, Tenant};
+use crate::engine::timers::{self, TimerOp, TimerOutcome};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::ack::PurgedSpan;
@@ -49,6 +51,8 @@ pub struct TxnRequest {
     /// The `kv` rider: checked key-value operations (`http/kv/parse.rs`), applied by
     /// `queen.kv_apply_v1` inside the bundle's call, before any partition is locked.
     pub kv: Vec<serde_json::Value>,
+    /// The `timers` rider (engine/timers.rs), applied in the same PostgreSQL transaction.
+    pub timers: Vec<TimerOp>,
     /// A streams cycle's own part (engine/streams.rs): identity, answer, state operations and
     /// lease release, run by sql/functions/streams.sql around the bundle's pushes and acks.
     pub stream: Option<serde_json::Value>,
@@ -75,6 +79,11 @@ pub enum OpResult {
         op: serde_json::Value,
         verdict: serde_json::Value,
     },
+    /// A `timers` rider operation; these follow the `kv` rider's results (the flat index).
+    Timer {
+        op_index: usize,
+        outcome: TimerOutcome,
+    },
 }
 
 /// Why a bundle was rolled back.
@@ -84,6 +93,8 @@ pub enum RollbackReason {
     Duplicate,
     /// A push would take its queue past its `maxSize`.
     Full,
+    /// A timer fire's claim was taken over (the wheel's own bundles only).
+    TimerLost,
 }
 
 impl RollbackReason {
@@ -92,6 +103,7 @@ impl RollbackReason {
             RollbackReason::RejectedAck => "rejected_ack",
             RollbackReason::Duplicate => "duplicate",
             RollbackReason::Full => "full",
+            RollbackReason::TimerLost => "timer_claim_lost",
         }
     }
 }
@@ -143,9 +155,11 @@ pub async fn run(
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
 ) -> Result<TxnOutcome> {
-    if req.ops.is_empty() && req.kv.is_empty() && req.stream.is_none() {
+    if req.ops.is_empty() && req.kv.is_empty() && req.timers.is_empty() && req.stream.is_none() {
         return Err(Error::bad("transaction has no operations"));
     }
+    timers::check(&req.timers)?;
+    let timer_ops = timers::to_sql(&req.timers);
     let mut pushes_any = false;
     for (index, op) in req.ops.iter_mut().enumerate() {
         if let TxnOp::Push(item) = op {
@@ -217,6 +231,7 @@ pub async fn run(
             &pushes,
             &wire_acks,
             &req.kv,
+            &timer_ops,
             req.stream.as_ref(),
             tenant.id(),
         )
@@ -269,6 +284,7 @@ pub async fn run(
             WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),
             WireRefusal::RejectedAck(error) => (RollbackReason::RejectedAck, error),
             WireRefusal::Full(error) => (RollbackReason::Full, error),
+            WireRefusal::TimerLost(error) => (RollbackReason::TimerLost, error),
             WireRefusal::Replayed(answer) => return Ok(TxnOutcome::Replayed(answer)),
             WireRefusal::KvPrecondition(lost) => {
                 let failed_index = req.ops.len() + lost.op_index;
@@ -323,6 +339,14 @@ pub async fn run(
                 op: op["op"].clone(),
                 verdict,
             }),
+    );
+    timers::committed(state, &req.timers);
+    let timer_outcomes = timers::outcomes(&req.timers, committed.timers);
+    ordered.extend(
+        timer_outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(op_index, outcome)| OpResult::Timer { op_index, outcome }),
     );
     Ok(TxnOutcome::Committed(ordered))
 }

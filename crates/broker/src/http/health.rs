@@ -13,7 +13,7 @@ use crate::engine::maintenance::{self, SpoolState};
 use crate::engine::tenant::{self, Tenant};
 use crate::engine::{
     AckFusionSnapshot, AckRegistrySnapshot, AdmissionSnapshot, DedupSnapshot, Engine,
-    HotListSnapshot, PopSnapshot, RetentionSnapshot,
+    HotListSnapshot, PopSnapshot, RetentionSnapshot, ServerView,
 };
 use crate::http::auth::CallerTenant;
 
@@ -32,6 +32,7 @@ async fn health(State(st): State<Engine>) -> (StatusCode, Json<Value>) {
         "database": if up { "connected" } else { "disconnected" },
         "engine": "queen-rs",
         "version": env!("CARGO_PKG_VERSION"),
+        "server": render_server(&st.database_server()),
     });
     let code = if up {
         StatusCode::OK
@@ -39,6 +40,23 @@ async fn health(State(st): State<Engine>) -> (StatusCode, Json<Value>) {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, Json(body))
+}
+
+/// The server the broker writes to (the one its newest connection reached) and its switches
+/// (docs/wire.md §15); `null` fields before the first connection.
+fn render_server(v: &ServerView) -> Value {
+    let current = v.current.as_ref();
+    let stamp = |t: Option<chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339());
+    json!({
+        "address": current.and_then(|s| s.address.clone()),
+        "port": current.and_then(|s| s.port),
+        "systemIdentifier": current.map(|s| s.system_identifier.clone()),
+        "inRecovery": current.map(|s| s.in_recovery),
+        "since": stamp(v.since),
+        "switches": v.switches,
+        "lastSwitchAt": stamp(v.last_switch),
+        "writable": v.writable,
+    })
 }
 
 async fn metrics(State(st): State<Engine>, CallerTenant(tenant): CallerTenant) -> Json<Value> {

@@ -1,4 +1,4 @@
-//! `POST /api/v1/locks` (docs/wire.md §18): lock and semaphore operations, checked here, run by
+//! `POST /api/v1/locks` (docs/wire.md §21): lock and semaphore operations, checked here, run by
 //! `engine::locks` on the key-value store, answered one result per operation. Verdicts (held,
 //! lost) are 200; a malformed call is 400 `locks_bad_request` in the key-value envelope.
 

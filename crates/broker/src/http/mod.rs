@@ -24,6 +24,7 @@ mod push;
 mod queues;
 mod resources;
 mod streams;
+mod timers;
 mod traces;
 mod transaction;
 
@@ -63,6 +64,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(resources::routes())
         .merge(messages::routes())
         .merge(traces::routes())
+        .merge(timers::routes())
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

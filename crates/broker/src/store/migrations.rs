@@ -60,7 +60,8 @@ const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005_tenants.sql"),
     migration!(6, "0006_push_path.sql"),
     migration!(7, "0007_kv.sql"),
-    migration!(8, "0008_streams.sql"),
+    migration!(8, "0008_timers.sql"),
+    migration!(9, "0009_streams.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
@@ -77,6 +78,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("lease.sql"),
     functions!("dlq.sql"),
     functions!("kv.sql"),
+    functions!("timers.sql"),
     functions!("streams.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),

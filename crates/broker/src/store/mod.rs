@@ -18,7 +18,9 @@ pub mod push;
 pub mod queues;
 pub mod resources;
 pub mod retention;
+pub mod server;
 pub mod streams;
+pub mod timers;
 pub mod traces;
 pub mod transaction;
 pub mod wake;
@@ -37,8 +39,9 @@ use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::telemetry::statement_sent;
 use buffers::{Buffers, Load};
+use server::ServerWatch;
 
-/// How long the health probe waits for its `SELECT 1`.
+/// How long the health probe waits for its answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Failed health probes, logged at most once per window per cause.
@@ -116,6 +119,7 @@ pub struct Store {
     pool: Pool,
     pg: tokio_postgres::Config,
     buffers: Arc<Buffers>,
+    servers: Arc<ServerWatch>,
 }
 
 impl Store {
@@ -144,13 +148,20 @@ impl Store {
         // every connection and grew them all (docs/performance.md §7).
         let buffers = Arc::new(Buffers::new(buffers_bytes));
         let serves = buffers.clone();
+        let servers = Arc::new(ServerWatch::default());
+        let watch = servers.clone();
         let pool = Pool::builder(mgr)
             .max_size(pool_size.max(1))
             .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(Duration::from_secs(30)))
             .create_timeout(Some(Duration::from_secs(10)))
-            .pre_recycle(Hook::sync_fn(move |client, _| {
+            .post_create(Hook::async_fn(move |client, _| {
+                let watch = watch.clone();
+                Box::pin(async move { watch.identify(client).await })
+            }))
+            .pre_recycle(Hook::sync_fn(move |client, metrics| {
+                server::may_reuse(metrics)?;
                 if serves.may_serve(client) {
                     Ok(())
                 } else {
@@ -161,12 +172,22 @@ impl Store {
             }))
             .build()
             .expect("pool builder with a runtime never fails");
-        Store { pool, pg, buffers }
+        Store {
+            pool,
+            pg,
+            buffers,
+            servers,
+        }
     }
 
     /// Charges `conn` with what a statement carrying payloads moved (see [`buffers`]).
     pub fn charge(&self, conn: &Object, load: Load) {
         self.buffers.charge(&self.pool, &conn.statement_cache, load);
+    }
+
+    /// Which server the pool's connections reach, and when that last changed.
+    pub fn servers(&self) -> &ServerWatch {
+        &self.servers
     }
 
     pub fn buffers(&self) -> &Buffers {
@@ -196,17 +217,21 @@ impl Store {
         &self.pg
     }
 
-    /// `SELECT 1` with a short deadline: the health probe. A failure is logged with its cause
+    /// `SHOW transaction_read_only` with a short deadline: the health probe, which also tells
+    /// the server watch whether the server takes writes. A failure is logged with its cause
     /// (identical ones once per window): it is what a 503 of `/health` means.
     pub async fn ping(&self) -> bool {
         let probe = async {
             let c = self.conn().await?;
             statement_sent();
-            c.simple_query("SELECT 1").await?;
-            Ok::<_, crate::error::Error>(())
+            let answer = c.simple_query("SHOW transaction_read_only").await?;
+            Ok::<_, crate::error::Error>(server::read_only_answer(&answer))
         };
         let cause = match tokio::time::timeout(PING_TIMEOUT, probe).await {
-            Ok(Ok(())) => return true,
+            Ok(Ok(read_only)) => {
+                self.servers.probed(read_only);
+                return true;
+            }
             Ok(Err(e)) => e.chain(),
             Err(_) => format!("no answer within {PING_TIMEOUT:?}"),
         };

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::store::ack::{AckVerdict, Span};
 use crate::store::kv::KvLost;
 use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::timers::TimerVerdict;
 
 /// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
 /// positional when `cover` is set.
@@ -54,6 +55,9 @@ pub struct WireCommitted {
     /// The `kv` rider's verdicts, in rider order.
     #[serde(default)]
     pub kv: Vec<serde_json::Value>,
+    /// The `timers` rider's verdicts (store/timers.rs).
+    #[serde(default)]
+    pub timers: Vec<TimerVerdict>,
 }
 
 /// Why a bundle was rolled back. The texts end in "transaction rolled back".
@@ -72,6 +76,8 @@ pub enum WireRefusal {
     PurgedSpan(SpanNeeded),
     /// A `required` operation of the `kv` rider lost its precondition (SQL `QKV`).
     KvPrecondition(KvLost),
+    /// A timer fire's claim was lost (SQL `QTIMER`): another fire or a reschedule has it.
+    TimerLost(String),
     /// The stream cycle riding along was committed before (SQL `QREPLAY`): nothing was
     /// applied; this is the answer it was given then.
     Replayed(serde_json::Value),
@@ -84,6 +90,7 @@ pub async fn transaction_wire(
     pushes: &[SegmentWrite<'_>],
     acks: &[WireAck<'_>],
     kv: &[serde_json::Value],
+    timers: &[serde_json::Value],
     stream: Option<&serde_json::Value>,
     tenant: &str,
 ) -> Result<std::result::Result<WireCommitted, WireRefusal>> {
@@ -126,6 +133,10 @@ pub async fn transaction_wire(
     let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
     if !kv.is_empty() {
         spec["kv"] = serde_json::Value::from(kv.to_vec());
+        spec["kvReadBudget"] = crate::store::kv::READ_BUDGET_BYTES.into();
+    }
+    if !timers.is_empty() {
+        spec["timers"] = serde_json::Value::from(timers.to_vec());
     }
     if let Some(stream) = stream {
         spec["stream"] = stream.clone();
@@ -138,28 +149,31 @@ pub async fn transaction_wire(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
     let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
-        Err(e) => return refusal(&e).map(Err).ok_or(Error::Db(e)),
+        Err(e) => return refusal(&e).map(Err).ok_or_else(|| Error::from(e)),
     };
     let Json(committed): Json<WireCommitted> = row.try_get(0)?;
     if committed.pushes.len() != pushes.len()
         || committed.acks.len() != acks.len()
         || committed.kv.len() != kv.len()
+        || committed.timers.len() != timers.len()
     {
         return Err(Error::internal(format!(
-            "log_transaction_wire_v1 answered {} pushes, {} acks and {} kv verdicts for {}, {} \
-             and {}",
+            "log_transaction_wire_v1 answered {} pushes, {} acks, {} kv verdicts and {} timers \
+             for {}, {}, {} and {}",
             committed.pushes.len(),
             committed.acks.len(),
             committed.kv.len(),
+            committed.timers.len(),
             pushes.len(),
             acks.len(),
-            kv.len()
+            kv.len(),
+            timers.len()
         )));
     }
     Ok(Ok(committed))
 }
 
-/// The refusal a `QDUP`/`QTXN`/`QSPAN`/`QENC`/`QFULL`/`QREPLAY` exception carries, with its marker stripped
+/// The refusal a `QDUP`/`QTXN`/`QTIMER`/`QSPAN`/`QENC`/`QFULL`/`QREPLAY` exception carries, with its marker stripped
 /// (`QENC` carries the queue in its detail).
 fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
     if let Some(lost) = crate::store::kv::lost(e) {
@@ -169,6 +183,8 @@ fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
     let message = db.message();
     if let Some(text) = message.strip_prefix("QDUP ") {
         Some(WireRefusal::Duplicate(text.to_string()))
+    } else if let Some(text) = message.strip_prefix("QTIMER ") {
+        Some(WireRefusal::TimerLost(text.to_string()))
     } else if let Some(text) = message.strip_prefix("QTXN ") {
         Some(WireRefusal::RejectedAck(text.to_string()))
     } else if message.starts_with("QSPAN ") {

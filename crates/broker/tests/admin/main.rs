@@ -25,5 +25,7 @@ mod prometheus;
 mod read_bounds;
 mod resources;
 mod retention;
+mod server_switch;
 mod slow_clients;
+mod sqlstates;
 mod tenancy;

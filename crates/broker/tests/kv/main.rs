@@ -1,4 +1,4 @@
-//! Key-value store and locks (docs/engine.md §12–§13, docs/wire.md §17–§18) against real
+//! Key-value store and locks (docs/engine.md §15, docs/wire.md §20–§21) against real
 //! brokers: the operations' verdicts, expiry before the sweep and the sweep itself, the
 //! transaction's `kv` rider sharing its bundle's fate, locks and semaphores, and many actors
 //! racing on one key and one lock. One PostgreSQL cluster serves the whole binary; each test

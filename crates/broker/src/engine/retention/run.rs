@@ -228,7 +228,7 @@ fn count(engine: &Engine, phase: Phase, step: &Step) {
     }
 }
 
-/// The key-value store's expired rows (docs/engine.md §12), already absent to every reader:
+/// The key-value store's expired rows (docs/engine.md §15), already absent to every reader:
 /// deleted in batches until one comes back short.
 async fn sweep_kv(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()> {
     let db = engine.store.conn().await?;

@@ -124,6 +124,10 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/streams/v1/queries", WRITE),
     row("POST", "/streams/v1/state/get", WRITE),
     row("POST", "/streams/v1/cycle", WRITE),
+    row("POST", "/api/v1/timers", WRITE),
+    row("GET", "/api/v1/timers/{queue}", READ),
+    row("GET", "/api/v1/timers/{queue}/{*key}", READ),
+    row("DELETE", "/api/v1/timers/{queue}/{*key}", WRITE),
     // Configuring, destroying, moving cursors, maintenance.
     row("POST", "/api/v1/configure", ADMIN),
     row("DELETE", "/api/v1/resources/queues/{queue}", ADMIN),

@@ -1,4 +1,4 @@
-//! `POST /api/v1/kv` (docs/wire.md §17): a batch of key-value operations, checked here
+//! `POST /api/v1/kv` (docs/wire.md §20): a batch of key-value operations, checked here
 //! ([`parse`]), applied in order in one transaction (`engine::kv`), answered index-aligned.
 //! Verdicts (a miss, a lost race, a refused increment) are 200; so is a lost `required`
 //! precondition, which rolls the whole call back. A malformed call is 400 in the envelope the

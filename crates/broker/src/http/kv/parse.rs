@@ -1,4 +1,4 @@
-//! Checking of key-value operations (docs/wire.md §17.1), shared by `POST /api/v1/kv` and the
+//! Checking of key-value operations (docs/wire.md §20.1), shared by `POST /api/v1/kv` and the
 //! transaction's `kv` rider: every operation is turned into the normalised form
 //! `queen.kv_apply_v1` takes, or refused with a stable reason and a sentence naming the field.
 

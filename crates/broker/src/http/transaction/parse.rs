@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack, AckItem};
 use crate::http::kv::parse::{parse_ops, Caller};
 use crate::http::push::parse::parse_item;
+use crate::http::timers::parse::parse_ops as timer_ops;
 
 #[derive(Deserialize)]
 struct Bundle<'a> {
@@ -38,13 +39,6 @@ struct OpHead<'a> {
 pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
     let bundle: Bundle<'_> =
         serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
-    if bundle
-        .timers
-        .as_ref()
-        .is_some_and(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(Error::bad("timers operations are not supported"));
-    }
     let kv = match bundle.kv {
         None | Some(Value::Null) => Vec::new(),
         Some(ops) => parse_ops(&ops, Caller::Transaction)
@@ -59,6 +53,10 @@ pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
         ops: Vec::with_capacity(ops.len()),
         required_leases: leases(bundle.required_leases)?,
         kv,
+        timers: match bundle.timers {
+            None | Some(Value::Null) => Vec::new(),
+            Some(t) => timer_ops(&t, "timers")?,
+        },
         stream: None,
     };
     for (index, raw) in ops.into_iter().enumerate() {

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use crate::engine::transaction::OpResult;
 use crate::http::kv::with_index;
 
-/// The committed answer: one result per operation, in operation order.
+/// The committed answer: one result per operation, in operation order, then one per rider
+/// operation (the flat index: `index` counts on past the operations, `opIndex` within the
+/// rider).
 pub(super) fn committed(bundle_id: &str, results: &[OpResult]) -> Value {
     let results: Vec<Value> = results
         .iter()
@@ -63,6 +65,14 @@ fn render_result(index: usize, r: &OpResult) -> Value {
             v["type"] = json!("kv");
             v
         }
+        OpResult::Timer { op_index, outcome } => {
+            let mut v = crate::http::timers::outcome_json(outcome);
+            v["index"] = json!(index);
+            v["opIndex"] = json!(op_index);
+            v["type"] = json!("timer");
+            v["success"] = json!(outcome.ok());
+            v
+        }
     }
 }
 
@@ -78,7 +88,7 @@ pub(super) fn counted(bundle_id: &str, results: &[OpResult]) -> Value {
             } => duplicate += 1,
             OpResult::Push { .. } => pushed += 1,
             OpResult::Ack { outcome, .. } if outcome.success => acked += 1,
-            OpResult::Ack { .. } | OpResult::Kv { .. } => {}
+            OpResult::Ack { .. } | OpResult::Kv { .. } | OpResult::Timer { .. } => {}
         }
     }
     json!({

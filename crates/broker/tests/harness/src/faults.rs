@@ -39,6 +39,11 @@ impl OwnCluster {
         self.config.clone()
     }
 
+    /// Its data directory (for a test that writes `standby.signal` there).
+    pub fn data_dir(&self) -> PathBuf {
+        self.opts.data_dir.clone()
+    }
+
     /// Fast shutdown: every connection is closed and new ones are refused until
     /// [`OwnCluster::start`].
     pub async fn stop(&mut self) {

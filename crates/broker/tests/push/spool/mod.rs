@@ -9,7 +9,9 @@ mod at_rest;
 mod maintenance;
 mod outage;
 mod proxy;
+mod read_only;
 mod rescue;
+mod standby;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

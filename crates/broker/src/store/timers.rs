@@ -1,0 +1,175 @@
+//! Typed calls of `sql/functions/timers.sql` (docs/engine.md §16): the timer operations of a
+//! route call (`queen.log_timers_apply_v1`; the transaction rider goes through
+//! `store/transaction.rs`), the wheel's claim, next-due probe and back-off, and the reads.
+
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+use tokio_postgres::types::Json;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// What `log_timers_apply_v1` did with one operation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimerVerdict {
+    /// `scheduled`, `rescheduled`, `cancelled`, `absent`, `too_late` or `fired`.
+    pub status: String,
+    pub deliver_at: Option<String>,
+    pub txn: Option<String>,
+    pub message_id: Option<String>,
+}
+
+/// Applies `ops` (the SQL's operation objects) for `tenant` in one statement; one verdict per
+/// operation, in order.
+pub async fn apply(
+    db: &impl GenericClient,
+    ops: &serde_json::Value,
+    tenant: &str,
+) -> Result<Vec<TimerVerdict>> {
+    let stmt = crate::store::prepare(db, "SELECT queen.log_timers_apply_v1($1, $2)").await?;
+    let row = db.query_one(&stmt, &[ops, &tenant]).await?;
+    let Json(verdicts): Json<Vec<TimerVerdict>> = row.try_get(0)?;
+    let asked = ops.as_array().map_or(0, Vec::len);
+    if verdicts.len() != asked {
+        return Err(Error::internal(format!(
+            "log_timers_apply_v1 answered {} results for {asked} operations",
+            verdicts.len()
+        )));
+    }
+    Ok(verdicts)
+}
+
+/// A due timer this broker claimed: its fire must present `token`.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub tenant_id: String,
+    pub queue: String,
+    pub timer_key: String,
+    pub partition: String,
+    pub payload: Vec<u8>,
+    pub txn: String,
+    pub message_id: Uuid,
+    pub token: Uuid,
+    pub attempts: i32,
+}
+
+/// Claims up to `limit` due timers for `claim_ms` (committed at once).
+pub async fn claim(db: &impl GenericClient, limit: i32, claim_ms: i32) -> Result<Vec<Claimed>> {
+    let stmt = crate::store::prepare(db, "SELECT * FROM queen.log_timers_claim_v1($1, $2)").await?;
+    let rows = db.query(&stmt, &[&limit, &claim_ms]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                tenant_id: r.try_get(0)?,
+                queue: r.try_get(1)?,
+                timer_key: r.try_get(2)?,
+                partition: r.try_get(3)?,
+                payload: r.try_get(4)?,
+                txn: r.try_get(5)?,
+                message_id: r.try_get(6)?,
+                token: r.try_get(7)?,
+                attempts: r.try_get(8)?,
+            })
+        })
+        .collect()
+}
+
+/// Milliseconds until the earliest timer is due (≤ 0: now); `None` when there is none.
+pub async fn next_due_ms(db: &impl GenericClient) -> Result<Option<i64>> {
+    let stmt = crate::store::prepare(db, "SELECT queen.log_timers_next_v1()").await?;
+    Ok(db.query_one(&stmt, &[]).await?.try_get(0)?)
+}
+
+/// Drops `c`'s claim and hides it for `delay_ms`, recording `error`.
+pub async fn back_off(
+    db: &impl GenericClient,
+    c: &Claimed,
+    delay_ms: i32,
+    error: &str,
+) -> Result<()> {
+    let stmt = crate::store::prepare(
+        db,
+        "SELECT queen.log_timers_back_off_v1($1, $2, $3, $4, $5, $6)",
+    )
+    .await?;
+    db.execute(
+        &stmt,
+        &[
+            &c.tenant_id,
+            &c.queue,
+            &c.timer_key,
+            &c.token,
+            &delay_ms,
+            &error,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One pending timer as the reads show it.
+#[derive(Debug, Clone)]
+pub struct PendingTimer {
+    pub timer_key: String,
+    pub partition: String,
+    /// The payload's bytes; only [`peek`] reads them.
+    pub payload: Option<Vec<u8>>,
+    pub txn: String,
+    pub message_id: Uuid,
+    pub deliver_at: String,
+    pub attempts: i32,
+    /// A fire holds a live claim on it (a cancel now answers `too_late`).
+    pub firing: bool,
+}
+
+/// The pending timer `key` of the tenant's `queue`, if any.
+pub async fn peek(
+    db: &impl GenericClient,
+    tenant: &str,
+    queue: &str,
+    key: &str,
+) -> Result<Option<PendingTimer>> {
+    let stmt =
+        crate::store::prepare(db, "SELECT * FROM queen.log_timers_peek_v1($1, $2, $3)").await?;
+    let Some(r) = db.query_opt(&stmt, &[&tenant, &queue, &key]).await? else {
+        return Ok(None);
+    };
+    Ok(Some(PendingTimer {
+        timer_key: r.try_get(0)?,
+        partition: r.try_get(1)?,
+        payload: Some(r.try_get(2)?),
+        txn: r.try_get(3)?,
+        message_id: r.try_get(4)?,
+        deliver_at: r.try_get(5)?,
+        attempts: r.try_get(6)?,
+        firing: r.try_get(7)?,
+    }))
+}
+
+/// Up to `limit` pending timers of the tenant's `queue` with keys after `after`, by key.
+pub async fn list(
+    db: &impl GenericClient,
+    tenant: &str,
+    queue: &str,
+    after: Option<&str>,
+    limit: i32,
+) -> Result<Vec<PendingTimer>> {
+    let stmt =
+        crate::store::prepare(db, "SELECT * FROM queen.log_timers_list_v1($1, $2, $3, $4)").await?;
+    let rows = db.query(&stmt, &[&tenant, &queue, &after, &limit]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(PendingTimer {
+                timer_key: r.try_get(0)?,
+                partition: r.try_get(1)?,
+                payload: None,
+                txn: r.try_get(2)?,
+                message_id: r.try_get(3)?,
+                deliver_at: r.try_get(4)?,
+                attempts: r.try_get(5)?,
+                firing: false,
+            })
+        })
+        .collect()
+}
