@@ -78,6 +78,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("dlq.sql"),
     functions!("kv.sql"),
     functions!("timers.sql"),
+    functions!("reads.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),
     functions!("dedup_cache.sql"),
