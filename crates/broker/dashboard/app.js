@@ -271,6 +271,8 @@ async function systemPage() {
   const [health, m, mode] = await Promise.all([fetch("/health").then(r => r.json()), api("/metrics"),
     api("/api/v1/system/maintenance")]);
   const db = m.database || {};
+  const server = health.server || {};
+  const yesNo = v => v === true ? "yes" : v === false ? "no" : "unknown";
   render(el("h1", {}, "System"),
     el("h2", {}, "Maintenance"),
     table(["mode", "state", ""], [
@@ -279,6 +281,14 @@ async function systemPage() {
       ["pop maintenance (pops answer empty at once)", mode.popMaintenanceMode ? "on" : "off",
         toggle("maintenance-pop", "/api/v1/system/maintenance/pop", mode.popMaintenanceMode)],
       ["messages in this broker's spool", mode.bufferedMessages, ""]]),
+    el("h2", {}, "PostgreSQL server"),
+    table(["", ""], [
+      ["writing to", `${server.address || "unix socket"} port ${server.port ?? "?"}`],
+      ["system identifier", server.systemIdentifier ?? "unknown"],
+      ["role", server.inRecovery === true ? "standby (in recovery)" : server.inRecovery === false ? "primary" : "unknown"],
+      ["takes writes", yesNo(server.writable)],
+      ["reached since", server.since || "never"],
+      ["server switches", server.switches ?? 0], ["last switch", server.lastSwitchAt || "never"]]),
     el("h2", {}, "Broker"),
     table(["", ""], [["database", health.database], ["version", health.version], ["uptime (s)", m.uptime],
       ["pool size", db.poolSize], ["connections", db.connections], ["idle connections", db.idleConnections],

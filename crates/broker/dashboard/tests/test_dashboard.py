@@ -96,6 +96,9 @@ def test_seek_from_the_queue_page_moves_a_group_to_the_end(browser, url):
 def test_system_page_reports_the_database(browser, url):
     browser.get(f"{url}/#/system")
     wait_text(browser, "main", "connected")
+    wait_text(browser, "main", "takes writes")
+    _, health = call("GET", "/health")
+    wait_text(browser, "main", health["server"]["systemIdentifier"])
     wait_text(browser, "button[data-action=maintenance-pop]", "turn on")
     wait_text(browser, "#health", "healthy")
     shot(browser, "system")

@@ -72,25 +72,51 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
                                         'value', NULL, 'version', 0) END
 $$;
 
--- getMany: the live rows in key order, and the keys without one in request order.
-CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant text, o jsonb, p_now timestamptz)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH found AS (
-        SELECT k.* FROM queen.kv k
-        WHERE k.tenant_id = p_tenant AND k.namespace = o->>'ns'
-          AND k.key = ANY (ARRAY(SELECT jsonb_array_elements_text(o->'keys')))
+-- getMany: the live rows in key order while they fit p_budget bytes (the first always does),
+-- and the keys without a live row in request order. Keys left out by the budget are in neither
+-- list, and truncated says so.
+CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant text, o jsonb, p_now timestamptz,
+                                                p_budget bigint)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_keys text[] := ARRAY(SELECT jsonb_array_elements_text(o->'keys'));
+    v_rows jsonb := '[]';
+    v_live text[] := '{}';
+    v_used bigint := 0;
+    v_row jsonb;
+    v_truncated boolean := false;
+    r queen.kv;
+BEGIN
+    FOR r IN
+        SELECT * FROM queen.kv k
+        WHERE k.tenant_id = p_tenant AND k.namespace = o->>'ns' AND k.key = ANY (v_keys)
           AND queen.kv_live_v1(k.expires_at, p_now)
-    )
-    SELECT jsonb_build_object(
-        'rows', COALESCE((SELECT jsonb_agg(queen.kv_row_v1(f) ORDER BY f.key) FROM found f), '[]'),
+        ORDER BY k.key
+    LOOP
+        v_live := v_live || r.key;
+        CONTINUE WHEN v_truncated;
+        v_row := queen.kv_row_v1(r);
+        IF jsonb_array_length(v_rows) > 0 AND v_used + octet_length(v_row::text) > p_budget THEN
+            v_truncated := true;
+            CONTINUE;
+        END IF;
+        v_used := v_used + octet_length(v_row::text);
+        v_rows := v_rows || jsonb_build_array(v_row);
+    END LOOP;
+    RETURN jsonb_build_object(
+        'rows', v_rows,
         'missing', COALESCE((SELECT jsonb_agg(x ORDER BY i)
-                             FROM jsonb_array_elements_text(o->'keys') WITH ORDINALITY AS t(x, i)
-                             WHERE NOT EXISTS (SELECT 1 FROM found f WHERE f.key = t.x)), '[]'))
+                             FROM unnest(v_keys) WITH ORDINALITY AS t(x, i)
+                             WHERE x <> ALL (v_live)), '[]'),
+        'truncated', v_truncated);
+END
 $$;
 
 -- getPrefix: live keys that start with the prefix (bytes, not LIKE), after `after`, in byte
--- order, at most `limit`; the walk stops at the first key past the prefix.
-CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant text, o jsonb, p_now timestamptz)
+-- order, at most `limit` and while they fit p_budget bytes (the first always does); the walk
+-- stops at the first key past the prefix.
+CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant text, o jsonb, p_now timestamptz,
+                                                  p_budget bigint)
 RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_prefix text := o->>'prefix';
@@ -101,6 +127,8 @@ DECLARE
     v_n int := 0;
     v_last text;
     v_truncated boolean := false;
+    v_used bigint := 0;
+    v_row jsonb;
     r queen.kv;
 BEGIN
     FOR r IN
@@ -111,14 +139,16 @@ BEGIN
     LOOP
         EXIT WHEN NOT starts_with(r.key, v_prefix);
         CONTINUE WHEN NOT queen.kv_live_v1(r.expires_at, p_now);
-        IF v_n = v_limit THEN
+        v_row := CASE WHEN v_keys_only
+            THEN jsonb_build_object('key', r.key, 'version', r.version,
+                                    'expiresAt', queen.kv_ts_v1(r.expires_at))
+            ELSE queen.kv_row_v1(r) END;
+        IF v_n = v_limit OR (v_n > 0 AND v_used + octet_length(v_row::text) > p_budget) THEN
             v_truncated := true;
             EXIT;
         END IF;
-        v_rows := v_rows || jsonb_build_array(CASE WHEN v_keys_only
-            THEN jsonb_build_object('key', r.key, 'version', r.version,
-                                    'expiresAt', queen.kv_ts_v1(r.expires_at))
-            ELSE queen.kv_row_v1(r) END);
+        v_used := v_used + octet_length(v_row::text);
+        v_rows := v_rows || jsonb_build_array(v_row);
         v_n := v_n + 1;
         v_last := r.key;
     END LOOP;
@@ -127,8 +157,10 @@ BEGIN
 END
 $$;
 
--- One operation of a key the caller holds (kv_apply_v1 took its lock): its verdict.
-CREATE OR REPLACE FUNCTION queen.kv_op_v1(p_tenant text, o jsonb, p_now timestamptz)
+-- One operation of a key the caller holds (kv_apply_v1 took its lock): its verdict. p_budget:
+-- the bytes a getMany or getPrefix may still answer.
+CREATE OR REPLACE FUNCTION queen.kv_op_v1(p_tenant text, o jsonb, p_now timestamptz,
+                                          p_budget bigint)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_op text := o->>'op';
@@ -141,9 +173,9 @@ DECLARE
     r queen.kv;
 BEGIN
     IF v_op = 'getMany' THEN
-        RETURN queen.kv_get_many_v1(p_tenant, o, p_now);
+        RETURN queen.kv_get_many_v1(p_tenant, o, p_now, p_budget);
     ELSIF v_op = 'getPrefix' THEN
-        RETURN queen.kv_get_prefix_v1(p_tenant, o, p_now);
+        RETURN queen.kv_get_prefix_v1(p_tenant, o, p_now, p_budget);
     END IF;
     IF v_op = 'get' THEN
         SELECT * INTO r FROM queen.kv k
@@ -221,17 +253,23 @@ BEGIN
 END
 $$;
 
--- Applies p_ops in order for p_tenant and answers their verdicts, index-aligned. Every key
+-- Applies p_ops in order for p_tenant and answers their verdicts, index-aligned; the rows of
+-- its getMany and getPrefix operations share p_read_budget bytes (engine/kv.rs). Every key
 -- the call writes or checks is held first (a transaction-scoped advisory lock, class 19286,
 -- taken in one order), so writes of one key serialise, each judged against the row the
 -- previous writer committed, and its version is drawn after the previous writer's.
 -- An operation with "required":true whose precondition is lost raises 'QKV …' (DETAIL:
 -- {"opIndex","kvReason","version","value"}), rolling back the whole call, and with it the
 -- transaction it rides in.
-CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant text, p_ops jsonb)
+DROP FUNCTION IF EXISTS queen.kv_apply_v1(text, jsonb);
+DROP FUNCTION IF EXISTS queen.kv_op_v1(text, jsonb, timestamptz);
+DROP FUNCTION IF EXISTS queen.kv_get_many_v1(text, jsonb, timestamptz);
+DROP FUNCTION IF EXISTS queen.kv_get_prefix_v1(text, jsonb, timestamptz);
+CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant text, p_ops jsonb, p_read_budget bigint)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
+    v_budget bigint := p_read_budget;
     v_out jsonb := '[]';
     v_lock int;
     v_op jsonb;
@@ -251,7 +289,10 @@ BEGIN
     FOR v_op, v_i IN
         SELECT e, (i - 1)::int FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t(e, i) ORDER BY i
     LOOP
-        v_r := queen.kv_op_v1(p_tenant, v_op, v_now);
+        v_r := queen.kv_op_v1(p_tenant, v_op, v_now, v_budget);
+        IF v_r ? 'rows' THEN
+            v_budget := v_budget - octet_length((v_r->'rows')::text);
+        END IF;
         IF COALESCE((v_op->>'required')::boolean, false)
            AND NOT COALESCE((v_r->>'applied')::boolean, false) THEN
             RAISE EXCEPTION 'QKV required % of key "%" lost (%); transaction rolled back',

@@ -20,7 +20,7 @@
 --   batch lost its hash rows raises 'QSPAN …' with DETAIL {"partitionId","group","worker",
 --   "from","to"}: the broker reads that span from the segments and reruns the bundle.)
 --   "kv": the kv rider, checked key-value operations applied first by queen.kv_apply_v1
---   (kv.sql) for the tenant: a lost required precondition raises 'QKV …' and rolls the
+--   (kv.sql) for the tenant, with "kvReadBudget" bytes for its reads: a lost required precondition raises 'QKV …' and rolls the
 --   bundle back before any partition is locked.
 --   "timers": the bundle's timer operations (log_timers_apply_v1, timers.sql), applied first:
 --   timer rows come before any partition row in the lock order. A fire whose claim was lost
@@ -69,7 +69,8 @@ DECLARE
     v_timer_results jsonb := '[]'::jsonb;
 BEGIN
     IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
-        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv');
+        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv',
+                                  (p->>'kvReadBudget')::bigint);
     END IF;
     IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
         RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';

@@ -9,7 +9,7 @@ use crate::accel::admission::Lane;
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::Result;
-pub use crate::store::kv::KvLost;
+pub use crate::store::kv::{KvLost, READ_BUDGET_BYTES};
 
 /// Most operations in one call (a request or a transaction's rider).
 pub const MAX_OPS: usize = 256;
@@ -36,5 +36,5 @@ pub type KvOutcome = std::result::Result<Vec<Value>, KvLost>;
 pub async fn apply(state: &Engine, tenant: &Tenant, ops: &[Value]) -> Result<KvOutcome> {
     let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
-    crate::store::kv::apply(&db, tenant.id(), ops).await
+    crate::store::kv::apply(&db, tenant.id(), ops, READ_BUDGET_BYTES).await
 }

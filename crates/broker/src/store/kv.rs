@@ -9,6 +9,11 @@ use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
 
+/// Bytes of rows the `getMany` and `getPrefix` operations of one call may answer together
+/// (each answers its first row whatever its size); past it they answer `truncated`. The
+/// transaction's rider gets the same budget.
+pub const READ_BUDGET_BYTES: i64 = 4 * 1024 * 1024;
+
 /// A `required` operation whose precondition did not hold: the whole call (and the
 /// transaction it rode in) was rolled back.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -33,16 +38,18 @@ pub fn lost(e: &tokio_postgres::Error) -> Option<KvLost> {
     serde_json::from_str(db.detail().unwrap_or_default()).ok()
 }
 
-/// Applies `ops` (checked by the http floor) for `tenant`: their verdicts, index-aligned, or
-/// the lost `required` precondition that rolled them all back.
+/// Applies `ops` (checked by the http floor) for `tenant`, their reads answering at most
+/// `read_budget` bytes of rows: their verdicts, index-aligned, or the lost `required`
+/// precondition that rolled them all back.
 pub async fn apply(
     db: &impl GenericClient,
     tenant: &str,
     ops: &[Value],
+    read_budget: i64,
 ) -> Result<std::result::Result<Vec<Value>, KvLost>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.kv_apply_v1($1, $2)").await?;
+    let stmt = crate::store::prepare(db, "SELECT queen.kv_apply_v1($1, $2, $3)").await?;
     let ops = Json(ops);
-    match db.query_one(&stmt, &[&tenant, &ops]).await {
+    match db.query_one(&stmt, &[&tenant, &ops, &read_budget]).await {
         Ok(row) => {
             let Json(results): Json<Vec<Value>> = row.try_get(0)?;
             if results.len() != ops.0.len() {

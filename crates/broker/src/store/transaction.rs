@@ -129,6 +129,7 @@ pub async fn transaction_wire(
     let mut spec = serde_json::json!({ "pushes": push_specs, "acks": ack_specs, "tenant": tenant });
     if !kv.is_empty() {
         spec["kv"] = serde_json::Value::from(kv.to_vec());
+        spec["kvReadBudget"] = crate::store::kv::READ_BUDGET_BYTES.into();
     }
     if !timers.is_empty() {
         spec["timers"] = serde_json::Value::from(timers.to_vec());

@@ -357,3 +357,61 @@ async fn malformed_calls_are_named_400s() {
         (StatusCode::BAD_REQUEST, json!("locks_bad_request"))
     );
 }
+
+#[tokio::test]
+async fn reads_stop_at_the_call_s_byte_budget_and_say_so() {
+    let b = common::broker().await;
+    // 100 values of 60 KiB: about 6 MiB, past the 4 MiB a call's reads may answer.
+    let big = "x".repeat(60 * 1024);
+    for chunk in (0..100).collect::<Vec<_>>().chunks(20) {
+        let ops: Vec<Value> = chunk
+            .iter()
+            .map(|i| put(&format!("big:{i:03}"), json!(big)))
+            .collect();
+        kv(&b, json!(ops)).await;
+    }
+    let keys: Vec<String> = (0..100)
+        .map(|i| format!("big:{i:03}"))
+        .chain(["big:none".into()])
+        .collect();
+    let many = kv1(&b, json!({"op": "getMany", "ns": NS, "keys": keys})).await;
+    let rows = many["rows"].as_array().expect("rows").len();
+    assert!((60..100).contains(&rows), "{rows} rows");
+    assert_eq!(many["truncated"], true);
+    assert_eq!(
+        many["missing"],
+        json!(["big:none"]),
+        "left-out keys are not missing"
+    );
+
+    let mut walked = 0;
+    let mut after = Value::Null;
+    loop {
+        let page = kv1(
+            &b,
+            json!({"op": "getPrefix", "ns": NS, "prefix": "big:", "limit": 1000, "after": after}),
+        )
+        .await;
+        let n = page["rows"].as_array().expect("rows").len();
+        assert!(n < 100 || walked > 0, "one page held everything: {n}");
+        walked += n;
+        if page["truncated"] != true {
+            break;
+        }
+        after = page["nextAfter"].clone();
+    }
+    assert_eq!(walked, 100, "the pages walk every key");
+    // The budget is the call's: a second read in the same call answers its first row only.
+    let two = kv(
+        &b,
+        json!([{"op": "getPrefix", "ns": NS, "prefix": "big:", "limit": 1000},
+                           {"op": "getPrefix", "ns": NS, "prefix": "big:", "limit": 1000}]),
+    )
+    .await;
+    assert_eq!(
+        two[1]["rows"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        two[1]["truncated"]
+    );
+}
