@@ -41,7 +41,7 @@ pub enum Error {
     /// A statement PostgreSQL failed (made only through `From`, which notes a server refusing
     /// writes, see [`writes_refused_after`]).
     #[error("database error: {0}")]
-    Db(tokio_postgres::Error),
+    Db(#[source] tokio_postgres::Error),
     /// The database could not be reached and nothing was stored: 503 with `Retry-After`.
     #[error("database unavailable: {0}")]
     Unavailable(String),

@@ -146,7 +146,14 @@ async fn shutdown_crash_and_startup_are_unavailable() {
 async fn refusals_are_failures() {
     let db = session().await;
     for code in ["40001", "23505", "22023", "57014", "42P01"] {
-        assert_class(raised(&db, code).await, false, code);
+        let e = raised(&db, code).await;
+        // The logged chain carries PostgreSQL's own message ("db error" alone says nothing).
+        assert!(
+            e.chain().contains(&format!("raised {code}")),
+            "{}",
+            e.chain()
+        );
+        assert_class(e, false, code);
     }
 }
 
