@@ -1,4 +1,4 @@
--- streams: the streams runtime (docs/wire.md §23, tables in migrations/0009_streams.sql):
+-- streams: the streams runtime (docs/wire.md §24, tables in migrations/0009_streams.sql):
 -- query registration, state reads, and the two halves of a cycle commit that
 -- log_transaction_wire_v1 (transaction.sql) runs around its pushes and acks, so a cycle's
 -- state writes, sink pushes and source ack are ONE PostgreSQL transaction. Replayed (CREATE OR

@@ -1,4 +1,4 @@
--- 0009_streams: the streams runtime's tables (docs/wire.md §23): the
+-- 0009_streams: the streams runtime's tables (docs/wire.md §24): the
 -- registered queries, their per-partition state, and the memory of committed cycles that
 -- makes a retried cycle answer instead of applying twice. Applied once; idempotent all the
 -- same.

@@ -18,6 +18,7 @@ pub mod messages;
 pub mod pop;
 pub mod push;
 pub mod queues;
+pub mod reads;
 pub mod resources;
 pub mod retention;
 pub mod streams;

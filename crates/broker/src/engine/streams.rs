@@ -1,4 +1,4 @@
-//! The streams runtime's server side (docs/wire.md §23): registered
+//! The streams runtime's server side (docs/wire.md §24): registered
 //! queries, their per-partition state, and the cycle commit. A cycle — state writes, sink
 //! pushes and the source ack — is a transaction bundle (engine/transaction.rs) carrying a
 //! stream part, so all three commit in ONE PostgreSQL transaction; sql/functions/streams.sql

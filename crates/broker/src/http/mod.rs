@@ -22,6 +22,7 @@ mod pop;
 mod prometheus;
 mod push;
 mod queues;
+mod reads;
 mod resources;
 mod streams;
 mod timers;
@@ -65,6 +66,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(messages::routes())
         .merge(traces::routes())
         .merge(timers::routes())
+        .merge(reads::routes())
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

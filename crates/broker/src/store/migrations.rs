@@ -79,6 +79,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("dlq.sql"),
     functions!("kv.sql"),
     functions!("timers.sql"),
+    functions!("reads.sql"),
     functions!("streams.sql"),
     functions!("transaction.sql"),
     functions!("admin.sql"),

@@ -16,6 +16,7 @@ pub mod migrations;
 pub mod pop;
 pub mod push;
 pub mod queues;
+pub mod reads;
 pub mod resources;
 pub mod retention;
 pub mod server;

@@ -1,9 +1,11 @@
 //! Tests of the surfaces beyond the core queue: timers (docs/wire.md §22; their routes, their
-//! firing by the wheel, the transaction rider, several brokers and restarts). One PostgreSQL
+//! firing by the wheel, the transaction rider, several brokers and restarts) and the reads by
+//! offset (§23). One PostgreSQL
 //! cluster serves the whole binary; each test gets its own database (see `queen_test_harness`).
 
 use queen_test_harness as common;
 
+mod reads;
 mod timer_brokers;
 mod timer_rider;
 mod timers;

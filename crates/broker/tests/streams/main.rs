@@ -1,4 +1,4 @@
-//! The streams runtime's routes (docs/wire.md §23) against real brokers:
+//! The streams runtime's routes (docs/wire.md §24) against real brokers:
 //! registration and its config-hash rule, state reads, and the cycle commit — state, sink
 //! pushes and source ack in one PostgreSQL transaction, answered again (not applied twice)
 //! when retried after a lost answer, and serialized per (query, partition). One PostgreSQL

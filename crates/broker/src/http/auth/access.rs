@@ -126,6 +126,8 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/streams/v1/cycle", WRITE),
     row("POST", "/api/v1/timers", WRITE),
     row("GET", "/api/v1/timers/{queue}", READ),
+    row("POST", "/api/v1/fetch", READ),
+    row("POST", "/api/v1/partitions/changed", READ),
     row("GET", "/api/v1/timers/{queue}/{*key}", READ),
     row("DELETE", "/api/v1/timers/{queue}/{*key}", WRITE),
     // Configuring, destroying, moving cursors, maintenance.

@@ -1,4 +1,4 @@
-//! `/streams/v1/*` (docs/wire.md §23): the official client's streams runtime — query
+//! `/streams/v1/*` (docs/wire.md §24): the official client's streams runtime — query
 //! registration, state reads and the cycle commit ([`parse`] checks the bodies,
 //! `engine::streams` runs them). Answers carry `success`; a malformed body is 400, an unknown
 //! (or another tenant's) query 404, a config-hash mismatch 409, each with `error` naming it.

@@ -1,4 +1,4 @@
-//! The bodies of `/streams/v1/*` (docs/wire.md §23), checked: every field the official
+//! The bodies of `/streams/v1/*` (docs/wire.md §24), checked: every field the official
 //! client's streams runtime sends, with its type, limits and defaults. A malformed body is a
 //! 400 naming the field.
 
