@@ -61,7 +61,11 @@ pub async fn apply(
             }
             Ok(Ok(results))
         }
-        Err(e) => lost(&e).map(Err).ok_or(Error::Db(e)),
+        // Through `From`, so a read-only server (25006) is noted for the pool like anywhere else.
+        Err(e) => match lost(&e) {
+            Some(lost) => Ok(Err(lost)),
+            None => Err(Error::from(e)),
+        },
     }
 }
 

@@ -149,3 +149,54 @@ async fn a_timer_outlives_a_kill_9_of_the_broker_that_scheduled_it() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(drain(&second, "phoenix").await.is_empty(), "fired twice");
 }
+
+#[tokio::test]
+async fn a_fire_whose_claim_ran_out_and_was_retaken_is_refused_whole() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    // No live wheel: the two claims below are the only ones.
+    b.stop().await;
+    db.execute(
+        "SELECT queen.log_timers_apply_v1($1, '')",
+        &[
+            &json!([{"op": "schedule", "queue": "twice", "timerKey": "k", "partition": "Default",
+                   "payload": "e30=", "txn": "twice-txn",
+                   "messageId": "0198e4c2-0000-7000-8000-000000000003", "delayMs": -1000}]),
+        ],
+    )
+    .await
+    .expect("schedule");
+    let claim = || async {
+        db.query_one(
+            "SELECT claim_token FROM queen.log_timers_claim_v1(10, 1)",
+            &[],
+        )
+        .await
+        .expect("claim")
+        .get::<_, uuid::Uuid>(0)
+    };
+    let first = claim().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = claim().await;
+    assert_ne!(first, second);
+    let fire = |token: uuid::Uuid| {
+        let db = &db;
+        async move {
+            db.query_one(
+                "SELECT queen.log_timers_apply_v1($1, '')",
+                &[&json!([{"op": "fire", "queue": "twice", "timerKey": "k",
+                           "token": token.to_string()}])],
+            )
+            .await
+        }
+    };
+    let stale = fire(first).await;
+    assert!(stale.is_err_and(|e| format!("{e:?}").contains("QTIMER")));
+    assert_eq!(
+        common::count(&db, "queen.log_timers").await,
+        1,
+        "the stale fire took the row"
+    );
+    fire(second).await.expect("the live claim fires");
+    assert_eq!(common::count(&db, "queen.log_timers").await, 0);
+}
