@@ -164,6 +164,8 @@ struct Victim {
     lease: String,
     dead_txn: String,
     live_txn: String,
+    /// A stream query of A's, with state in partition `pid`.
+    query: String,
 }
 
 /// Tenant A: queue `orders` (namespace `ns`), four messages in partition `p1`, one of them
@@ -206,7 +208,15 @@ async fn victim(b: &TestBroker, tok: &str) -> Victim {
     let lock = json!({"operations": [{"op": "acquire", "name": "L", "ttlSeconds": 600}]});
     let r = post(b, "/api/v1/locks", tok, &lock).await;
     assert_eq!(r.body["results"][0]["acquired"], true, "{}", r.body);
+    let reg = json!({"name": "sq", "source_queue": "orders", "config_hash": "h"});
+    let r = post(b, "/streams/v1/queries", tok, &reg).await;
+    let query = r.body["query_id"].as_str().expect("query id").to_string();
+    let flush = json!({"query_id": query, "partition_id": second["partitionId"], "ack": null,
+                       "state_ops": [{"type": "upsert", "key": "k", "value": {"secret": MARKER}}]});
+    let r = post(b, "/streams/v1/cycle", tok, &flush).await;
+    assert_eq!(r.body["success"], true, "{}", r.body);
     Victim {
+        query,
         pid: second["partitionId"].as_str().expect("pid").to_string(),
         lease: leased.body["leaseId"].as_str().expect("lease").to_string(),
         dead_txn: first["transactionId"].as_str().expect("txn").to_string(),
@@ -244,6 +254,10 @@ async fn state_of_acme(db: &Client) -> String {
           (SELECT count(*) FROM queen.message_traces WHERE partition_id IN (SELECT id FROM p)),
           (SELECT string_agg(concat_ws(',', namespace, key, value, version, expires_at), ';'
                              ORDER BY namespace, key) FROM queen.kv WHERE tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', q.id, q.name, q.config_hash, s.partition_id, s.key,
+                                       s.value), ';' ORDER BY q.id, s.partition_id, s.key)
+             FROM queen.stream_queries q LEFT JOIN queen.stream_state s ON s.query_id = q.id
+            WHERE q.tenant_id = 'acme'),
           (SELECT string_agg(key || '=' || value::text, ';' ORDER BY key) FROM queen.system_state))";
     db.query_one(SQL, &[]).await.expect("digest").get(0)
 }
@@ -297,6 +311,19 @@ fn aimed(route_path: &str, method: &Method, v: &Victim) -> (String, Value) {
                                   {"op": "getPrefix", "ns": "ns", "prefix": "k"}]}),
         ),
         ("POST", "/api/v1/locks") => ("", json!({"operations": [{"op": "get", "name": "L"}]})),
+        ("POST", "/streams/v1/queries") => (
+            "",
+            json!({"name": "sq", "source_queue": "orders", "config_hash": "x", "reset": true}),
+        ),
+        ("POST", "/streams/v1/state/get") => {
+            ("", json!({"query_id": v.query, "partition_id": v.pid}))
+        }
+        ("POST", "/streams/v1/cycle") => (
+            "",
+            json!({"query_id": v.query, "partition_id": v.pid, "consumer_group": null,
+                   "state_ops": [{"type": "delete", "key": "k"}], "push_items": [],
+                   "ack": {"transactionId": v.live_txn, "leaseId": v.lease}}),
+        ),
         ("POST", p) if p.starts_with("/api/v1/system/maintenance") => {
             ("", json!({"enabled": true}))
         }
@@ -410,6 +437,12 @@ fn expect_unknown(template: &str, method: &Method, r: &Reply) {
         }
         ("POST", "/api/v1/locks") => {
             assert_eq!(r.body["results"][0]["held"], false, "{what}: {}", r.body)
+        }
+        ("POST", "/streams/v1/state/get") | ("POST", "/streams/v1/cycle") => {
+            assert_eq!(r.status, StatusCode::NOT_FOUND, "{what}: {}", r.body)
+        }
+        ("POST", "/streams/v1/queries") => {
+            assert_eq!(r.body["fresh"], true, "{what}: B's own query: {}", r.body)
         }
         ("POST", "/api/v1/push") => {
             assert_eq!(common::statuses(&r.body), ["queued"], "{what}: {}", r.body)
