@@ -8,6 +8,7 @@ use queen_test_harness as common;
 
 mod concurrency;
 mod cycle;
+mod kill;
 mod registration;
 
 use reqwest::StatusCode;
