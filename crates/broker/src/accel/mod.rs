@@ -10,6 +10,7 @@ pub mod admission;
 pub mod dedup_cache;
 pub mod deliveries;
 pub mod encryption;
+pub mod flow;
 pub mod fusion;
 pub mod heap;
 pub mod hotlist;

@@ -13,6 +13,7 @@ use crate::accel::ack_fusion::AckFusion;
 use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::Admission;
 use crate::accel::dedup_cache::DedupCache;
+use crate::accel::flow::Flow;
 use crate::accel::hotlist::HotList;
 use crate::accel::maintenance::MaintenanceFlags;
 use crate::accel::one_flight::OneFlight;
@@ -58,6 +59,8 @@ pub struct Inner {
     /// Folds the fast path's cursor advances into shared commits (§6.5); `None` when off.
     pub ack_fusion: Option<AckFusion<AckVerdict>>,
     pub counters: Arc<Counters>,
+    /// This broker's intake and drain rates, for the push door (engine/push/door.rs).
+    pub flow: Flow,
     /// The live Prometheus series (requests per route, acknowledgements).
     pub telemetry: Telemetry,
     /// The queue samples of `/metrics/prometheus`, one flight per tenant, each serving

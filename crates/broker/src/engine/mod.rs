@@ -151,6 +151,7 @@ impl Engine {
             ack_registry,
             ack_fusion,
             counters,
+            flow: Default::default(),
             telemetry: Telemetry::start(),
             metrics_samples,
             retention: RetentionCounters::default(),
