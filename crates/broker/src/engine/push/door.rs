@@ -51,7 +51,7 @@ pub fn admit(state: &Engine, announced: usize) -> Result<()> {
     if share <= 0.0 || rand::random::<f64>() >= share {
         return Ok(());
     }
-    let retry_after = (wait - budget).as_secs().clamp(1, MAX_RETRY_AFTER_SECS);
+    let retry_after = retry_after_secs(wait, budget);
     Err(Error::Overloaded {
         message: format!(
             "push refused: the broker is behind by {} ms, over its push wait budget of {} ms \
@@ -61,6 +61,14 @@ pub fn admit(state: &Engine, announced: usize) -> Result<()> {
         ),
         retry_after_secs: retry_after,
     })
+}
+
+/// The `Retry-After` of a refusal: the excess over the budget, 1–30 s. A refusal by the drain
+/// rule may come within the budget (past its half), so the excess saturates at zero.
+fn retry_after_secs(wait: Duration, budget: Duration) -> u64 {
+    wait.saturating_sub(budget)
+        .as_secs()
+        .clamp(1, MAX_RETRY_AFTER_SECS)
 }
 
 /// The share of pushes to refuse so that intake comes down to [`DRAIN_HEADROOM`] times the
@@ -96,6 +104,14 @@ mod tests {
     fn the_refused_share_grows_with_the_excess() {
         let half = refused_share(Duration::from_millis(150), BUDGET);
         assert!((half - 0.5).abs() < 1e-9, "{half}");
+    }
+
+    #[test]
+    fn retry_after_is_the_excess_and_never_below_a_second() {
+        let ms = Duration::from_millis;
+        assert_eq!(retry_after_secs(ms(60), BUDGET), 1, "within the budget");
+        assert_eq!(retry_after_secs(ms(3_100), BUDGET), 3);
+        assert_eq!(retry_after_secs(ms(600_000), BUDGET), MAX_RETRY_AFTER_SECS);
     }
 
     #[test]
