@@ -72,6 +72,17 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
                                         'value', NULL, 'version', 0) END
 $$;
 
+-- The verdict an `expect` loses on (expect 0: the key must be absent; expect n > 0: its live row
+-- must be at version n), or NULL when it holds: shared by check and put.
+CREATE OR REPLACE FUNCTION queen.kv_expect_lost_v1(p_expect bigint, p_live boolean, p_key text,
+                                                   r queen.kv)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_expect = 0 AND p_live THEN queen.kv_lost_v1('exists', p_key, true, r)
+                WHEN p_expect > 0 AND NOT p_live THEN queen.kv_lost_v1('absent', p_key, false, r)
+                WHEN p_expect > 0 AND r.version <> p_expect
+                    THEN queen.kv_lost_v1('version', p_key, true, r) END
+$$;
+
 -- getMany: the live rows in key order while they fit p_budget bytes (the first always does),
 -- and the keys without a live row in request order. Keys left out by the budget are in neither
 -- list, and truncated says so.
@@ -167,6 +178,7 @@ DECLARE
     v_ns text := o->>'ns';
     v_key text := o->>'key';
     v_expect bigint := CASE WHEN v_op = 'putIfAbsent' THEN 0 ELSE (o->>'expect')::bigint END;
+    v_lost jsonb;
     v_live boolean;
     v_old numeric;
     v_new numeric;
@@ -194,23 +206,17 @@ BEGIN
         END IF;
         RETURN jsonb_build_object('found', true) || queen.kv_row_v1(r);
     WHEN 'check' THEN
-        IF v_expect = 0 AND v_live THEN
-            RETURN queen.kv_lost_v1('exists', v_key, true, r);
-        ELSIF v_expect > 0 AND NOT v_live THEN
-            RETURN queen.kv_lost_v1('absent', v_key, false, r);
-        ELSIF v_expect > 0 AND r.version <> v_expect THEN
-            RETURN queen.kv_lost_v1('version', v_key, true, r);
+        v_lost := queen.kv_expect_lost_v1(v_expect, v_live, v_key, r);
+        IF v_lost IS NOT NULL THEN
+            RETURN v_lost;
         END IF;
         RETURN jsonb_build_object('applied', true, 'key', v_key,
                                   'value', CASE WHEN v_live THEN r.value END,
                                   'version', CASE WHEN v_live THEN r.version ELSE 0 END);
     WHEN 'put', 'putIfAbsent' THEN
-        IF v_expect = 0 AND v_live THEN
-            RETURN queen.kv_lost_v1('exists', v_key, true, r);
-        ELSIF v_expect > 0 AND NOT v_live THEN
-            RETURN queen.kv_lost_v1('absent', v_key, false, r);
-        ELSIF v_expect > 0 AND r.version <> v_expect THEN
-            RETURN queen.kv_lost_v1('version', v_key, true, r);
+        v_lost := queen.kv_expect_lost_v1(v_expect, v_live, v_key, r);
+        IF v_lost IS NOT NULL THEN
+            RETURN v_lost;
         END IF;
         r := queen.kv_write_v1(p_tenant, v_ns, v_key, COALESCE(o->'value', 'null'),
                                queen.kv_expiry_v1(o, p_now), p_now);
