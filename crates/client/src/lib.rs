@@ -34,7 +34,7 @@ mod admin;
 mod consume;
 mod lease;
 mod queue;
-mod retry429;
+pub mod retry429;
 mod transaction;
 mod types;
 

@@ -10,15 +10,15 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use crate::Result;
 
 /// Attempts in all by default (the official client's `retry_429.max_attempts`).
-pub(crate) const DEFAULT_ATTEMPTS: u32 = 10;
+pub const DEFAULT_ATTEMPTS: u32 = 10;
 /// The wait when a 429 names none, doubled per attempt up to [`MAX_BACKOFF`] (the official
 /// client's `base_ms` and `cap_ms`).
 const BASE_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends the request `build` makes, again after each 429 while attempts are left; answers the
-/// last response.
-pub(crate) async fn send(attempts: u32, build: impl Fn() -> RequestBuilder) -> Result<Response> {
+/// last response. Public for callers that build their own push bodies.
+pub async fn send(attempts: u32, build: impl Fn() -> RequestBuilder) -> Result<Response> {
     let mut tried = 1;
     loop {
         let resp = build().send().await?;

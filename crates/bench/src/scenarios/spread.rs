@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
+use queen_client::retry429;
 use queen_client::{PushItem, PushResult};
 use queen_proto::push_bin::{encode_push_plain, Batch, BatchItem};
 use queen_proto::wire::PUSH_CONTENT_TYPE;
@@ -167,14 +168,16 @@ impl Lane {
         outcome: Arc<Outcome>,
     ) -> Result<(), String> {
         let (body, content_type) = self.body(n, &items)?;
-        let resp = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, content_type)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
+        let body = bytes::Bytes::from(body);
+        // A 429 from the push door is sent again after its Retry-After, as the official client does.
+        let resp = retry429::send(retry429::DEFAULT_ATTEMPTS, || {
+            self.http
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(body.clone())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
         if !status.is_success() {
