@@ -127,14 +127,9 @@ async fn a_push_during_a_database_outage_answers_503_and_writes_nothing() {
     .await;
     b.push("outage", "Default", &[json!({"n": 0})]).await;
     let name = b.pg.get_dbname().unwrap().to_string();
-    admin(
-        &b,
-        &format!(
-            "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-        ),
-    )
-    .await;
+    let mut admin_cfg = b.pg.clone();
+    admin_cfg.dbname("postgres");
+    common::faults::refuse_connections(&common::connect(&admin_cfg).await, &name).await;
 
     for _ in 0..3 {
         let r = push_one(&b, "during-outage").await;

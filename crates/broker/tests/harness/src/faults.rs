@@ -142,3 +142,30 @@ impl Drop for QueenProcess {
         }
     }
 }
+
+/// Cuts the test database `db` off: new connections refused and every session of it ended,
+/// again until none is left. A session still starting when the first round ran (the broker's
+/// background tasks connect at any moment) is not yet listed, so one round is not enough.
+pub async fn refuse_connections(admin: &tokio_postgres::Client, db: &str) {
+    admin
+        .batch_execute(&format!("ALTER DATABASE \"{db}\" ALLOW_CONNECTIONS false"))
+        .await
+        .expect("refuse new connections");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+                &[&db],
+            )
+            .await
+            .expect("terminate the database's sessions");
+        let ended: i64 = row.get(0);
+        if ended == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "sessions of {db} keep appearing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -30,13 +30,7 @@ async fn an_outage_spools_pushes_and_later_pushes_wait_behind_them() {
     let mut admin_cfg = b.pg.clone();
     admin_cfg.dbname("postgres");
     let admin = common::connect(&admin_cfg).await;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-        ))
-        .await
-        .unwrap();
+    common::faults::refuse_connections(&admin, &name).await;
 
     let mut want = Vec::new();
     for i in 0..3 {
