@@ -65,8 +65,8 @@ async fn assert_503(b: &TestBroker, path: &str, body: Option<Value>) {
     );
 }
 
-#[tokio::test]
-async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable() {
+/// A broker with a small pool whose spool (in a scratch directory, returned) flushes often.
+async fn spooling_broker() -> (common::TestBroker, std::path::PathBuf) {
     let spool_dir = common::scratch_spool_dir();
     let dir = spool_dir.clone();
     let b = common::broker_with(move |cfg| {
@@ -75,6 +75,12 @@ async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable()
         cfg.file_buffer_dir = Some(dir);
     })
     .await;
+    (b, spool_dir)
+}
+
+#[tokio::test]
+async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable() {
+    let (b, spool_dir) = spooling_broker().await;
     let mut want = ids(&push(&b, "ro", &[("p", "before-0"), ("p", "before-1")]).await);
     let leased = common::pop(&b, "ro", Some("p"), Some("g"), 1, "").await;
     let leased = leased.expect("a message to ack later");
@@ -134,14 +140,7 @@ async fn a_read_only_server_spools_pushes_and_answers_503_until_it_is_writable()
 /// They wait for a writable server instead of being quarantined after five rounds.
 #[tokio::test]
 async fn the_drain_never_quarantines_for_a_read_only_server() {
-    let spool_dir = common::scratch_spool_dir();
-    let dir = spool_dir.clone();
-    let b = common::broker_with(move |cfg| {
-        cfg.db_pool_size = 2;
-        cfg.file_buffer_flush_ms = 50;
-        cfg.file_buffer_dir = Some(dir);
-    })
-    .await;
+    let (b, spool_dir) = spooling_broker().await;
     maintenance(&b, true).await;
     let mut want = Vec::new();
     for i in 0..20 {
