@@ -2,19 +2,13 @@
 //! deliver them, as rates smoothed over short windows from the engine's two message counters.
 //! The push door (`engine/push/door.rs`) reads it when the broker is saturated: a broker that
 //! takes pushes faster than it can deliver them spends the cores its consumers need on a
-//! backlog nobody can drain (issue 36). It also remembers when the broker was last saturated.
-//! Like admission it caches nothing PostgreSQL owns.
+//! backlog nobody can drain (issue 36). Like admission it caches nothing PostgreSQL owns.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Rates are sampled over windows at least this long.
 const WINDOW: Duration = Duration::from_millis(250);
-
-/// How long the broker counts as saturated after it was last seen so. Under steady overload
-/// the push wait dips below its mark between bursts, and a rule that let go at every dip took
-/// 1.25× what it delivered at four times its capacity.
-const SATURATION_HOLD: Duration = Duration::from_secs(2);
 
 /// Messages per second taken in and delivered, as last measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,7 +26,6 @@ pub struct Flow {
 struct State {
     last: Option<(Instant, u64, u64)>,
     rates: Rates,
-    saturated_at: Option<Instant>,
 }
 
 impl Flow {
@@ -40,21 +33,6 @@ impl Flow {
     /// ended is folded in first (half the old estimate, half the window's).
     pub fn rates(&self, pushed: u64, delivered: u64) -> Rates {
         self.rates_at(Instant::now(), pushed, delivered)
-    }
-
-    /// Whether the broker is saturated: `now` says it is seen so at this moment, and it stays
-    /// so for [`SATURATION_HOLD`] after it was last seen so.
-    pub fn saturated(&self, now: bool) -> bool {
-        self.saturated_at(Instant::now(), now)
-    }
-
-    fn saturated_at(&self, at: Instant, now: bool) -> bool {
-        let mut st = self.lock();
-        if now {
-            st.saturated_at = Some(at);
-        }
-        st.saturated_at
-            .is_some_and(|seen| at.saturating_duration_since(seen) < SATURATION_HOLD)
     }
 
     fn rates_at(&self, now: Instant, pushed: u64, delivered: u64) -> Rates {
@@ -99,16 +77,5 @@ mod tests {
         assert_eq!((r.intake, r.drain), (2_000.0, 1_000.0));
         let r = flow.rates_at(t0 + Duration::from_secs(2), 4_000, 4_000);
         assert_eq!((r.intake, r.drain), (1_000.0, 1_500.0));
-    }
-
-    #[test]
-    fn saturation_holds_for_a_while_after_it_was_last_seen() {
-        let flow = Flow::default();
-        let t0 = Instant::now();
-        assert!(!flow.saturated_at(t0, false), "never seen");
-        assert!(flow.saturated_at(t0, true));
-        assert!(flow.saturated_at(t0 + SATURATION_HOLD / 2, false), "a dip");
-        assert!(!flow.saturated_at(t0 + SATURATION_HOLD, false), "let go");
-        assert!(flow.saturated_at(t0 + SATURATION_HOLD * 2, true));
     }
 }
