@@ -161,4 +161,24 @@ async fn bad_pops_and_paths_are_refused() {
     let (status, body) = b.get("/api/v1/ephemeral/queues/missing/depth").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["code"], "ephemeral_queue_not_found", "{body}");
+
+    crate::pushed(&b, "headless", &[json!("kept")]).await;
+    for query in ["", "&autoAck=true"] {
+        let r = b
+            .http
+            .head(b.at(&format!("/api/v1/ephemeral/pop?queue=headless{query}")))
+            .send()
+            .await
+            .expect("HEAD");
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "HEAD{query}");
+    }
+    let got = crate::pop(&b, "headless", "").await;
+    assert_eq!(
+        (got[0]["payload"].clone(), got[0]["attempts"].as_i64()),
+        (json!("kept"), Some(1)),
+        "a HEAD claims nothing"
+    );
+    let (status, body) = b.get("/api/v1/ephemeral/queues/missing/depth").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["code"], "ephemeral_queue_not_found", "{body}");
 }

@@ -36,7 +36,10 @@ pub fn routes() -> Router<Engine> {
         .route("/api/v1/ephemeral/configure", post(configure))
         .route("/api/v1/ephemeral/reset", post(reset))
         .route("/api/v1/ephemeral/push", post(push))
-        .route("/api/v1/ephemeral/pop", get(pop))
+        .route(
+            "/api/v1/ephemeral/pop",
+            get(pop).head(crate::http::pop::head_refused),
+        )
         .route("/api/v1/ephemeral/ack", post(ack))
         .route("/api/v1/ephemeral/queues", get(queues))
         .route("/api/v1/ephemeral/queues/{queue}/depth", get(depth))
