@@ -6,6 +6,7 @@ pub mod ack;
 pub mod buffers;
 pub mod db_error;
 pub mod dlq;
+pub mod ephemeral;
 pub mod groups;
 pub mod hotlist;
 pub mod kv;
