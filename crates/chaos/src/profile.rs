@@ -114,11 +114,14 @@ impl Profile {
             name: match self.name {
                 "full" => "full failover",
                 "full far-behind" => "full far-behind failover",
+                "medium" => "medium failover",
+                "medium far-behind" => "medium far-behind failover",
                 "small far-behind" => "small far-behind failover",
                 _ => "small failover",
             },
             fault_every: match self.name {
                 "full" | "full far-behind" => Duration::from_secs(10),
+                "medium" | "medium far-behind" => Duration::from_secs(5),
                 _ => Duration::from_secs(2),
             },
             ..self
