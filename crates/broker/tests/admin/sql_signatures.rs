@@ -111,11 +111,19 @@ async fn mismatches(db: &tokio_postgres::Client, sig: &Signature) -> Vec<String>
             }
             for p in bound {
                 let ty = p.bound.and_then(|n| stmt.params().get(n - 1));
-                if !ty.is_some_and(|ty| (p.accepts)(ty)) {
-                    wrong.push(format!(
-                        "{at}: {} ({}) is bound as {}, which takes {ty:?}",
-                        p.name, p.sql, p.rust
-                    ));
+                match ty {
+                    Some(ty) if (p.accepts)(ty) => {}
+                    Some(ty) => wrong.push(format!(
+                        "{at}: {} ({}) is bound as {}, the statement takes {}",
+                        p.name,
+                        p.sql,
+                        p.rust,
+                        ty.name()
+                    )),
+                    None => wrong.push(format!(
+                        "{at}: {} ({}) has no placeholder in `{}`",
+                        p.name, p.sql, sig.sql
+                    )),
                 }
             }
         }
