@@ -6,6 +6,7 @@ pub mod ack;
 pub mod buffers;
 pub mod db_error;
 pub mod dlq;
+pub mod ephemeral;
 pub mod groups;
 pub mod hotlist;
 pub mod kv;
@@ -96,6 +97,7 @@ pub fn sql_signatures() -> Vec<sql_fn::Signature> {
     let files: &[fn() -> Vec<sql_fn::Signature>] = &[
         ack::sql_signatures,
         dlq::sql_signatures,
+        ephemeral::sql_signatures,
         groups::sql_signatures,
         hotlist::sql_signatures,
         kv::sql_signatures,

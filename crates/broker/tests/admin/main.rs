@@ -1,4 +1,4 @@
-//! Tests of running the broker: JWT authentication and roles, queue configuration,
+//! Tests of running the broker: JWT authentication and roles, queue configuration and the table of queue options,
 //! consumer-group and resource administration, refusal of unstorable input on every route,
 //! slow clients and connection slots, migrations at boot, the retention loop, the `queen` command line, the layering of the source tree, the maps of the docs and their section citations, and the lifecycle of the
 //! `queen` binary through crashes. One PostgreSQL cluster serves the whole binary, each test
@@ -22,6 +22,7 @@ mod lifecycle;
 mod logs;
 mod migrations;
 mod prometheus;
+mod queue_options;
 mod read_bounds;
 mod resources;
 mod retention;

@@ -6,6 +6,7 @@
 //! nothing). The helpers both use are here.
 
 mod at_rest;
+mod failover;
 mod maintenance;
 mod outage;
 mod proxy;
