@@ -85,6 +85,24 @@ impl Profile {
         }
     }
 
+    /// The failover variant (`--failover`, issue 38): the brokers on a pg_auto_failover
+    /// formation (src/failover/), faults back to back since each failover takes seconds.
+    pub fn failover(self) -> Self {
+        Self {
+            name: match self.name {
+                "full" => "full failover",
+                "full far-behind" => "full far-behind failover",
+                "small far-behind" => "small far-behind failover",
+                _ => "small failover",
+            },
+            fault_every: match self.name {
+                "full" | "full far-behind" => Duration::from_secs(10),
+                _ => Duration::from_secs(2),
+            },
+            ..self
+        }
+    }
+
     /// The brokers' settings this profile adds to `DB_POOL_SIZE`.
     pub fn broker_env(&self) -> Vec<(String, String)> {
         let mut env = vec![("DB_POOL_SIZE".to_string(), self.pool_size.to_string())];

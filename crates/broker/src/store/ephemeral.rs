@@ -250,3 +250,15 @@ pub async fn depth(
     };
     Ok(answer.map(|Json(v)| v))
 }
+
+/// `queen.eph_sweep_step_v1`: drops expired messages of up to `max_queues` queues; how many
+/// queues it swept.
+pub async fn sweep_step(db: &impl GenericClient, defaults: &Value, max_queues: i32) -> Result<i64> {
+    let stmt = crate::store::prepare(db, "SELECT queen.eph_sweep_step_v1($1, $2)").await?;
+    let defaults = Json(defaults);
+    let n: i32 = db
+        .query_one(&stmt, &[&defaults, &max_queues])
+        .await?
+        .try_get(0)?;
+    Ok(i64::from(n))
+}
