@@ -6,8 +6,8 @@
 
 #[cfg(test)]
 mod tests {
-    use queen_client::{AckRef, PopView, PushItem};
-    use serde::Deserialize;
+    use bytes::Bytes;
+    use queen_client::{ack_verdicts, AckRef, PopBody, PushItem};
 
     use crate::payload::Payloads;
     use crate::scenarios::{e2e, push};
@@ -31,7 +31,7 @@ mod tests {
     }
 
     /// A pop answer of `BATCH` messages as the broker renders it (docs/wire.md §7.3).
-    fn pop_answer(p: &Payloads, first: u64) -> Vec<u8> {
+    fn pop_answer(p: &Payloads, first: u64) -> Bytes {
         let msgs: Vec<String> = (first..first + BATCH)
             .map(|seq| {
                 format!(
@@ -44,7 +44,7 @@ mod tests {
             r#"{{"success":true,"queue":"q","partition":"p0","partitionId":"17","leaseId":"0193a6f2-7c1e-7b3a-9f00-000000000001","consumerGroup":null,"messages":[{}],"partitionsClaimed":1}}"#,
             msgs.join(",")
         )
-        .into_bytes()
+        .into()
     }
 
     fn ack_answer(first: u64) -> Vec<u8> {
@@ -59,22 +59,17 @@ mod tests {
         format!("[{}]", items.join(",")).into_bytes()
     }
 
-    /// What `Queen::ack_refs` reads of an ack answer.
-    #[derive(Deserialize)]
-    struct Verdict {
-        success: bool,
-    }
-
     #[inline(never)]
-    fn parse(answers: &[(Vec<u8>, Vec<u8>)], tracker: &Tracker) -> usize {
+    fn parse(answers: &[(Bytes, Vec<u8>)], tracker: &Tracker) -> usize {
         let mut sent = 0;
         for (pop, ack) in answers {
-            let popped: PopView<'_> = serde_json::from_slice(pop).expect("pop answer");
+            let body = PopBody::new(pop.clone());
+            let popped = body.view().expect("pop answer");
             e2e::record(tracker, 0, &popped, 1_700_000_000_000_005);
             let acks: Vec<AckRef<'_>> = popped.messages.iter().map(|m| m.completed()).collect();
             sent += serde_json::to_vec(&acks).expect("ack body").len();
-            let verdicts: Vec<Verdict> = serde_json::from_slice(ack).expect("ack answer");
-            sent += verdicts.iter().filter(|v| !v.success).count();
+            let (answered, refused) = ack_verdicts(ack).expect("ack answer");
+            sent += answered + refused;
         }
         sent
     }

@@ -117,8 +117,8 @@ impl Stamp {
     /// The stamp of a bench body as sent or as a peer renders it back (jsonb's text form,
     /// `{"b": "…", "i": 1, "t": 2}`): read from the last bytes without scanning the block;
     /// any other document is parsed in full.
-    pub fn parse(json: &str) -> Option<Self> {
-        Self::from_tail(json.as_bytes()).or_else(|| serde_json::from_str(json).ok())
+    pub fn parse(json: &[u8]) -> Option<Self> {
+        Self::from_tail(json).or_else(|| serde_json::from_slice(json).ok())
     }
 
     fn from_tail(json: &[u8]) -> Option<Self> {
@@ -205,7 +205,7 @@ mod tests {
     fn bodies_round_trip_and_carry_a_kib_of_entropy() {
         let p = Payloads::new(7);
         let body = p.body(42, 1_700_000_000_000_000);
-        let s = Stamp::parse(&body).unwrap();
+        let s = Stamp::parse(body.as_bytes()).unwrap();
         assert_eq!((s.i, s.t), (42, 1_700_000_000_000_000));
         assert!(body.len() > RANDOM_BYTES * 4 / 3);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -258,21 +258,31 @@ mod tests {
     #[test]
     fn stamps_parse_from_our_bodies_and_from_jsonb_text() {
         let p = Payloads::new(5);
-        for (seq, t) in [(0, 0), (u64::MAX >> 1, -5), (123_456, 1_765_000_000_000_000)] {
+        for (seq, t) in [
+            (0, 0),
+            (u64::MAX >> 1, -5),
+            (123_456, 1_765_000_000_000_000),
+        ] {
             let body = p.body(seq, t);
-            assert_eq!(Stamp::parse(&body), Some(Stamp { i: seq, t }));
+            assert_eq!(Stamp::parse(body.as_bytes()), Some(Stamp { i: seq, t }));
             // PostgreSQL's jsonb text form of the same document.
             let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            let jsonb = format!(r#"{{"b": "{}", "i": {seq}, "t": {t}}}"#, v["b"].as_str().unwrap());
-            assert_eq!(Stamp::from_tail(jsonb.as_bytes()), Some(Stamp { i: seq, t }));
+            let jsonb = format!(
+                r#"{{"b": "{}", "i": {seq}, "t": {t}}}"#,
+                v["b"].as_str().unwrap()
+            );
+            assert_eq!(
+                Stamp::from_tail(jsonb.as_bytes()),
+                Some(Stamp { i: seq, t })
+            );
         }
         // Other shapes still parse, in full.
         assert_eq!(
-            Stamp::parse(r#"{"t": 9, "i": 8, "x": [1]}"#),
+            Stamp::parse(br#"{"t": 9, "i": 8, "x": [1]}"#),
             Some(Stamp { i: 8, t: 9 })
         );
-        assert_eq!(Stamp::parse(r#"{"i":"8","t":9}"#), None);
-        assert_eq!(Stamp::parse("[]"), None);
+        assert_eq!(Stamp::parse(br#"{"i":"8","t":9}"#), None);
+        assert_eq!(Stamp::parse(b"[]"), None);
     }
 
     fn zstd_len(s: &str) -> usize {

@@ -32,6 +32,7 @@
 
 mod admin;
 mod consume;
+mod json_scan;
 mod lease;
 mod pop_view;
 mod queue;
@@ -48,7 +49,7 @@ use serde_json::Value;
 pub use admin::{DlqQuery, SeekTarget};
 pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
 pub use lease::LeaseRenewal;
-pub use pop_view::{AckRef, MessageView, PopBody, PopView};
+pub use pop_view::{ack_verdicts, AckRef, MessageView, PopBody, PopView};
 pub use queue::{encode_segment, QueueRef};
 pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};

@@ -155,7 +155,7 @@ impl Consumer {
             self.stats.pops.fetch_add(1, Ordering::Relaxed);
             let now = self.clock.now_us();
             for m in &popped.messages {
-                if let Some(s) = Stamp::parse(m.data.get()) {
+                if let Some(s) = Stamp::parse(m.data) {
                     let lane = m.offset.map(|o| (m.partition_id.as_ref(), o));
                     let attempt = m.delivery_attempt.unwrap_or(1);
                     let fresh = self.tracker.record(0, s.i, attempt, s.t, now, lane);

@@ -411,7 +411,9 @@ pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: Consu
         let acks: Vec<AckRef<'_>> = popped.messages.iter().map(|m| m.completed()).collect();
         match queen.ack_refs(&acks, group.as_deref()).await {
             Ok(refused) => {
-                stats.ack_failures.fetch_add(refused as u64, Ordering::Relaxed);
+                stats
+                    .ack_failures
+                    .fetch_add(refused as u64, Ordering::Relaxed);
             }
             Err(e) => {
                 if stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -425,7 +427,7 @@ pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: Consu
 /// Records every message of one pop answer to `group`, delivered at `now` (µs).
 pub fn record(tracker: &Tracker, group: usize, popped: &PopView<'_>, now: i64) {
     for m in &popped.messages {
-        if let Some(s) = Stamp::parse(m.data.get()) {
+        if let Some(s) = Stamp::parse(m.data) {
             let lane = m.offset.map(|o| (m.partition_id.as_ref(), o));
             tracker.record(group, s.i, m.delivery_attempt.unwrap_or(1), s.t, now, lane);
         }
