@@ -29,5 +29,6 @@ mod resources;
 mod retention;
 mod server_switch;
 mod slow_clients;
+mod sql_signatures;
 mod sqlstates;
 mod tenancy;
