@@ -60,8 +60,11 @@ struct Common {
     /// The CI profile (the default): 6 000 messages over 50 s, a fault every 6 s.
     #[arg(long, global = true)]
     small: bool,
-    /// The proof profile: ≥ 1 000 000 messages, ≥ 20 faults (long; not on a shared machine).
+    /// 60 000 messages over 4 min, a fault every 20 s: deep backlogs in ~10 min.
     #[arg(long, global = true, conflicts_with = "small")]
+    medium: bool,
+    /// The proof profile: ≥ 1 000 000 messages, ≥ 20 faults (long; not on a shared machine).
+    #[arg(long, global = true, conflicts_with_all = ["small", "medium"])]
     full: bool,
     /// The far-behind variant of the profile: hash-sidecar rows purged seconds after each
     /// push and named groups joining late, so every ack resolves behind the purge horizon.
@@ -90,6 +93,8 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         let mut profile = if cli.common.full {
             Profile::full()
+        } else if cli.common.medium {
+            Profile::medium()
         } else {
             Profile::small()
         };

@@ -88,6 +88,10 @@ pub enum Error {
         /// The broker's explanation.
         message: String,
     },
+    /// A transaction was rolled back because a required key-value operation of its `kv`
+    /// rider lost its precondition (`failed_index` is flat: push items and acks count first).
+    #[error("rolled back: the key-value operation at {} lost its precondition ({})", .0.failed_index, .0.reason)]
+    Precondition(kv::KvPrecondition),
 }
 
 impl Error {
