@@ -513,3 +513,31 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
       FROM queen.eph_gauges_v1(p_tenant, p_queue, p_defaults) AS g
      WHERE g IS NOT NULL
 $$;
+
+-- The retention loop's ttl sweep: applies eph_expire_v1 to up to p_max queues that hold a
+-- message older than their ttlSeconds (queues locked by a push or pop are skipped: that call
+-- expires them itself), so an idle queue's expired messages go too. Answers how many queues.
+CREATE OR REPLACE FUNCTION queen.eph_sweep_step_v1(p_defaults jsonb, p_max int)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    v_n int := 0;
+BEGIN
+    FOR r IN SELECT l.tenant_id, l.queue, o.opt
+               FROM queen.eph_live l
+              CROSS JOIN LATERAL (SELECT queen.eph_options_v1(l.tenant_id, l.queue, p_defaults)
+                                         AS opt) o
+              WHERE (o.opt->>'ttlSeconds')::bigint > 0
+                AND EXISTS (SELECT 1 FROM queen.eph_messages m
+                             WHERE m.tenant_id = l.tenant_id AND m.queue = l.queue
+                               AND m.created_at < now() - make_interval(
+                                                      secs => (o.opt->>'ttlSeconds')::bigint))
+              ORDER BY l.tenant_id, l.queue
+              LIMIT greatest(p_max, 1)
+              FOR UPDATE OF l SKIP LOCKED LOOP
+        PERFORM queen.eph_expire_v1(r.tenant_id, r.queue, r.opt);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;

@@ -4,12 +4,54 @@
 //! a declared queue's own options override it inside the SQL.
 
 use deadpool_postgres::GenericClient;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::Json;
 
 use crate::error::Result;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Declares a queue with its options.
+    Configure<'a> = eph_configure_v1(p_tenant: &'a str, p_queue: &'a str, p_options: &'a Value);
+    /// Appends payloads to one ring.
+    Push<'a> = eph_push_v1(
+        p_tenant: &'a str,
+        p_queue: &'a str,
+        p_partition: &'a str,
+        p_payloads: &'a [&'a str],
+        p_defaults: &'a Value,
+    );
+    /// One claim.
+    Pop<'a> = eph_pop_v1(
+        p_tenant: &'a str,
+        p_queue: &'a str,
+        p_partition: Option<&'a str>,
+        p_group: &'a str,
+        p_batch: i32,
+        p_auto_ack: bool,
+        p_window: bool,
+        p_defaults: &'a Value,
+    );
+    /// Acknowledgements, in order.
+    Ack<'a> = eph_ack_v1(
+        p_tenant: &'a str,
+        p_queue: &'a str,
+        p_group: &'a str,
+        p_acks: &'a Value,
+        p_defaults: &'a Value,
+    );
+    /// Drops every message of a queue.
+    Reset<'a> = eph_reset_v1(p_tenant: &'a str, p_queue: &'a str);
+    /// Deletes a queue.
+    Delete<'a> = eph_delete_v1(p_tenant: &'a str, p_queue: &'a str);
+    /// The tenant's queues' gauges.
+    Queues<'a> = eph_queues_v1(p_tenant: &'a str, p_defaults: &'a Value, p_limit: i32);
+    /// One queue's gauges, rings and cursors.
+    Depth<'a> = eph_depth_v1(p_tenant: &'a str, p_queue: &'a str, p_defaults: &'a Value);
+    /// Drops expired messages of a batch of queues.
+    SweepStep<'a> = eph_sweep_step_v1(p_defaults: &'a Value, p_max: i32);
+}
 
 /// What a push came to.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -65,18 +107,6 @@ pub struct Deleted {
     pub declared: bool,
 }
 
-/// Runs `sql` with `params`; its one jsonb answer as `T`.
-async fn call<T: DeserializeOwned>(
-    db: &impl GenericClient,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<T> {
-    let stmt = crate::store::prepare(db, sql).await?;
-    let row = db.query_one(&stmt, params).await?;
-    let Json(answer): Json<T> = row.try_get(0)?;
-    Ok(answer)
-}
-
 /// `queen.eph_configure_v1`: declares `queue` with `options`; whether it was new.
 pub async fn configure(
     db: &impl GenericClient,
@@ -88,12 +118,12 @@ pub async fn configure(
     struct Created {
         created: bool,
     }
-    let options = Json(options);
-    let answer: Created = call(
-        db,
-        "SELECT queen.eph_configure_v1($1, $2, $3)",
-        &[&tenant, &queue, &options],
-    )
+    let answer: Created = Configure {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_options: options,
+    }
+    .json(db)
     .await?;
     Ok(answer.created)
 }
@@ -107,12 +137,14 @@ pub async fn push(
     payloads: &[&str],
     defaults: &Value,
 ) -> Result<PushAnswer> {
-    let defaults = Json(defaults);
-    call(
-        db,
-        "SELECT queen.eph_push_v1($1, $2, $3, $4, $5)",
-        &[&tenant, &queue, &partition, &payloads, &defaults],
-    )
+    Push {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_partition: partition,
+        p_payloads: payloads,
+        p_defaults: defaults,
+    }
+    .json(db)
     .await
 }
 
@@ -131,21 +163,17 @@ pub struct PopCall<'a> {
 
 /// `queen.eph_pop_v1`: one claim.
 pub async fn pop(db: &impl GenericClient, c: &PopCall<'_>, defaults: &Value) -> Result<PopAnswer> {
-    let defaults = Json(defaults);
-    call(
-        db,
-        "SELECT queen.eph_pop_v1($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &c.tenant,
-            &c.queue,
-            &c.partition,
-            &c.group,
-            &c.batch,
-            &c.auto_ack,
-            &c.window,
-            &defaults,
-        ],
-    )
+    Pop {
+        p_tenant: c.tenant,
+        p_queue: c.queue,
+        p_partition: c.partition,
+        p_group: c.group,
+        p_batch: c.batch,
+        p_auto_ack: c.auto_ack,
+        p_window: c.window,
+        p_defaults: defaults,
+    }
+    .json(db)
     .await
 }
 
@@ -158,24 +186,34 @@ pub async fn ack(
     acks: &Value,
     defaults: &Value,
 ) -> Result<Vec<String>> {
-    let (acks, defaults) = (Json(acks), Json(defaults));
-    call(
-        db,
-        "SELECT queen.eph_ack_v1($1, $2, $3, $4, $5)",
-        &[&tenant, &queue, &group, &acks, &defaults],
-    )
+    Ack {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_group: group,
+        p_acks: acks,
+        p_defaults: defaults,
+    }
+    .json(db)
     .await
 }
 
 /// `queen.eph_reset_v1`: how many messages were dropped.
 pub async fn reset(db: &impl GenericClient, tenant: &str, queue: &str) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.eph_reset_v1($1, $2)").await?;
-    Ok(db.query_one(&stmt, &[&tenant, &queue]).await?.try_get(0)?)
+    let call = Reset {
+        p_tenant: tenant,
+        p_queue: queue,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 /// `queen.eph_delete_v1`.
 pub async fn delete(db: &impl GenericClient, tenant: &str, queue: &str) -> Result<Deleted> {
-    call(db, "SELECT queen.eph_delete_v1($1, $2)", &[&tenant, &queue]).await
+    Delete {
+        p_tenant: tenant,
+        p_queue: queue,
+    }
+    .json(db)
+    .await
 }
 
 /// `queen.eph_queues_v1`: the tenant's queues' gauges, at most `limit`.
@@ -185,12 +223,12 @@ pub async fn queues(
     defaults: &Value,
     limit: i32,
 ) -> Result<Vec<Value>> {
-    let defaults = Json(defaults);
-    call(
-        db,
-        "SELECT queen.eph_queues_v1($1, $2, $3)",
-        &[&tenant, &defaults, &limit],
-    )
+    Queues {
+        p_tenant: tenant,
+        p_defaults: defaults,
+        p_limit: limit,
+    }
+    .json(db)
     .await
 }
 
@@ -201,12 +239,27 @@ pub async fn depth(
     queue: &str,
     defaults: &Value,
 ) -> Result<Option<Value>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.eph_depth_v1($1, $2, $3)").await?;
-    let defaults = Json(defaults);
-    let row = db.query_opt(&stmt, &[&tenant, &queue, &defaults]).await?;
+    let row = Depth {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_defaults: defaults,
+    }
+    .query_opt(db)
+    .await?;
     let answer: Option<Json<Value>> = match row {
         Some(row) => row.try_get(0)?,
         None => None,
     };
     Ok(answer.map(|Json(v)| v))
+}
+
+/// `queen.eph_sweep_step_v1`: drops expired messages of up to `max_queues` queues; how many
+/// queues it swept.
+pub async fn sweep_step(db: &impl GenericClient, defaults: &Value, max_queues: i32) -> Result<i64> {
+    let call = SweepStep {
+        p_defaults: defaults,
+        p_max: max_queues,
+    };
+    let n: i32 = call.query_one(db).await?.try_get(0)?;
+    Ok(i64::from(n))
 }

@@ -6,6 +6,19 @@ use tokio_postgres::Row;
 
 use crate::error::Result;
 use crate::queue_options::{self, Kind, QueueOption, Setting, OPTIONS};
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Creates or reconfigures a queue; answers its row.
+    Configure<'a> = configure_queue_v1(
+        p_queue: &'a str,
+        p_opts: &'a serde_json::Value,
+        p_replace: bool,
+        p_defaults: &'a serde_json::Value,
+    ) select "*";
+    /// Deletes a queue and everything it owns.
+    DeleteQueue<'a> = delete_queue_v1(p_queue: &'a str);
+}
 
 /// A `queen.queues` row: identity, labels and every other option of `queue_options::OPTIONS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,18 +69,21 @@ pub async fn configure(
     options: &serde_json::Value,
     replace: bool,
 ) -> Result<QueueRow> {
-    let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.configure_queue_v1($1, $2, $3, $4)").await?;
     let defaults = queue_options::configure_defaults();
-    let row = db
-        .query_one(&stmt, &[&queue, options, &replace, &defaults])
-        .await?;
+    let row = Configure {
+        p_queue: queue,
+        p_opts: options,
+        p_replace: replace,
+        p_defaults: &defaults,
+    }
+    .query_one(db)
+    .await?;
     QueueRow::from_row(&row)
 }
 
 /// Deletes `queue` and everything it owns. `None` when there is no such queue, else the
 /// number of partitions deleted.
 pub async fn delete(db: &impl GenericClient, queue: &str) -> Result<Option<i32>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.delete_queue_v1($1)").await?;
-    Ok(db.query_one(&stmt, &[&queue]).await?.try_get(0)?)
+    let call = DeleteQueue { p_queue: queue };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }

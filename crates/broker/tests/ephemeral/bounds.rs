@@ -92,6 +92,26 @@ async fn policy_drop_oldest_keeps_the_newest() {
 }
 
 #[tokio::test]
+async fn the_retention_loop_drops_an_idle_queues_expired_messages() {
+    let b = common::broker_with(|c| c.retention_interval_ms = 200).await;
+    configure(&b, "idle", json!({"ttlSeconds": 1})).await;
+    configure(&b, "forever", json!({})).await;
+    pushed(&b, "idle", &[json!(1), json!(2)]).await;
+    pushed(&b, "forever", &[json!(1)]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = depth(&b, "idle").await;
+        if d["length"] == 0 {
+            assert_eq!(d["dropped"]["ttl"], 2, "{d}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not swept: {d}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(depth(&b, "forever").await["length"], 1, "no ttl, kept");
+}
+
+#[tokio::test]
 async fn messages_older_than_the_ttl_are_dropped() {
     let b = common::broker().await;
     configure(&b, "fresh", json!({"ttlSeconds": 1})).await;

@@ -206,6 +206,24 @@ pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<(Vec<Value>, bool)> 
     Ok((rows, truncated))
 }
 
+/// The retention loop's ttl sweep (docs/engine.md §17.4): queues holding messages past their
+/// `ttlSeconds`, swept in batches of `batch` queues until one comes back short, so an idle
+/// queue's expired messages are dropped too.
+pub async fn sweep_expired(
+    st: &Engine,
+    batch: i32,
+    closing: &tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let db = st.store.conn().await?;
+    let defaults = options::defaults();
+    while !*closing.borrow() {
+        if store::sweep_step(&db, &defaults, batch).await? < i64::from(batch) {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// One queue's gauges, rings and cursors; `None` when it is neither declared nor live.
 pub async fn depth(st: &Engine, tenant: &Tenant, queue: &str) -> Result<Option<Value>> {
     let db = st.store.conn().await?;
