@@ -35,9 +35,11 @@
 
 mod admin;
 mod consume;
+mod json_scan;
 pub mod kv;
 mod lease;
 pub mod locks;
+mod pop_view;
 mod queue;
 pub mod reads;
 pub mod retry429;
@@ -54,6 +56,7 @@ use serde_json::Value;
 pub use admin::{DlqQuery, SeekTarget};
 pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
 pub use lease::LeaseRenewal;
+pub use pop_view::{ack_verdicts, AckRef, MessageView, PopBody, PopView};
 pub use queue::{encode_segment, QueueRef};
 pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
@@ -88,6 +91,10 @@ pub enum Error {
         /// The broker's explanation.
         message: String,
     },
+    /// A transaction was rolled back because a required key-value operation of its `kv`
+    /// rider lost its precondition (`failed_index` is flat: push items and acks count first).
+    #[error("rolled back: the key-value operation at {} lost its precondition ({})", .0.failed_index, .0.reason)]
+    Precondition(kv::KvPrecondition),
 }
 
 impl Error {

@@ -15,11 +15,14 @@
 //! ```
 
 use reqwest::Method;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::kv::KvOp;
 use crate::{expect_json, Error, Queen, Result};
+
+/// The key-value namespace of the permits.
+pub const NAMESPACE: &str = "queen-locks";
 
 /// A held permit.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +41,27 @@ pub struct Permit {
 }
 
 impl Permit {
+    /// A permit known from elsewhere (another process, the command line), to renew or
+    /// release it; `owner` may be empty when unknown (a renew then goes by the token alone).
+    /// Its guard is the documented one (docs/wire.md §21), a required check of
+    /// the row `<name>#<slot>` of namespace `queen-locks` at version `token`.
+    pub fn new(name: impl Into<String>, slot: u32, token: i64, owner: impl Into<String>) -> Self {
+        let name = name.into();
+        let guard = Guard {
+            ns: NAMESPACE.to_string(),
+            key: format!("{name}#{slot}"),
+            expect: u64::try_from(token).unwrap_or(0),
+        };
+        Self {
+            name,
+            slot,
+            token,
+            owner: owner.into(),
+            already: false,
+            guard,
+        }
+    }
+
     /// The key-value `check` that holds while the permit is this token's (required: put it in
     /// a [`crate::kv::Kv::batch`] or a transaction's `kv` rider to make the rest conditional).
     pub fn guard(&self) -> KvOp {
@@ -46,7 +70,7 @@ impl Permit {
 }
 
 /// One current holder of a lock.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Holder {
     /// Its slot.
@@ -177,10 +201,14 @@ impl Locks {
     }
 
     /// Extends `permit` to `ttl_seconds` from now; the renewed permit has a new, greater
-    /// token (use it from now on).
+    /// token (use it from now on). The permit's owner may renew with an older token (its last
+    /// renewal's answer was lost); without an owner only the current token renews.
     pub async fn renew(&self, permit: &Permit, ttl_seconds: u64) -> Result<Kept<Permit>> {
-        let op = json!({"op": "renew", "name": permit.name, "token": permit.token,
-                        "ttlSeconds": ttl_seconds, "slot": permit.slot, "owner": permit.owner});
+        let mut op = json!({"op": "renew", "name": permit.name, "token": permit.token,
+                            "ttlSeconds": ttl_seconds, "slot": permit.slot});
+        if !permit.owner.is_empty() {
+            op["owner"] = json!(permit.owner);
+        }
         let a = self.one(op).await?;
         match a.renewed {
             Some(true) => Ok(Kept::Done(permit_of(permit, a)?)),
@@ -267,6 +295,11 @@ mod tests {
         assert_eq!(
             p.guard().to_json(),
             json!({"op":"check","ns":"queen-locks","key":"l#0","expect":12,"required":true})
+        );
+        assert_eq!(
+            Permit::new("l", 0, 12, "me"),
+            p,
+            "a permit named by hand is the same"
         );
     }
 }

@@ -145,8 +145,28 @@ impl From<String> for TimerStatus {
     }
 }
 
+impl TimerStatus {
+    /// The status as the broker names it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TimerStatus::Scheduled => "scheduled",
+            TimerStatus::Rescheduled => "rescheduled",
+            TimerStatus::Cancelled => "cancelled",
+            TimerStatus::Absent => "absent",
+            TimerStatus::TooLate => "too_late",
+            TimerStatus::Other(s) => s,
+        }
+    }
+}
+
+impl Serialize for TimerStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// The result of one schedule or cancel.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimerResult {
     /// Scheduled, rescheduled or cancelled.
@@ -169,7 +189,8 @@ pub struct TimerResult {
 }
 
 /// A pending timer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingTimer {
     /// Its queue.
     pub queue: String,
@@ -188,11 +209,13 @@ pub struct PendingTimer {
     /// A fire holds it now.
     pub firing: bool,
     /// The message ([`Timers::peek`] only; `None` in a listing).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Box<RawValue>>,
 }
 
 /// A page of a queue's pending timers, by key.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TimerPage {
     /// The timers, in byte order of their keys.
     pub rows: Vec<PendingTimer>,

@@ -2,7 +2,8 @@
 //! embedded PostgreSQL): the key-value store (every operation, its verdicts, paging, a lost
 //! required precondition, a refusal), locks (fencing tokens, renew, release, a stale guard),
 //! timers (schedule, list, peek, reschedule, cancel, a fire into its queue) and reads by
-//! offset (fetch, its errors, the partition listing).
+//! offset (fetch, its errors, the partition listing), and the `kv` and `timers` riders of a
+//! transaction.
 
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ async fn typed_kv_locks_timers_and_reads_against_a_real_broker() {
         locks_fence_with_increasing_tokens(&sdk).await;
         timers_schedule_list_peek_cancel_and_fire(&sdk).await;
         reads_by_offset(&sdk).await;
+        riders_share_the_fate_of_their_transaction(&sdk).await;
     };
     let outcome = tokio::time::timeout(Duration::from_secs(240), scenarios).await;
     queen_launch::terminate(&mut child, Duration::from_secs(20));
@@ -489,4 +491,91 @@ async fn reads_by_offset(sdk: &Queen) {
         }
         other => panic!("a negative offset answered {other:?}"),
     }
+}
+
+async fn riders_share_the_fate_of_their_transaction(sdk: &Queen) {
+    let gate = || KvOp::PutIfAbsent {
+        ns: "sdk-tx".into(),
+        key: "order-1:shipped".into(),
+        value: json!(true),
+        expiry: Expiry::Seconds(600),
+        required: true,
+    };
+    let item = || PushItem::json(&json!({"ship": 1}), None).unwrap();
+    let timer = Schedule::new(
+        "sdk-tx-timers",
+        "reminder",
+        &json!({"r": 1}),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let first = sdk
+        .transaction()
+        .push("sdk-tx-out", "Default", vec![item()])
+        .kv(gate())
+        .timer(TimerOp::Schedule(timer))
+        .commit()
+        .await
+        .expect("the first bundle commits");
+    let kinds: Vec<&str> = first
+        .results
+        .iter()
+        .filter_map(|r| r["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["push", "kv", "timer"], "{:?}", first.results);
+    assert!(sdk
+        .timers()
+        .peek("sdk-tx-timers", "reminder")
+        .await
+        .unwrap()
+        .is_some());
+
+    // The same gate again: the whole bundle rolls back, its push and its timer cancel with it.
+    let cancel = TimerOp::Cancel {
+        queue: "sdk-tx-timers".into(),
+        timer_key: "reminder".into(),
+        txn: None,
+    };
+    let again = sdk
+        .transaction()
+        .push("sdk-tx-out", "Default", vec![item()])
+        .kv(gate())
+        .timer(cancel)
+        .commit()
+        .await;
+    match again {
+        Err(Error::Precondition(p)) => {
+            assert_eq!(
+                (p.failed_index, p.reason, p.value),
+                (1, KvReason::Exists, json!(true))
+            );
+        }
+        other => panic!("a lost gate answered {other:?}"),
+    }
+    assert!(
+        sdk.timers()
+            .peek("sdk-tx-timers", "reminder")
+            .await
+            .unwrap()
+            .is_some(),
+        "cancel rolled back"
+    );
+    let popped = sdk
+        .queue("sdk-tx-out")
+        .batch(10)
+        .pop()
+        .await
+        .unwrap()
+        .expect("one message");
+    assert_eq!(popped.messages.len(), 1, "the second push rolled back");
+
+    let listing = KvOp::GetPrefix {
+        ns: "sdk-tx".into(),
+        prefix: "o".into(),
+        after: None,
+        limit: None,
+        keys_only: false,
+    };
+    let refused = sdk.transaction().kv(listing).commit().await;
+    assert!(matches!(refused, Err(Error::Encode(m)) if m.contains("getPrefix")));
 }

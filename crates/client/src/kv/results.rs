@@ -2,7 +2,7 @@
 //! each element of `results` is decoded as its operation's result, and the rolled-back answer
 //! of a lost `required` precondition as [`KvOutcome::PreconditionFailed`].
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::KvOp;
@@ -18,7 +18,7 @@ pub enum KvOutcome {
 }
 
 /// What a required operation found instead of its precondition.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvPrecondition {
     /// The operation's index (in a transaction, its flat index among the bundle's results).
@@ -50,7 +50,7 @@ pub enum KvResult {
 }
 
 /// A live row.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvEntry {
     /// The key.
@@ -66,7 +66,7 @@ pub struct KvEntry {
 }
 
 /// A live key without its value (`getPrefix` with `keys_only`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvKey {
     /// The key.
@@ -78,7 +78,7 @@ pub struct KvKey {
 }
 
 /// The answer of `getMany`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KvMany {
     /// The live rows, in key order.
     pub rows: Vec<KvEntry>,
@@ -89,7 +89,7 @@ pub struct KvMany {
 }
 
 /// A page of `getPrefix`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvPage {
     /// The rows, in byte order of their keys.
@@ -101,7 +101,7 @@ pub struct KvPage {
 }
 
 /// A page of `getPrefix` with `keys_only`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvKeyPage {
     /// The keys, in byte order.
@@ -129,7 +129,7 @@ impl KvVerdict {
 }
 
 /// An applied write or a holding check.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvApplied {
     /// The key.
@@ -146,7 +146,7 @@ pub struct KvApplied {
 }
 
 /// A refused write or a failing check, with the row as it is.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvRefused {
     /// The key.
@@ -189,6 +189,12 @@ impl From<String> for KvReason {
             "type" => KvReason::Type,
             _ => KvReason::Other(s),
         }
+    }
+}
+
+impl Serialize for KvReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

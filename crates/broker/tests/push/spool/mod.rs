@@ -12,6 +12,7 @@ mod outage;
 mod proxy;
 mod read_only;
 mod rescue;
+mod resume;
 mod standby;
 
 use std::path::Path;
