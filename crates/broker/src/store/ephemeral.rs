@@ -49,6 +49,8 @@ sql_fns! {
     Queues<'a> = eph_queues_v1(p_tenant: &'a str, p_defaults: &'a Value, p_limit: i32);
     /// One queue's gauges, rings and cursors.
     Depth<'a> = eph_depth_v1(p_tenant: &'a str, p_queue: &'a str, p_defaults: &'a Value);
+    /// Drops expired messages of a batch of queues.
+    SweepStep<'a> = eph_sweep_step_v1(p_defaults: &'a Value, p_max: i32);
 }
 
 /// What a push came to.
@@ -254,11 +256,10 @@ pub async fn depth(
 /// `queen.eph_sweep_step_v1`: drops expired messages of up to `max_queues` queues; how many
 /// queues it swept.
 pub async fn sweep_step(db: &impl GenericClient, defaults: &Value, max_queues: i32) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.eph_sweep_step_v1($1, $2)").await?;
-    let defaults = Json(defaults);
-    let n: i32 = db
-        .query_one(&stmt, &[&defaults, &max_queues])
-        .await?
-        .try_get(0)?;
+    let call = SweepStep {
+        p_defaults: defaults,
+        p_max: max_queues,
+    };
+    let n: i32 = call.query_one(db).await?.try_get(0)?;
     Ok(i64::from(n))
 }
