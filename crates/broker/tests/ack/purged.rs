@@ -340,6 +340,28 @@ async fn transaction_acks(accelerated: bool) {
     assert_eq!(answer["success"], true, "{answer}");
     let c = cursor(&db, pid, "g").await;
     assert_eq!((c.committed, c.worker), (2, None));
+
+    // Lease-less ack operations resolve within the row's last delivered batch too.
+    push_txns(&b, "txn", "p", &txns("late", 2)).await;
+    purged(&db, pid, 5).await;
+    let popped = pop(&b, "txn", Some("p"), G, 10, "")
+        .await
+        .expect("two more");
+    let bare: Vec<Value> = popped
+        .messages
+        .iter()
+        .map(|m| {
+            let mut op = ack_op(m, "completed", G);
+            op.as_object_mut().map(|o| o.remove("leaseId"));
+            op
+        })
+        .collect();
+    let (_, answer) = b
+        .post("/api/v1/transaction", &json!({ "operations": bare }))
+        .await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.worker), (4, None));
 }
 
 #[tokio::test]
