@@ -36,6 +36,7 @@
 mod admin;
 mod consume;
 mod json_scan;
+mod json_write;
 pub mod kv;
 mod lease;
 pub mod locks;
@@ -56,7 +57,7 @@ use serde_json::Value;
 pub use admin::{DlqQuery, SeekTarget};
 pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
 pub use lease::LeaseRenewal;
-pub use pop_view::{ack_verdicts, AckRef, MessageView, PopBody, PopView};
+pub use pop_view::{ack_body, ack_verdicts, AckRef, MessageView, PopBody, PopView};
 pub use queue::{encode_segment, QueueRef};
 pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
