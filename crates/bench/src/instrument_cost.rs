@@ -7,7 +7,7 @@
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use queen_client::{ack_verdicts, AckRef, PopBody, PushItem};
+    use queen_client::{ack_body, ack_verdicts, AckRef, PopBody, PushItem};
 
     use crate::payload::Payloads;
     use crate::scenarios::{e2e, push};
@@ -67,7 +67,7 @@ mod tests {
             let popped = body.view().expect("pop answer");
             e2e::record(tracker, 0, &popped, 1_700_000_000_000_005);
             let acks: Vec<AckRef<'_>> = popped.messages.iter().map(|m| m.completed()).collect();
-            sent += serde_json::to_vec(&acks).expect("ack body").len();
+            sent += ack_body(&acks, None).len();
             let (answered, refused) = ack_verdicts(ack).expect("ack answer");
             sent += answered + refused;
         }

@@ -31,6 +31,10 @@ impl<'a> Scan<'a> {
     }
 
     fn expect(&mut self, byte: u8) -> Result<()> {
+        if self.s.get(self.at) == Some(&byte) {
+            self.at += 1;
+            return Ok(());
+        }
         if self.peek() != Some(byte) {
             return Err(bad(&format!("expected `{}`", byte as char), self.at));
         }
@@ -56,10 +60,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// An object: `field(scan, key)` for each key, which must read (or skip) its value.
+    /// An object: `field(scan, key)` for each key, which must read (or skip) its value. The
+    /// key is its raw text between the quotes (escapes not decoded: the keys read here have
+    /// none, and a key written with escapes is simply not recognised).
     pub(crate) fn object(
         &mut self,
-        mut field: impl FnMut(&mut Self, &str) -> Result<()>,
+        mut field: impl FnMut(&mut Self, &[u8]) -> Result<()>,
     ) -> Result<()> {
         self.expect(b'{')?;
         if self.peek() == Some(b'}') {
@@ -67,9 +73,12 @@ impl<'a> Scan<'a> {
             return Ok(());
         }
         loop {
-            let key = self.string()?;
+            self.expect(b'"')?;
+            let (end, _) = self.string_end(self.at)?;
+            let key = &self.s[self.at..end - 1];
+            self.at = end;
             self.expect(b':')?;
-            field(self, &key)?;
+            field(self, key)?;
             match self.peek() {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
@@ -105,10 +114,10 @@ impl<'a> Scan<'a> {
     pub(crate) fn string(&mut self) -> Result<Cow<'a, str>> {
         self.expect(b'"')?;
         let open = self.at - 1;
-        let end = self.string_end(self.at)?;
+        let (end, escaped) = self.string_end(self.at)?;
         self.at = end;
         let raw = &self.s[open + 1..end - 1];
-        if !raw.contains(&b'\\') {
+        if !escaped {
             return std::str::from_utf8(raw)
                 .map(Cow::Borrowed)
                 .map_err(|_| bad("a string that is not UTF-8", open));
@@ -168,7 +177,7 @@ impl<'a> Scan<'a> {
             None => return Err(bad("expected a value", self.at)),
         };
         match self.s[start] {
-            b'"' => self.at = self.string_end(start + 1)?,
+            b'"' => self.at = self.string_end(start + 1)?.0,
             b'{' | b'[' => self.skip_container(start)?,
             _ => {
                 let len = self.s[start..]
@@ -191,7 +200,7 @@ impl<'a> Scan<'a> {
         while let Some(&b) = self.s.get(at) {
             at += 1;
             match b {
-                b'"' => at = self.string_end(at)?,
+                b'"' => at = self.string_end(at)?.0,
                 b'{' | b'[' => depth += 1,
                 b'}' | b']' => {
                     depth -= 1;
@@ -206,23 +215,86 @@ impl<'a> Scan<'a> {
         Err(bad("an unclosed object or array", start))
     }
 
-    /// The index just past the closing quote of the string whose text begins at `from`.
-    fn string_end(&self, from: usize) -> Result<usize> {
+    /// The index just past the closing quote of the string whose text begins at `from`, and
+    /// whether the string holds escapes. Short strings (keys, ids) are looked through byte by
+    /// byte; past `SHORT` bytes, `memchr` takes over.
+    fn string_end(&self, from: usize) -> Result<(usize, bool)> {
+        const SHORT: usize = 48;
         let mut at = from;
+        let mut escaped = false;
+        let short = self.s.get(from..).unwrap_or_default();
+        let short = &short[..short.len().min(SHORT)];
+        match quote_or_backslash(short) {
+            Some(i) if short[i] == b'"' => return Ok((from + i + 1, false)),
+            Some(i) => {
+                escaped = true;
+                at += i + 2;
+            }
+            None => at += short.len(),
+        }
         loop {
             let rest = self.s.get(at..).unwrap_or_default();
             match memchr::memchr2(b'"', b'\\', rest) {
-                Some(i) if rest[i] == b'"' => return Ok(at + i + 1),
-                Some(i) => at += i + 2,
+                Some(i) if rest[i] == b'"' => return Ok((at + i + 1, escaped)),
+                Some(i) => {
+                    escaped = true;
+                    at += i + 2;
+                }
                 None => return Err(bad("an unclosed string", from.saturating_sub(1))),
             }
         }
     }
 }
 
+/// The first `"` or `\\` in `s`, eight bytes at a time (the zero-byte test of Mycroft: exact
+/// for the lowest match, which is the one taken).
+fn quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let w = u64::from_le_bytes(w);
+        let hits = zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let rest = words.remainder();
+    rest.iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_word_search_finds_the_first_quote_or_backslash() {
+        let mut text = vec![b'a'; 40];
+        assert_eq!(quote_or_backslash(&text), None);
+        for at in 0..40 {
+            for mark in [b'"', b'\\'] {
+                let mut t = text.clone();
+                t[at] = mark;
+                if at + 3 < 40 {
+                    t[at + 3] = b'"';
+                }
+                assert_eq!(quote_or_backslash(&t), Some(at), "{mark} at {at}");
+            }
+        }
+        text[9] = 0x80 | b'"';
+        assert_eq!(
+            quote_or_backslash(&text),
+            None,
+            "a high byte is not a quote"
+        );
+    }
 
     #[test]
     fn skips_return_the_value_text() {

@@ -28,14 +28,16 @@
 //! retries, lease renewal, graceful stop); [`Queen::transaction`] commits pushes and acks
 //! together; the `examples/` directory has a producer, a worker and a transactional pipeline.
 //! Beyond queues: the key-value store ([`Queen::kv`], module [`kv`]), locks with fencing
-//! tokens ([`Queen::locks`]), timers ([`Queen::timers`]) and reads by offset
-//! ([`Queen::fetch`], module [`reads`]).
+//! tokens ([`Queen::locks`]), timers ([`Queen::timers`]), reads by offset
+//! ([`Queen::fetch`], module [`reads`]) and ephemeral queues ([`Queen::ephemeral`]).
 
 #![deny(missing_docs)]
 
 mod admin;
 mod consume;
+pub mod ephemeral;
 mod json_scan;
+mod json_write;
 pub mod kv;
 mod lease;
 pub mod locks;
@@ -56,7 +58,7 @@ use serde_json::Value;
 pub use admin::{DlqQuery, SeekTarget};
 pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
 pub use lease::LeaseRenewal;
-pub use pop_view::{ack_verdicts, AckRef, MessageView, PopBody, PopView};
+pub use pop_view::{ack_body, ack_verdicts, AckRef, MessageView, PopBody, PopView};
 pub use queue::{encode_segment, QueueRef};
 pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};

@@ -8,10 +8,12 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use reqwest::header::CONTENT_TYPE;
 use reqwest::Method;
 use serde::Serialize;
 
 use crate::json_scan::Scan;
+use crate::json_write;
 use crate::{api_error, retry_after, AckStatus, Error, Queen, Result};
 
 /// The bytes of a 2xx pop answer, as JSON (a framed `QPF1` answer is converted on receipt).
@@ -40,11 +42,11 @@ impl PopBody {
             messages: Vec::new(),
         };
         scan.object(|s, key| match key {
-            "leaseId" => {
+            b"leaseId" => {
                 view.lease_id = s.string_or_null()?;
                 Ok(())
             }
-            "messages" => s.array(|s| {
+            b"messages" => s.array(|s| {
                 view.messages.push(MessageView::read(s)?);
                 Ok(())
             }),
@@ -94,11 +96,11 @@ impl<'a> MessageView<'a> {
         };
         scan.object(|s, key| {
             match key {
-                "transactionId" => transaction_id = Some(s.string()?),
-                "partitionId" => partition_id = Some(s.string()?),
-                "leaseId" => m.lease_id = s.string_or_null()?,
-                "data" => data = Some(s.skip()?),
-                "deliveryAttempt" => {
+                b"transactionId" => transaction_id = Some(s.string()?),
+                b"partitionId" => partition_id = Some(s.string()?),
+                b"leaseId" => m.lease_id = s.string_or_null()?,
+                b"data" => data = Some(s.skip()?),
+                b"deliveryAttempt" => {
                     m.delivery_attempt = match s.int_or_null()? {
                         Some(n) => Some(u32::try_from(n).map_err(|_| {
                             Error::Decode(format!("deliveryAttempt {n} out of range"))
@@ -106,7 +108,7 @@ impl<'a> MessageView<'a> {
                         None => None,
                     }
                 }
-                "offset" => m.offset = s.int_or_null()?,
+                b"offset" => m.offset = s.int_or_null()?,
                 _ => {
                     s.skip()?;
                 }
@@ -146,22 +148,54 @@ pub struct AckRef<'a> {
     pub lease_id: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AckRefsBody<'a> {
-    acknowledgments: &'a [AckRef<'a>],
-    consumer_group: Option<&'a str>,
+/// The `/ack/batch` body of `acks` that [`Queen::ack_refs`] sends, written by hand
+/// (docs/wire.md §8.1).
+pub fn ack_body(acks: &[AckRef<'_>], group: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 + acks.len() * 140);
+    out.extend_from_slice(br#"{"acknowledgments":["#);
+    for (n, ack) in acks.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"transactionId":"#);
+        json_write::string(&mut out, ack.transaction_id);
+        out.extend_from_slice(br#","partitionId":"#);
+        json_write::string(&mut out, ack.partition_id);
+        out.extend_from_slice(br#","status":"#);
+        json_write::string(&mut out, status_text(ack.status));
+        if let Some(lease) = ack.lease_id {
+            out.extend_from_slice(br#","leaseId":"#);
+            json_write::string(&mut out, lease);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(br#"],"consumerGroup":"#);
+    match group {
+        Some(group) => json_write::string(&mut out, group),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
+    out
+}
+
+/// The wire name of a verdict (as `AckStatus` serializes).
+fn status_text(status: AckStatus) -> &'static str {
+    match status {
+        AckStatus::Completed => "completed",
+        AckStatus::Failed => "failed",
+        AckStatus::Retry => "retry",
+        AckStatus::Dlq => "dlq",
+    }
 }
 
 impl Queen {
     /// `POST /api/v1/ack/batch` of borrowed acks; answers how many the broker refused
     /// (`success: false`), reading nothing else of its answer.
     pub async fn ack_refs(&self, acks: &[AckRef<'_>], group: Option<&str>) -> Result<usize> {
-        let body = AckRefsBody {
-            acknowledgments: acks,
-            consumer_group: group,
-        };
-        let req = self.request(Method::POST, "/api/v1/ack/batch").json(&body);
+        let req = self
+            .request(Method::POST, "/api/v1/ack/batch")
+            .header(CONTENT_TYPE, "application/json")
+            .body(ack_body(acks, group));
         let resp = req.send().await?;
         let (status, retry_after) = (resp.status(), retry_after(&resp));
         let answer = resp.bytes().await?;
@@ -188,7 +222,7 @@ pub fn ack_verdicts(answer: &[u8]) -> Result<(usize, usize)> {
         answered += 1;
         let mut success = None;
         s.object(|s, key| match key {
-            "success" => {
+            b"success" => {
                 success = Some(s.bool()?);
                 Ok(())
             }
@@ -257,6 +291,51 @@ mod tests {
         for cut in 0..ANSWER.len() {
             let body = PopBody::new(Bytes::copy_from_slice(&ANSWER.as_bytes()[..cut]));
             assert!(body.view().is_err(), "{cut} bytes read as a whole answer");
+        }
+    }
+
+    #[test]
+    fn hand_written_ack_bodies_are_what_serde_writes() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct AckRefsBody<'a> {
+            acknowledgments: &'a [AckRef<'a>],
+            consumer_group: Option<&'a str>,
+        }
+        let acks = [
+            AckRef {
+                transaction_id: "m1",
+                partition_id: "17",
+                status: AckStatus::Completed,
+                lease_id: Some("L"),
+            },
+            AckRef {
+                transaction_id: "odd \"id\"\n",
+                partition_id: "18",
+                status: AckStatus::Dlq,
+                lease_id: None,
+            },
+        ];
+        for (acks, group) in [
+            (&acks[..], None),
+            (&acks[..1], Some("g\\1")),
+            (&[][..], None),
+        ] {
+            let ours: serde_json::Value = serde_json::from_slice(&ack_body(acks, group)).unwrap();
+            let serde = serde_json::to_value(AckRefsBody {
+                acknowledgments: acks,
+                consumer_group: group,
+            })
+            .unwrap();
+            assert_eq!(ours, serde);
+        }
+        for status in [
+            AckStatus::Completed,
+            AckStatus::Failed,
+            AckStatus::Retry,
+            AckStatus::Dlq,
+        ] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status_text(status));
         }
     }
 
