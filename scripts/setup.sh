@@ -12,6 +12,10 @@
 #                searches (PG_BINDIR, pg_config --bindir, /usr/lib/postgresql/*/bin, PATH)
 #                                                          (Debian: postgresql-15)
 #   postgres     the OS user the embedded PostgreSQL runs as when we are root
+#   pg_auto_failover  pg_autoctl and the monitor's extension for that PostgreSQL, the HA
+#                tests' formation (crates/formation)
+#                                                          (Debian: pg-auto-failover-cli
+#                                                           postgresql-15-auto-failover)
 #   Chromium     $CHROMIUM (default /usr/bin/chromium) and $CHROMEDRIVER (default
 #                /usr/bin/chromedriver), the dashboard's browser tests (chromium chromium-driver)
 #   Python       python3 with venv and ensurepip, for compat/ and the dashboard tests
@@ -148,6 +152,25 @@ check_postgres_user() {
     log "ok: OS user postgres"
 }
 
+# pg_autoctl, and the pgautofailover extension of the server version check_postgres found:
+# the formation of the HA tests and `queen-chaos --failover` (crates/formation).
+pg_auto_failover_ok() {
+    local dir share
+    command -v pg_autoctl >/dev/null 2>&1 || return 1
+    dir="$(pg_bindir)"
+    share="$("$dir/pg_config" --sharedir 2>/dev/null)" || return 1
+    [[ -f "$share/extension/pgautofailover.control" ]]
+}
+
+check_pg_auto_failover() {
+    local -a packages=(pg-auto-failover-cli postgresql-15-auto-failover)
+    if ! pg_auto_failover_ok; then
+        install "pg_auto_failover (pg_autoctl and the monitor extension)" "${packages[@]}"
+        pg_auto_failover_ok || stop "pg_auto_failover for $(pg_bindir)" "$(apt_command "${packages[@]}")"
+    fi
+    log "ok: $(pg_autoctl --version 2>/dev/null | head -n 1)"
+}
+
 # ---------------------------------------------------------------- browser and Python
 
 # check_browser_file VAR DEFAULT: the file named by $VAR (DEFAULT when unset) is executable.
@@ -193,6 +216,7 @@ check_rust
 check_cc
 check_postgres
 check_postgres_user
+check_pg_auto_failover
 check_browser
 check_python
 check_valgrind

@@ -6,6 +6,8 @@
 mod compare;
 mod fleet;
 mod instructions;
+#[cfg(test)]
+mod instrument_cost;
 mod memwatch;
 mod meter;
 mod openloop;
@@ -414,7 +416,7 @@ async fn run_meta(
         "fsync": setting("fsync").await,
         "shared_buffers": setting("shared_buffers").await,
         "pg_stat_statements": meter.has_statements(),
-        "payload": "1024 random bytes, base64 in JSON with seq and scheduled time",
+        "payload": "1 KiB of random bits as 1368 base64 characters in JSON (a pooled random block XORed with a per-message key: distinct, incompressible), with seq and scheduled time",
         "inflight_cap": profile.inflight,
         "broker_env": broker_env,
     })

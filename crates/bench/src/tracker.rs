@@ -91,10 +91,14 @@ impl Tracker {
             if fresh {
                 g.unique += 1;
                 if let Some((partition, offset)) = lane {
-                    let last = g
-                        .last_offset
-                        .insert(partition.to_string(), offset)
-                        .unwrap_or(-1);
+                    // The partition's name is copied once, at its first delivery.
+                    let last = match g.last_offset.get_mut(partition) {
+                        Some(last) => std::mem::replace(last, offset),
+                        None => {
+                            g.last_offset.insert(partition.to_string(), offset);
+                            -1
+                        }
+                    };
                     if offset != last + 1 {
                         g.order_violations += 1;
                     }

@@ -54,7 +54,9 @@ async function api(path, options = {}) {
   const resp = await fetch(path, { ...options, headers: withToken(options.headers) });
   const body = resp.status === 204 ? null : await resp.json().catch(() => null);
   if (!resp.ok) {
-    const e = new Error((body && body.error) || `HTTP ${resp.status}`);
+    // The key-value, lock and timer routes add a `detail` sentence to their code.
+    const why = body && (body.detail ? `${body.error}: ${body.detail}` : body.error);
+    const e = new Error(why || `HTTP ${resp.status}`);
     e.status = resp.status;
     throw e;
   }
@@ -159,12 +161,15 @@ async function overview() {
 }
 
 // The broker pages a queue's partitions by name (docs/wire.md §14): state.cursors[i] is the
-// name page i starts after, so prev and next never skip or repeat a partition.
+// name page i starts after, so prev and next never skip or repeat a partition. Its pending
+// timers are paged the same way, by key (docs/wire.md §22.2), in state.timerCursors.
 async function queuePage(name, page = 0) {
   const params = new URLSearchParams({ partitionLimit: PAGE, partitionAfter: state.cursors[page] || "" });
-  const q = await api(`/api/v1/resources/queues/${seg(name)}?${params}`);
+  const [q, timers] = await Promise.all([api(`/api/v1/resources/queues/${seg(name)}?${params}`),
+    api(`/api/v1/timers/${seg(name)}?${keysetParams(state.timerCursors, state.timerPage)}`)]);
   const { next, total } = q.partitionPage;
   if (next) state.cursors[page + 1] = next;
+  if (timers.nextAfter) state.timerCursors[state.timerPage + 1] = timers.nextAfter;
   const groups = q.consumerGroups || [];
   const seekGroup = el("select", { name: "group" }, groups.map(g => el("option", { value: g.name }, g.name)));
   const seekTs = el("input", { name: "timestamp", placeholder: "ISO timestamp, or empty for end" });
@@ -183,11 +188,75 @@ async function queuePage(name, page = 0) {
     pager(total, page, p => { state.page = p; refresh(); }, !!next),
     table(["partition", "id", "pending", "processing", "last offset", "last activity"],
       q.partitions.map(p => [p.name, p.id, p.messages.pending, p.messages.processing, p.lastOffset, p.lastActivity]), [2, 3, 4]),
+    timerSection(name, timers),
     el("h2", {}, "Options"),
     table(["option", "value"], Object.entries(q.config || {}).map(([k, v]) => [k, v])),
     el("form", { class: "inline", onsubmit: e => { e.preventDefault(); configure(name, optKey.value, optVal.value); } },
       "Set", optKey, "=", optVal, el("button", { type: "submit" }, "configure")),
     el("p", {}, link(`#/dlq/${seg(name)}`, "Dead letters of this queue")));
+}
+
+// `limit` and, past the first page, the key page `page` starts after.
+function keysetParams(cursors, page) {
+  const params = new URLSearchParams({ limit: PAGE });
+  if (cursors[page]) params.set("after", cursors[page]);
+  return params;
+}
+
+// A pager for a listing paged by key: its length is unknown, only whether a next page exists.
+function keysetPager(name, page, more, go) {
+  return el("div", { class: "pager" },
+    el("button", { "data-action": `${name}-prev`, onclick: () => go(page - 1), ...(page <= 0 ? { disabled: "" } : {}) }, "‹ prev"),
+    el("span", {}, `page ${page + 1}`),
+    el("button", { "data-action": `${name}-next`, onclick: () => go(page + 1), ...(more ? {} : { disabled: "" }) }, "next ›"));
+}
+
+// The queue's pending timers: each becomes a message of the queue when due.
+function timerSection(queue, timers) {
+  return el("section", { id: "timers" },
+    el("h2", {}, "Timers"),
+    timers.rows.length || state.timerPage ? table(
+      ["timer key", "partition", "deliver at", "transaction id", "attempts", "firing", ""],
+      timers.rows.map(t => [t.timerKey, t.partition, t.deliverAt, t.txn, t.attempts, t.firing ? "yes" : "no",
+        el("button", { class: "danger", "data-action": "cancel-timer", onclick: () => cancelTimer(queue, t.timerKey) }, "cancel")]),
+      [4]) : el("p", { class: "muted" }, "No pending timers."),
+    timers.truncated || state.timerPage ? keysetPager("timers", state.timerPage, timers.truncated, p => { state.timerPage = p; refresh(); }) : null);
+}
+
+function cancelTimer(queue, key) {
+  if (!confirm(`Cancel timer ${key} of ${queue}? Its message will not be delivered.`)) return;
+  return act(`cancel ${key}`, () => api(`/api/v1/timers/${seg(queue)}/${seg(key)}`, { method: "DELETE" }),
+    r => r.status === "cancelled" ? "cancelled" : r.status === "absent" ? "already gone (fired or cancelled)" : r.status);
+}
+
+// The key-value store, browsed by namespace and key prefix (the store lists keys by prefix
+// only: docs/wire.md §20.1), a page at a time; values shown as JSON.
+async function kvPage(ns, prefix) {
+  const nsIn = el("input", { id: "kv-ns", placeholder: "namespace", value: ns || "" });
+  const prefixIn = el("input", { id: "kv-prefix", placeholder: "key prefix", value: prefix || "" });
+  const form = el("form", { class: "inline", id: "kv-form", onsubmit: e => {
+    e.preventDefault();
+    location.hash = `#/kv/${seg(nsIn.value.trim())}/${seg(prefixIn.value)}`;
+  } }, "Namespace", nsIn, "prefix", prefixIn, el("button", { type: "submit" }, "browse"));
+  if (!ns || !prefix) {
+    return render(el("h1", {}, "Key-value"), form,
+      el("p", { class: "muted" }, "Name a namespace and a key prefix: the store lists the live keys that start with it."));
+  }
+  const op = { op: "getPrefix", ns, prefix, limit: PAGE };
+  if (state.kvCursors[state.page]) op.after = state.kvCursors[state.page];
+  let page;
+  try {
+    page = (await post("/api/v1/kv", { operations: [op] })).results[0];
+  } catch (e) {
+    // A token problem is the page's; a refusal (a bad namespace) keeps the form to fix it.
+    if (e.status === 401 || e.status === 403) throw e;
+    return render(el("h1", {}, "Key-value"), form, el("p", { class: "error", id: "kv-error" }, e.message));
+  }
+  if (page.nextAfter) state.kvCursors[state.page + 1] = page.nextAfter;
+  render(el("h1", {}, `Key-value ${ns}`), form,
+    keysetPager("kv", state.page, page.truncated, p => { state.page = p; refresh(); }),
+    table(["key", "version", "expires", "updated", "value"],
+      page.rows.map(r => [r.key, r.version, r.expiresAt || "never", r.updatedAt, JSON.stringify(r.value)]), [1]));
 }
 
 function seek(queue, group, ts) {
@@ -333,17 +402,20 @@ function showSignOut() {
 
 // ---------------------------------------------------------------- routing
 
-const state = { route: "", page: 0, group: "", cursors: [] };
+const state = { route: "", page: 0, group: "", cursors: [], timerPage: 0, timerCursors: [], kvCursors: [] };
 
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const key = location.hash;
-  if (key !== state.route) { state.route = key; state.page = 0; state.cursors = []; }
+  if (key !== state.route) {
+    Object.assign(state, { route: key, page: 0, cursors: [], timerPage: 0, timerCursors: [], kvCursors: [] });
+  }
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === (parts[0] || "overview"));
   switch (parts[0]) {
     case "queue": return queuePage(parts[1], state.page);
     case "dlq": return dlqPage(parts[1], state.page);
     case "message": return messagePage(parts[1], parts[2]);
+    case "kv": return kvPage(parts[1], parts[2]);
     case "system": return systemPage();
     default: return overview();
   }

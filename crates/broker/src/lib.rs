@@ -11,6 +11,7 @@ pub mod http;
 pub mod listener;
 pub mod log_limit;
 pub mod logging;
+pub mod queue_options;
 pub mod server;
 pub mod spool;
 pub mod store;

@@ -22,6 +22,8 @@ struct Broker {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    /// Its own `DATABASE_URL` instead of the cluster's (a broker pinned to one node).
+    pg_url: Option<String>,
 }
 
 pub struct Cluster {
@@ -68,6 +70,7 @@ impl Cluster {
                 port: queen_launch::free_port()?,
                 child: None,
                 log: dir.join(format!("broker-{i}.log")),
+                pg_url: None,
             });
         }
         Ok(Self {
@@ -118,13 +121,19 @@ impl Cluster {
         self.brokers.lock().unwrap()[slot].child.is_some()
     }
 
+    /// Gives the broker of `slot` its own database URL from its next start on.
+    pub fn pin(&self, slot: usize, pg_url: String) {
+        self.brokers.lock().unwrap()[slot].pg_url = Some(pg_url);
+    }
+
     /// Starts the broker of `slot` and waits for its `/health`.
     pub async fn start_broker(&self, slot: usize) -> Result<()> {
-        let (port, log) = {
+        let (port, log, pg_url) = {
             let b = &self.brokers.lock().unwrap()[slot];
-            (b.port, b.log.clone())
+            (b.port, b.log.clone(), b.pg_url.clone())
         };
-        let mut env = vec![("DATABASE_URL".to_string(), self.pg_url.clone())];
+        let pg_url = pg_url.unwrap_or_else(|| self.pg_url.clone());
+        let mut env = vec![("DATABASE_URL".to_string(), pg_url)];
         env.extend(self.env.iter().cloned());
         let mut child = queen_launch::spawn_broker(&self.queen_bin, port, &env, &log)?;
         let url = format!("http://127.0.0.1:{port}");

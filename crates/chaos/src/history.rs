@@ -15,7 +15,8 @@ pub type Micros = u64;
 /// What one push item's answer said.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum PushOutcome {
-    /// `queued` or `duplicate`: the broker vouches that the message is stored.
+    /// `queued`, `duplicate` or `buffered`: the broker vouches that the message is stored
+    /// (or spooled on its disk, to be stored in order).
     Stored(String),
     /// `failed` with the broker's reason.
     Failed(String),

@@ -5,6 +5,7 @@
 
 mod checker;
 mod cluster;
+mod failover;
 mod faults;
 mod fuzz;
 mod history;
@@ -59,13 +60,22 @@ struct Common {
     /// The CI profile (the default): 6 000 messages over 50 s, a fault every 6 s.
     #[arg(long, global = true)]
     small: bool,
-    /// The proof profile: ≥ 1 000 000 messages, ≥ 20 faults (long; not on a shared machine).
+    /// 60 000 messages over 4 min, a fault every 20 s: deep backlogs in ~10 min.
     #[arg(long, global = true, conflicts_with = "small")]
+    medium: bool,
+    /// The proof profile: ≥ 1 000 000 messages, ≥ 20 faults (long; not on a shared machine).
+    #[arg(long, global = true, conflicts_with_all = ["small", "medium"])]
     full: bool,
     /// The far-behind variant of the profile: hash-sidecar rows purged seconds after each
     /// push and named groups joining late, so every ack resolves behind the purge horizon.
     #[arg(long, global = true)]
     far_behind: bool,
+    /// The HA variant (issue 38): the brokers on a pg_auto_failover formation (monitor,
+    /// primary, two synchronous standbys; needs `pg_autoctl`, see scripts/setup.sh), three
+    /// brokers (one pinned to a node), and failovers of every kind instead of the faults of
+    /// the single database.
+    #[arg(long, global = true, conflicts_with = "pg_url")]
+    failover: bool,
     /// An external PostgreSQL for the brokers (PostgreSQL crashes are then not injected).
     #[arg(long, global = true)]
     pg_url: Option<String>,
@@ -83,11 +93,16 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         let mut profile = if cli.common.full {
             Profile::full()
+        } else if cli.common.medium {
+            Profile::medium()
         } else {
             Profile::small()
         };
         if cli.common.far_behind {
             profile = profile.far_behind();
+        }
+        if cli.common.failover {
+            profile = profile.failover();
         }
         if let Some(Cmd::FuzzHttp {
             per_route: Some(n), ..
@@ -97,20 +112,28 @@ fn main() -> ExitCode {
         }
         let bin = queen_launch::locate_queen(cli.common.queen_bin.clone())?;
         let env = profile.broker_env();
-        let slots = if matches!(cli.cmd, Some(Cmd::FuzzHttp { .. })) {
-            1
+        let fuzzing = matches!(cli.cmd, Some(Cmd::FuzzHttp { .. }));
+        let ha = if cli.common.failover && !fuzzing {
+            Some(failover::start(cli.common.keep).await?)
         } else {
-            2
+            None
         };
-        let cluster = Arc::new(
-            Cluster::start(bin, cli.common.pg_url.clone(), slots, env, cli.common.keep).await?,
-        );
-        cluster.start_broker(0).await?;
+        let (slots, pg_url) = match &ha {
+            Some(ha) => (failover::SLOTS, Some(ha.url.clone())),
+            None if fuzzing => (1, cli.common.pg_url.clone()),
+            None => (2, cli.common.pg_url.clone()),
+        };
+        let cluster = Arc::new(Cluster::start(bin, pg_url, slots, env, cli.common.keep).await?);
+        match &ha {
+            Some(ha) => ha.start_brokers(&cluster).await?,
+            None => cluster.start_broker(0).await?,
+        }
         let found = match cli.cmd {
             Some(Cmd::FuzzHttp { seed, .. }) => fuzz::run(&cluster, &profile, seed).await,
-            _ => history_run(cluster.clone(), profile, cli.common.keep).await,
+            _ => history_run(cluster.clone(), profile, cli.common.keep, ha.clone()).await,
         };
         cluster.finish().await;
+        drop(ha);
         found
     });
     match result {
@@ -125,7 +148,12 @@ fn main() -> ExitCode {
 
 /// Runs the workload with faults, checks the history and prints the table; returns the
 /// number of violations.
-async fn history_run(cluster: Arc<Cluster>, profile: Profile, keep: bool) -> Result<usize> {
+async fn history_run(
+    cluster: Arc<Cluster>,
+    profile: Profile,
+    keep: bool,
+    ha: Option<Arc<failover::Ha>>,
+) -> Result<usize> {
     let started = Instant::now();
     let history = Arc::new(History::new());
     let ctx = Arc::new(Ctx::new(cluster.clone(), history.clone(), profile.clone()));
@@ -134,9 +162,19 @@ async fn history_run(cluster: Arc<Cluster>, profile: Profile, keep: bool) -> Res
         "queen-chaos: {} profile, {} messages over {:?}, a fault every {:?}",
         profile.name, profile.messages, profile.push_for, profile.fault_every
     );
-    let faults = tokio::spawn(faults::run(ctx.clone()));
+    let faults = match &ha {
+        Some(ha) => tokio::spawn(failover::run(ctx.clone(), ha.clone())),
+        None => tokio::spawn(faults::run(ctx.clone())),
+    };
+    let canaries = match &ha {
+        Some(ha) => failover::canary::spawn(&ctx, ha).await?,
+        None => Vec::new(),
+    };
     workload::run(ctx.clone()).await?;
     let fault_error = faults.await.context("fault task")?.err();
+    for c in canaries {
+        c.await.context("canary task")?;
+    }
     let pg = cluster.connect().await?;
     let db = checker::read_db(&pg).await?;
     let log = history.take();
@@ -160,6 +198,9 @@ async fn history_run(cluster: Arc<Cluster>, profile: Profile, keep: bool) -> Res
         "{}",
         report::render(profile.name, secs, &log.faults, &verdict)
     );
+    if let Some(ha) = &ha {
+        println!("{}", ha.render(&log));
+    }
     if !verdict.violations.is_empty() {
         for path in cluster.log_paths() {
             let tail = queen_launch::log_tail(&path, 30);

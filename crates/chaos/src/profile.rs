@@ -1,5 +1,6 @@
-//! Run sizes. `small` is the CI profile (1–3 minutes on a debug build); `full` is the proof run
-//! of issue 9 (≥ 1 000 000 messages, ≥ 20 faults).
+//! Run sizes. `small` is the CI profile (1–3 minutes on a debug build); `medium` reproduces
+//! what only volume shows (deep backlogs, late groups with real history) in about ten
+//! minutes; `full` is the proof run of issue 9 (≥ 1 000 000 messages, ≥ 20 faults).
 
 use std::time::Duration;
 
@@ -49,6 +50,26 @@ impl Profile {
         }
     }
 
+    /// Between the two: 60 000 messages over 4 minutes, every fault kind at least once,
+    /// deep enough that far-behind groups start with thousands of messages per partition.
+    pub fn medium() -> Self {
+        Self {
+            name: "medium",
+            messages: 60_000,
+            producers: 4,
+            push_for: Duration::from_secs(240),
+            fault_every: Duration::from_secs(20),
+            consumers_per_group: 3,
+            lease_secs: 5,
+            retry_limit: 2,
+            drain_for: Duration::from_secs(600),
+            pool_size: 12,
+            fuzz_per_route: 1_000,
+            far_behind: false,
+            late_groups: Duration::ZERO,
+        }
+    }
+
     pub fn full() -> Self {
         Self {
             name: "full",
@@ -77,10 +98,32 @@ impl Profile {
         Self {
             name: match self.name {
                 "full" => "full far-behind",
+                "medium" => "medium far-behind",
                 _ => "small far-behind",
             },
             far_behind: true,
             late_groups: self.push_for * 2 / 5,
+            ..self
+        }
+    }
+
+    /// The failover variant (`--failover`, issue 38): the brokers on a pg_auto_failover
+    /// formation (src/failover/), faults back to back since each failover takes seconds.
+    pub fn failover(self) -> Self {
+        Self {
+            name: match self.name {
+                "full" => "full failover",
+                "full far-behind" => "full far-behind failover",
+                "medium" => "medium failover",
+                "medium far-behind" => "medium far-behind failover",
+                "small far-behind" => "small far-behind failover",
+                _ => "small failover",
+            },
+            fault_every: match self.name {
+                "full" | "full far-behind" => Duration::from_secs(10),
+                "medium" | "medium far-behind" => Duration::from_secs(5),
+                _ => Duration::from_secs(2),
+            },
             ..self
         }
     }

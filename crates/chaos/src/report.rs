@@ -19,7 +19,7 @@ pub fn render(profile: &str, secs: f64, faults: &[FaultRec], verdict: &Verdict) 
     row("profile", profile.to_string());
     row("duration (s)", format!("{secs:.0}"));
     row(
-        "messages stored (answered queued/duplicate)",
+        "messages answered queued/duplicate/buffered",
         s.messages_stored.to_string(),
     );
     row(

@@ -1,5 +1,6 @@
-//! What can end a command, and the exit code each means: 1 the broker refused, 2 the command
-//! line or its input is wrong, 3 the broker could not be reached.
+//! What can end a command, and the exit code each means: 1 the broker refused (or answered a
+//! verdict that did not apply), 2 the command line or its input is wrong, 3 the broker could
+//! not be reached.
 
 use std::process::ExitCode;
 
@@ -8,6 +9,10 @@ pub enum CliError {
     /// The broker answered, with a refusal or an answer we cannot read.
     #[error("the broker refused: {0}")]
     Refused(String),
+    /// The broker answered a verdict that did not apply: a miss, a lost precondition, a
+    /// lock held by another, a timer already gone.
+    #[error("{0}")]
+    NotApplied(String),
     /// The arguments or the input are wrong; nothing (more) was sent.
     #[error("{0}")]
     Usage(String),
@@ -46,7 +51,7 @@ impl CliError {
 
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            Self::Refused(_) => ExitCode::from(1),
+            Self::Refused(_) | Self::NotApplied(_) => ExitCode::from(1),
             Self::Usage(_) => ExitCode::from(2),
             Self::Unreachable { .. } => ExitCode::from(3),
             Self::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

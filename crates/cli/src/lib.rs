@@ -1,5 +1,5 @@
 //! The client commands of the `queen` binary (`push`, `consume`, `queues`, `queue`,
-//! `configure`, `dlq`, `seek`, `stats`): each talks HTTP to a running broker through the
+//! `configure`, `dlq`, `seek`, `stats`, `kv`, `locks`, `timers`): each talks HTTP to a running broker through the
 //! `queen-client` SDK. Human tables by default, `--json` for scripts; the exit code says what
 //! happened (see [`CliError`]).
 
@@ -7,9 +7,12 @@ mod consume;
 mod dlq;
 mod error;
 mod inspect;
+mod kv;
+mod locks;
 mod manage;
 mod push;
 mod table;
+mod timers;
 
 use std::process::ExitCode;
 
@@ -85,6 +88,12 @@ pub enum Command {
     Seek(manage::SeekArgs),
     /// Totals over all queues and the broker's counters.
     Stats(inspect::StatsArgs),
+    /// The key-value store: get, put, delete, list a prefix, incr.
+    Kv(kv::KvArgs),
+    /// Locks and semaphores: show the holders, acquire, renew, release.
+    Locks(locks::LocksArgs),
+    /// A queue's timers: list, peek, schedule, cancel.
+    Timers(timers::TimersArgs),
 }
 
 /// Runs one client command to completion; errors are printed to stderr and become the exit
@@ -128,6 +137,9 @@ async fn dispatch(command: Command) -> Result<()> {
         Command::Dlq(a) => dlq::run(a).await,
         Command::Seek(a) => manage::seek(a).await,
         Command::Stats(a) => inspect::stats(a).await,
+        Command::Kv(a) => kv::run(a).await,
+        Command::Locks(a) => locks::run(a).await,
+        Command::Timers(a) => timers::run(a).await,
     }
 }
 

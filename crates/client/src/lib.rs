@@ -27,14 +27,25 @@
 //! For a long-running worker, [`QueueRef::consumer`] runs the pop/ack loop (concurrency,
 //! retries, lease renewal, graceful stop); [`Queen::transaction`] commits pushes and acks
 //! together; the `examples/` directory has a producer, a worker and a transactional pipeline.
+//! Beyond queues: the key-value store ([`Queen::kv`], module [`kv`]), locks with fencing
+//! tokens ([`Queen::locks`]), timers ([`Queen::timers`]), reads by offset
+//! ([`Queen::fetch`], module [`reads`]) and ephemeral queues ([`Queen::ephemeral`]).
 
 #![deny(missing_docs)]
 
 mod admin;
 mod consume;
+pub mod ephemeral;
+mod json_scan;
+mod json_write;
+pub mod kv;
 mod lease;
+pub mod locks;
+mod pop_view;
 mod queue;
+pub mod reads;
 pub mod retry429;
+pub mod timers;
 mod transaction;
 mod types;
 
@@ -47,6 +58,7 @@ use serde_json::Value;
 pub use admin::{DlqQuery, SeekTarget};
 pub use consume::{AckMode, ConsumeOptions, ConsumeReport, Consumer, StopHandle};
 pub use lease::LeaseRenewal;
+pub use pop_view::{ack_body, ack_verdicts, AckRef, MessageView, PopBody, PopView};
 pub use queue::{encode_segment, QueueRef};
 pub use transaction::{Transaction, TransactionOutcome};
 pub use types::{AckItem, AckResult, AckStatus, Message, PopResponse, PushItem, PushResult};
@@ -81,6 +93,10 @@ pub enum Error {
         /// The broker's explanation.
         message: String,
     },
+    /// A transaction was rolled back because a required key-value operation of its `kv`
+    /// rider lost its precondition (`failed_index` is flat: push items and acks count first).
+    #[error("rolled back: the key-value operation at {} lost its precondition ({})", .0.failed_index, .0.reason)]
+    Precondition(kv::KvPrecondition),
 }
 
 impl Error {
@@ -230,10 +246,22 @@ pub(crate) async fn expect_json<T: DeserializeOwned>(resp: reqwest::Response) ->
     serde_json::from_slice(&bytes).map_err(|e| Error::Decode(format!("{e} in {}", preview(&bytes))))
 }
 
+/// The refusal's text: its `error`, with the `reason` and `detail` the key-value, lock and
+/// timer routes add (`kv_bad_request (kv_expiry_not_specified): a write needs …`).
 pub(crate) fn api_error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Error {
     let message = serde_json::from_slice::<Value>(body)
         .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+        .and_then(|v| {
+            let text = |f: &str| v.get(f).and_then(Value::as_str).map(str::to_string);
+            let mut message = text("error")?;
+            if let Some(reason) = text("reason").filter(|r| *r != message) {
+                message = format!("{message} ({reason})");
+            }
+            if let Some(detail) = text("detail") {
+                message = format!("{message}: {detail}");
+            }
+            Some(message)
+        })
         .unwrap_or_else(|| preview(body));
     Error::Api {
         status,
@@ -253,4 +281,25 @@ pub(crate) fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
 fn preview(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     text.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_its_reason_and_detail() {
+        let body = br#"{"error":"kv_bad_request","code":"kv_bad_request","reason":"kv_expiry_not_specified","detail":"a write needs exactly one expiry"}"#;
+        let e = api_error(StatusCode::BAD_REQUEST, None, body);
+        assert_eq!(
+            e.to_string(),
+            "HTTP 400 Bad Request: kv_bad_request (kv_expiry_not_specified): a write needs exactly one expiry"
+        );
+        let plain = api_error(
+            StatusCode::NOT_FOUND,
+            None,
+            br#"{"error":"queue not found"}"#,
+        );
+        assert_eq!(plain.to_string(), "HTTP 404 Not Found: queue not found");
+    }
 }

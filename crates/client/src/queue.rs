@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::types::{PushBody, PushWireItem};
 use crate::{
-    api_error, expect_json, retry_after, Error, PopResponse, PushItem, PushResult, Queen, Result,
+    api_error, expect_json, retry_after, Error, PopBody, PopResponse, PushItem, PushResult, Queen,
+    Result,
 };
 
 /// Operations on one queue. Unset pop options are left to the broker's defaults.
@@ -238,6 +239,17 @@ impl QueueRef {
     /// # Ok(()) }
     /// ```
     pub async fn pop(&self) -> Result<Option<PopResponse>> {
+        let Some(body) = self.pop_body().await? else {
+            return Ok(None);
+        };
+        let popped: PopResponse =
+            serde_json::from_slice(body.bytes()).map_err(|e| Error::Decode(e.to_string()))?;
+        Ok(Some(popped).filter(|p| !p.messages.is_empty()))
+    }
+
+    /// The same pop, its answer kept as bytes for [`PopBody::view`] (which borrows only what
+    /// an ack and a delivery check read): `None` when the broker answers 204.
+    pub async fn pop_body(&self) -> Result<Option<PopBody>> {
         let path = match self.partition.as_deref() {
             Some(p) if p != "Default" => format!(
                 "/api/v1/pop/queue/{}/partition/{}",
@@ -277,19 +289,18 @@ impl QueueRef {
         if !status.is_success() {
             return Err(api_error(status, retry_after, &body));
         }
-        let popped = parse_pop(&body)?;
-        Ok(Some(popped).filter(|p| !p.messages.is_empty()))
+        Ok(Some(PopBody::new(as_json(body)?)))
     }
 }
 
-/// A 2xx pop answer, framed (`QPF1`) or JSON.
-fn parse_pop(body: &[u8]) -> Result<PopResponse> {
-    if !pop_framed::is_framed(body) {
-        return serde_json::from_slice(body).map_err(|e| Error::Decode(e.to_string()));
+/// A 2xx pop answer as JSON: framed (`QPF1`) answers decode to the JSON answer's keys, so
+/// there is one shape to read.
+fn as_json(body: bytes::Bytes) -> Result<bytes::Bytes> {
+    if !pop_framed::is_framed(&body) {
+        return Ok(body);
     }
-    let answer = pop_framed::decode(body).map_err(|e| Error::Decode(format!("QPF1: {e}")))?;
-    // The framed answer decodes to the JSON answer's keys; one shape to read.
-    serde_json::from_str(&answer.to_json().to_string()).map_err(|e| Error::Decode(e.to_string()))
+    let answer = pop_framed::decode(&body).map_err(|e| Error::Decode(format!("QPF1: {e}")))?;
+    Ok(answer.to_json().to_string().into())
 }
 
 fn check_len(results: Vec<PushResult>, sent: usize) -> Result<Vec<PushResult>> {

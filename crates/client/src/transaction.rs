@@ -1,10 +1,13 @@
 //! Transactions: pushes and acks committed in one PostgreSQL transaction, all or nothing
-//! (`POST /api/v1/transaction`, docs/wire.md §10).
+//! (`POST /api/v1/transaction`, docs/wire.md §10), with key-value and timer operations riding
+//! in the same transaction (§20.3, §22.3).
 
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::kv::{KvOp, KvPrecondition};
+use crate::timers::TimerOp;
 use crate::{expect_json, AckStatus, Error, Message, PushItem, Queen, Result};
 
 /// Collects operations; [`Transaction::commit`] sends them as one bundle.
@@ -28,6 +31,8 @@ pub struct Transaction {
     queen: Queen,
     operations: Vec<Operation>,
     leases: Vec<String>,
+    kv: Vec<KvOp>,
+    timers: Vec<TimerOp>,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,6 +67,10 @@ struct WireItem {
 struct Body<'a> {
     operations: &'a [Operation],
     required_leases: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kv: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    timers: Vec<serde_json::Value>,
 }
 
 /// A committed transaction: one result per pushed item and per ack, in order.
@@ -73,7 +82,9 @@ pub struct TransactionOutcome {
     /// The broker's id of this bundle.
     #[serde(default)]
     pub transaction_id: Option<String>,
-    /// One result per operation, in order: push items as in a push answer, acks as in an ack answer.
+    /// One result per operation, in order: push items as in a push answer, acks as in an ack
+    /// answer, then the `kv` rider's (`type: "kv"`) and the `timers` rider's (`type: "timer"`),
+    /// each with its flat `index` and its `opIndex` in the rider.
     #[serde(default)]
     pub results: Vec<serde_json::Value>,
 }
@@ -94,6 +105,8 @@ impl Queen {
             queen: self.clone(),
             operations: Vec::new(),
             leases: Vec::new(),
+            kv: Vec::new(),
+            timers: Vec::new(),
         }
     }
 }
@@ -136,16 +149,44 @@ impl Transaction {
         self
     }
 
-    /// Sends the bundle. A rolled-back bundle is [`Error::Rejected`] with the broker's reason.
+    /// Applies a key-value operation in the bundle's transaction, before its pushes and acks
+    /// (`getPrefix` is not allowed). A `required` one whose precondition is lost (a lock's
+    /// [`crate::locks::Permit::guard`], a `put_if_absent` gate) rolls back the whole bundle:
+    /// [`Error::Precondition`].
+    pub fn kv(mut self, op: KvOp) -> Self {
+        self.kv.push(op);
+        self
+    }
+
+    /// Schedules or cancels a timer in the bundle's transaction: a bundle that rolls back
+    /// schedules and cancels nothing.
+    pub fn timer(mut self, op: TimerOp) -> Self {
+        self.timers.push(op);
+        self
+    }
+
+    /// Sends the bundle. A rolled-back bundle is [`Error::Rejected`] with the broker's reason,
+    /// or [`Error::Precondition`] when a required key-value operation lost its precondition.
     pub async fn commit(self) -> Result<TransactionOutcome> {
-        if self.operations.is_empty() {
+        if self.operations.is_empty() && self.kv.is_empty() && self.timers.is_empty() {
             return Err(Error::Encode(
                 "a transaction needs at least one operation".into(),
+            ));
+        }
+        if self
+            .kv
+            .iter()
+            .any(|op| matches!(op, KvOp::GetPrefix { .. }))
+        {
+            return Err(Error::Encode(
+                "getPrefix is not allowed in a transaction".into(),
             ));
         }
         let body = Body {
             operations: &self.operations,
             required_leases: &self.leases,
+            kv: self.kv.iter().map(KvOp::to_json).collect(),
+            timers: self.timers.iter().map(TimerOp::to_json).collect(),
         };
         let req = self
             .queen
@@ -154,6 +195,11 @@ impl Transaction {
         let answer: serde_json::Value = expect_json(req.send().await?).await?;
         let refusal: Refusal =
             serde_json::from_value(answer.clone()).map_err(|e| Error::Decode(e.to_string()))?;
+        if !refusal.success && refusal.reason.as_deref() == Some("kv_precondition") {
+            let lost: KvPrecondition =
+                serde_json::from_value(answer).map_err(|e| Error::Decode(e.to_string()))?;
+            return Err(Error::Precondition(lost));
+        }
         if !refusal.success {
             return Err(Error::Rejected {
                 reason: refusal.reason.unwrap_or_default(),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
-use queen_client::{AckItem, Queen, QueueRef};
+use queen_client::{AckRef, Queen, QueueRef};
 use tokio::task::JoinSet;
 
 use super::e2e::{self, ConsumerStats, Window};
@@ -125,8 +125,8 @@ impl Consumer {
     /// Pop a leased batch, record every message, ack the batch; until told to stop.
     async fn run(self, queue: QueueRef) {
         while !self.stop.load(Ordering::Relaxed) {
-            let popped = match queue.pop().await {
-                Ok(Some(p)) => p,
+            let body = match queue.pop_body().await {
+                Ok(Some(body)) => body,
                 Ok(None) => {
                     self.stats.empty_pops.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -139,11 +139,24 @@ impl Consumer {
                     continue;
                 }
             };
+            let popped = match body.view() {
+                Ok(view) if !view.messages.is_empty() => view,
+                Ok(_) => {
+                    self.stats.empty_pops.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Err(e) => {
+                    if self.stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                        eprintln!("  consumer error: {e}");
+                    }
+                    continue;
+                }
+            };
             self.stats.pops.fetch_add(1, Ordering::Relaxed);
             let now = self.clock.now_us();
             for m in &popped.messages {
-                if let Some(s) = Stamp::parse(m.data.get()) {
-                    let lane = m.offset.map(|o| (m.partition_id.as_str(), o));
+                if let Some(s) = Stamp::parse(m.data) {
+                    let lane = m.offset.map(|o| (m.partition_id.as_ref(), o));
                     let attempt = m.delivery_attempt.unwrap_or(1);
                     let fresh = self.tracker.record(0, s.i, attempt, s.t, now, lane);
                     if fresh && self.tracker.in_window(s.t) {
@@ -157,11 +170,12 @@ impl Consumer {
                     }
                 }
             }
-            let acks: Vec<AckItem> = popped.messages.iter().map(AckItem::completed).collect();
-            match self.queen.ack_batch(&acks, None).await {
-                Ok(results) => {
-                    let failed = results.iter().filter(|r| !r.success).count() as u64;
-                    self.stats.ack_failures.fetch_add(failed, Ordering::Relaxed);
+            let acks: Vec<AckRef<'_>> = popped.messages.iter().map(|m| m.completed()).collect();
+            match self.queen.ack_refs(&acks, None).await {
+                Ok(refused) => {
+                    self.stats
+                        .ack_failures
+                        .fetch_add(refused as u64, Ordering::Relaxed);
                 }
                 Err(e) => {
                     if self.stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {

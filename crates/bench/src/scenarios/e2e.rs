@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use queen_client::{AckItem, QueueRef};
+use queen_client::{AckRef, PopView, QueueRef};
 use tokio::task::JoinSet;
 
 use super::refusals::Refusals;
@@ -378,12 +378,13 @@ pub type ConsumerArgs = (
     Clock,
 );
 
-/// Pop, record, ack the whole batch in one call; until told to stop.
+/// Pop, record, ack the whole batch in one call; until told to stop. The answer is read only
+/// as far as the check and the ack need (`queen_client::PopView`).
 pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: ConsumerArgs) {
     let (queen, tracker, stats, stop, clock) = args;
     while !stop.load(Ordering::Relaxed) {
-        let popped = match queue.pop().await {
-            Ok(Some(p)) => p,
+        let body = match queue.pop_body().await {
+            Ok(Some(body)) => body,
             Ok(None) => {
                 stats.empty_pops.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -396,32 +397,43 @@ pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: Consu
                 continue;
             }
         };
-        stats.pops.fetch_add(1, Ordering::Relaxed);
-        let now = clock.now_us();
-        for m in &popped.messages {
-            if let Some(s) = Stamp::parse(m.data.get()) {
-                let lane = m.offset.map(|o| (m.partition_id.as_str(), o));
-                tracker.record(
-                    g as usize,
-                    s.i,
-                    m.delivery_attempt.unwrap_or(1),
-                    s.t,
-                    now,
-                    lane,
-                );
+        let popped = match body.view() {
+            Ok(view) if view.messages.is_empty() => {
+                stats.empty_pops.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
-        }
-        let acks: Vec<AckItem> = popped.messages.iter().map(AckItem::completed).collect();
-        match queen.ack_batch(&acks, group.as_deref()).await {
-            Ok(results) => {
-                let failed = results.iter().filter(|r| !r.success).count() as u64;
-                stats.ack_failures.fetch_add(failed, Ordering::Relaxed);
+            Ok(view) => view,
+            Err(e) => {
+                if stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("  consumer error: {e}");
+                }
+                continue;
+            }
+        };
+        stats.pops.fetch_add(1, Ordering::Relaxed);
+        record(&tracker, g as usize, &popped, clock.now_us());
+        let acks: Vec<AckRef<'_>> = popped.messages.iter().map(|m| m.completed()).collect();
+        match queen.ack_refs(&acks, group.as_deref()).await {
+            Ok(refused) => {
+                stats
+                    .ack_failures
+                    .fetch_add(refused as u64, Ordering::Relaxed);
             }
             Err(e) => {
                 if stats.errors.fetch_add(1, Ordering::Relaxed) == 0 {
                     eprintln!("  ack error: {e}");
                 }
             }
+        }
+    }
+}
+
+/// Records every message of one pop answer to `group`, delivered at `now` (µs).
+pub fn record(tracker: &Tracker, group: usize, popped: &PopView<'_>, now: i64) {
+    for m in &popped.messages {
+        if let Some(s) = Stamp::parse(m.data) {
+            let lane = m.offset.map(|o| (m.partition_id.as_ref(), o));
+            tracker.record(group, s.i, m.delivery_attempt.unwrap_or(1), s.t, now, lane);
         }
     }
 }

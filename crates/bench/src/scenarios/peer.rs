@@ -310,7 +310,7 @@ async fn e2e_cell(
                 let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
                 for r in &rows {
                     ids.push(r.get(0));
-                    if let Some(s) = Stamp::parse(r.get::<_, &str>(2)) {
+                    if let Some(s) = Stamp::parse(r.get::<_, &str>(2).as_bytes()) {
                         tracker.record(0, s.i, r.get::<_, i32>(1).max(1) as u32, s.t, now, None);
                     }
                 }

@@ -50,10 +50,19 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
 pub fn items(ctx: &Ctx, first_seq: u64, batch: u32, sched_us: i64) -> Vec<PushItem> {
     (first_seq..first_seq + u64::from(batch))
         .map(|seq| {
-            PushItem::raw(ctx.payloads.body(seq, sched_us), Some(format!("m{seq}")))
+            PushItem::raw(ctx.payloads.body(seq, sched_us), Some(transaction_id(seq)))
                 .expect("bench payloads are valid JSON")
         })
         .collect()
+}
+
+/// Message `seq`'s transactionId, `m<seq>` (without the formatting machinery: it runs per
+/// message).
+pub fn transaction_id(seq: u64) -> String {
+    let mut id = String::with_capacity(21);
+    id.push('m');
+    id.push_str(itoa::Buffer::new().format(seq));
+    id
 }
 
 /// One push request; counts statuses into `outcome`.

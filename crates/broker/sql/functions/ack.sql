@@ -63,8 +63,15 @@
 -- asking for the pairs of the rest of the leased batch; the broker reads them and calls
 -- again. The whole rest, not only its purged part: a purge that moves txns_start between the
 -- two calls then costs nothing. With the pairs given, an offset below txns_start missing
--- from them (its segment was retained away) is simply not found. A lease-less ack has no
--- span, so it cannot resolve below txns_start.
+-- from them (its segment was retained away) is simply not found.
+-- A lease-less ack uses the row's last delivered batch, [committed + 1, batch_end] (its
+-- lease live or expired: batch_end is cleared only by a release), the same way: every
+-- message delivered above the cursor since the last release lies in it, so a consumer that
+-- acks what it was just served lease-less resolves by position too (before, it was refused
+-- and the partition stalled until the lease expired). Past a purged gap above batch_end the
+-- sidecar is not consulted (v_hi := batch_end): a copy of the transactionId stored above the
+-- gap must not stand in for the delivered one. With no batch on the row the lease-less span
+-- starts at txns_start, as before.
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[]);
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[]);
 DROP FUNCTION IF EXISTS queen.log_ack_by_hash_v1(bigint, text, text, bytea[], text[], bytea[], text);
@@ -149,12 +156,16 @@ BEGIN
     -- for the whole rest of the batch, [committed + 1, v_purged_to = batch_end]: the purge
     -- takes no lock the ack takes, so it may delete the batch's hash rows between this
     -- function's statements, and the pairs (facts) make that harmless.
+    -- A lease-less ack does the same with the row's last delivered batch (see the header).
     v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
     v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
-    IF v_by_lease AND p_span_offs IS NOT NULL THEN
+    IF v_batch_end > v_committed AND p_span_offs IS NOT NULL THEN
         v_purged_to := v_batch_end;
         v_lo := v_committed + 1;
-    ELSIF v_by_lease AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
+        IF NOT v_by_lease AND v_batch_end + 1 < COALESCE(v_txns_start, 0) THEN
+            v_hi := v_batch_end;
+        END IF;
+    ELSIF v_batch_end > v_committed AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
         RETURN jsonb_build_object(
             'ok', false, 'error', 'hash rows of the leased batch were purged',
             'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
@@ -234,9 +245,9 @@ BEGIN
     -- unresolvable one, so it is needed only for hashes the span did not resolve; the
     -- consumed history is exploded only when such a hash exists.
     -- The purge may have deleted the batch's hash rows after txns_start was read above
-    -- (each statement here takes a new snapshot): an unresolved item under a lease whose
-    -- batch now starts below the watermark asks for the pairs, before anything changed.
-    IF v_by_lease AND p_span_offs IS NULL AND array_position(v_eff, NULL) IS NOT NULL
+    -- (each statement here takes a new snapshot): an unresolved item of a delivered batch
+    -- that now starts below the watermark asks for the pairs, before anything changed.
+    IF v_batch_end > v_committed AND p_span_offs IS NULL AND array_position(v_eff, NULL) IS NOT NULL
        AND (SELECT lp.txns_start FROM queen.log_partitions lp WHERE lp.id = p_partition_id)
            > v_committed + 1 THEN
         RETURN jsonb_build_object(

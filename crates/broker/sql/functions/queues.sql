@@ -3,27 +3,32 @@
 
 -- Creates or reconfigures p_queue and returns the effective row.
 --
+-- p_defaults holds the /configure default of every option, keyed by column: the broker sends
+-- its table of options (src/queue_options.rs), the one place the options and their defaults
+-- are listed, and its keys are the columns this function writes. (The /configure default of
+-- lease_time, 300, differs from its column default, 60, what implicit creation gets.)
 -- p_opts is keyed by column name and already validated by the broker: a present value sets
--- the column, a present JSON null resets it to its /configure default, an absent key keeps
--- the stored value. A freshly created queue, or p_replace, starts from the defaults instead
--- of the stored row. The /configure default of lease_time is 300 (the column default, 60, is
--- what implicit creation gets). retry_delay and ttl default to 0, off (migrations/0003).
--- Unknown keys are ignored (the broker refuses unknown options before calling).
-CREATE OR REPLACE FUNCTION queen.configure_queue_v1(p_queue text, p_opts jsonb, p_replace bool)
+-- the column, a present JSON null resets it to its default, an absent key keeps the stored
+-- value. A freshly created queue, or p_replace, starts from the defaults instead of the
+-- stored row. Keys of p_opts missing from p_defaults are ignored (the broker refuses unknown
+-- options before calling).
+DROP FUNCTION IF EXISTS queen.configure_queue_v1(text, jsonb, bool);
+CREATE OR REPLACE FUNCTION queen.configure_queue_v1(p_queue text, p_opts jsonb, p_replace bool,
+                                                    p_defaults jsonb)
 RETURNS SETOF queen.queues
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_defaults CONSTANT jsonb := jsonb_build_object(
-        'namespace', '', 'task', '', 'priority', 0, 'lease_time', 300, 'retry_limit', 3,
-        'retry_delay', 0, 'ttl', 0, 'max_queue_size', 0, 'dead_letter_queue', true,
-        'dlq_after_max_retries', true, 'delayed_processing', 0, 'window_buffer', 0,
-        'retention_enabled', false, 'retention_seconds', 0, 'completed_retention_seconds', 0,
-        'max_wait_time_seconds', 0, 'encryption_enabled', false, 'min_pop_wait_time', 0,
-        'dedup_window_seconds', 3600);
     v_created bool;
     v_row queen.queues;
     v_eff jsonb;
+    v_set text;
 BEGIN
+    SELECT string_agg(format('%I = r.%I', k, k), ', ') INTO v_set
+    FROM jsonb_object_keys(p_defaults) AS k;
+    IF v_set IS NULL THEN
+        RAISE EXCEPTION 'configure_queue_v1: no option defaults given';
+    END IF;
+
     INSERT INTO queen.queues (name) VALUES (p_queue)
     ON CONFLICT (name) DO NOTHING
     RETURNING true INTO v_created;
@@ -36,37 +41,19 @@ BEGIN
     END IF;
 
     v_eff := CASE WHEN COALESCE(v_created, false) OR p_replace
-                  THEN to_jsonb(v_row) || v_defaults
+                  THEN to_jsonb(v_row) || p_defaults
                   ELSE to_jsonb(v_row) END;
     v_eff := v_eff || COALESCE((
-        SELECT jsonb_object_agg(k, CASE WHEN jsonb_typeof(v) = 'null' THEN v_defaults -> k
+        SELECT jsonb_object_agg(k, CASE WHEN jsonb_typeof(v) = 'null' THEN p_defaults -> k
                                         ELSE v END)
         FROM jsonb_each(COALESCE(p_opts, '{}'::jsonb)) AS e(k, v)
-        WHERE v_defaults ? k), '{}'::jsonb);
+        WHERE p_defaults ? k), '{}'::jsonb);
 
-    RETURN QUERY
-    UPDATE queen.queues SET
-        namespace = v_eff ->> 'namespace',
-        task = v_eff ->> 'task',
-        priority = (v_eff ->> 'priority')::int,
-        lease_time = (v_eff ->> 'lease_time')::int,
-        retry_limit = (v_eff ->> 'retry_limit')::int,
-        retry_delay = (v_eff ->> 'retry_delay')::int,
-        ttl = (v_eff ->> 'ttl')::int,
-        max_queue_size = (v_eff ->> 'max_queue_size')::int,
-        dead_letter_queue = (v_eff ->> 'dead_letter_queue')::bool,
-        dlq_after_max_retries = (v_eff ->> 'dlq_after_max_retries')::bool,
-        delayed_processing = (v_eff ->> 'delayed_processing')::int,
-        window_buffer = (v_eff ->> 'window_buffer')::int,
-        retention_enabled = (v_eff ->> 'retention_enabled')::bool,
-        retention_seconds = (v_eff ->> 'retention_seconds')::int,
-        completed_retention_seconds = (v_eff ->> 'completed_retention_seconds')::int,
-        max_wait_time_seconds = (v_eff ->> 'max_wait_time_seconds')::int,
-        encryption_enabled = (v_eff ->> 'encryption_enabled')::bool,
-        min_pop_wait_time = (v_eff ->> 'min_pop_wait_time')::int,
-        dedup_window_seconds = (v_eff ->> 'dedup_window_seconds')::int
-    WHERE id = v_row.id
-    RETURNING *;
+    -- Every option column from the effective values, typed by the row type.
+    RETURN QUERY EXECUTE format(
+        'UPDATE queen.queues q SET %s FROM jsonb_populate_record(NULL::queen.queues, $1) r
+         WHERE q.id = $2 RETURNING q.*', v_set)
+    USING v_eff, v_row.id;
 END
 $$;
 

@@ -38,15 +38,25 @@ pub struct Filed {
     pub wake_queue: Option<String>,
 }
 
-/// Files the dead letter `verdict` (`dlq: true`) asks for; `None` when there was nothing to
-/// file any more (the segment was retained away, or someone else settled it first).
+/// The outcome of a hand-off that PostgreSQL answered.
+pub enum HandOff {
+    Filed(Filed),
+    /// The segment holding the poison frame was retained away: nothing left to file.
+    RetainedAway,
+    /// The lease that asked for the dead letter no longer holds the row (it expired and a
+    /// pop claimed the span, or a concurrent ack under the same lease filed it first):
+    /// this ack filed nothing, and its signal took no effect.
+    LeaseMovedOn(String),
+}
+
+/// Files the dead letter `verdict` (`dlq: true`) asks for.
 pub async fn file(
     db: &impl GenericClient,
     partition_id: i64,
     group: &str,
     verdict: &AckVerdict,
     nacks: &[Nack<'_>],
-) -> Result<Option<Filed>> {
+) -> Result<HandOff> {
     let (Some(off), Some(lease_id)) = (verdict.off, verdict.lease_id.as_deref()) else {
         return Err(Error::internal("dlq verdict without offset or lease"));
     };
@@ -56,7 +66,7 @@ pub async fn file(
             off,
             "DLQ hand-off: the segment was retained away"
         );
-        return Ok(None);
+        return Ok(HandOff::RetainedAway);
     };
     let frames = segment::decompress(&seg.blob, segment::MAX_SEGMENT_BYTES)
         .map_err(|e| Error::internal(format!("segment {partition_id}@{}: {e}", seg.base)))?;
@@ -86,11 +96,11 @@ pub async fn file(
     };
     let verdict = store::dlq_head(db, &letter).await?;
     if !verdict.ok {
-        // Someone else settled it first (a second call, or the lease moved on).
-        tracing::debug!(partition_id, off, error = ?verdict.error, "DLQ hand-off not needed");
-        return Ok(None);
+        let error = verdict.error.unwrap_or_else(|| "lease moved on".into());
+        tracing::debug!(partition_id, off, %error, "DLQ hand-off: the lease moved on");
+        return Ok(HandOff::LeaseMovedOn(error));
     }
-    Ok(Some(Filed {
+    Ok(HandOff::Filed(Filed {
         transaction_id: frame.transaction_id.to_string(),
         wake_queue: verdict.wake_queue,
     }))

@@ -9,6 +9,7 @@ pub mod ack;
 mod context;
 pub mod dlq;
 pub mod encryption;
+pub mod ephemeral;
 pub mod groups;
 pub mod kv;
 pub mod lease;

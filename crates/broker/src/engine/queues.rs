@@ -1,99 +1,20 @@
 //! Queue configuration and deletion (docs/wire.md §3, §4). `/configure` options arrive under
 //! their camelCase wire names, either in `options` or at the top level; they are validated
-//! here into a patch keyed by column (a value sets, `null` resets to the default, absence
+//! here, by the table of `queue_options.rs`, into a patch keyed by column (a value sets, `null` resets to the default, absence
 //! keeps) that `queen.configure_queue_v1` applies under the queue row's lock.
 
 use crate::engine::tenant::{self, Tenant};
 use serde_json::{Map, Value};
 
-use queen_proto::scalar::Scalar;
 use queen_proto::Name;
 
 use crate::engine::encryption::KEY_VARIABLE;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::queue_options::{self, invalid, OPTIONS};
 use crate::store::queues;
 
 pub use crate::store::queues::QueueRow;
-
-/// What an option accepts.
-#[derive(Clone, Copy)]
-enum Kind {
-    /// A queue label (namespace, task): a name by the edge rule, or empty.
-    Label,
-    Bool,
-    /// An integer in `[min, max]`; out-of-range values are refused.
-    Int {
-        min: i64,
-        max: i64,
-    },
-    /// An integer, clamped into `[min, max]`.
-    Clamped {
-        min: i64,
-        max: i64,
-    },
-}
-
-const I32_MAX: i64 = i32::MAX as i64;
-const NON_NEGATIVE: Kind = Kind::Int {
-    min: 0,
-    max: I32_MAX,
-};
-
-/// Every option: wire name, column, accepted values.
-const OPTIONS: &[(&str, &str, Kind)] = &[
-    ("namespace", "namespace", Kind::Label),
-    ("task", "task", Kind::Label),
-    (
-        "priority",
-        "priority",
-        Kind::Int {
-            min: i32::MIN as i64,
-            max: I32_MAX,
-        },
-    ),
-    (
-        "leaseTime",
-        "lease_time",
-        Kind::Int {
-            min: 1,
-            max: I32_MAX,
-        },
-    ),
-    ("retryLimit", "retry_limit", NON_NEGATIVE),
-    ("retryDelay", "retry_delay", NON_NEGATIVE),
-    ("maxSize", "max_queue_size", NON_NEGATIVE),
-    ("ttl", "ttl", NON_NEGATIVE),
-    ("deadLetterQueue", "dead_letter_queue", Kind::Bool),
-    ("dlqAfterMaxRetries", "dlq_after_max_retries", Kind::Bool),
-    ("delayedProcessing", "delayed_processing", NON_NEGATIVE),
-    ("windowBuffer", "window_buffer", NON_NEGATIVE),
-    ("retentionEnabled", "retention_enabled", Kind::Bool),
-    ("retentionSeconds", "retention_seconds", NON_NEGATIVE),
-    (
-        "completedRetentionSeconds",
-        "completed_retention_seconds",
-        NON_NEGATIVE,
-    ),
-    ("maxWaitTimeSeconds", "max_wait_time_seconds", NON_NEGATIVE),
-    ("encryptionEnabled", "encryption_enabled", Kind::Bool),
-    (
-        "minPopWaitTime",
-        "min_pop_wait_time",
-        Kind::Clamped {
-            min: 0,
-            max: 60_000,
-        },
-    ),
-    (
-        "dedupWindowSeconds",
-        "dedup_window_seconds",
-        Kind::Clamped {
-            min: 0,
-            max: I32_MAX,
-        },
-    ),
-];
 
 /// A validated `/configure` request.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,7 +62,7 @@ pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
     // No option is accepted and ignored: a name this broker does not know is refused.
     if let Some(unknown) = options
         .keys()
-        .find(|k| k.as_str() != "replace" && !OPTIONS.iter().any(|(wire, ..)| wire == k))
+        .find(|k| k.as_str() != "replace" && queue_options::by_wire(k).is_none())
     {
         return Err(Error::InvalidOption {
             message: format!("unknown option {unknown}: not supported by this broker"),
@@ -150,61 +71,22 @@ pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
     }
 
     let mut patch = Map::new();
-    for &(wire, column, kind) in OPTIONS {
-        let Some(value) = options.get(wire) else {
+    for option in OPTIONS {
+        let Some(value) = options.get(option.wire) else {
             continue;
         };
         let value = if value.is_null() {
             Value::Null
         } else {
-            validate(wire, kind, value)?
+            option.validate(value)?
         };
-        patch.insert(column.into(), value);
+        patch.insert(option.column.into(), value);
     }
     Ok(ConfigureRequest {
         queue,
         patch,
         replace,
     })
-}
-
-fn invalid(option: &str, reason: &str) -> Error {
-    Error::InvalidOption {
-        message: format!("invalid {option}: {reason}"),
-        option: option.into(),
-    }
-}
-
-fn validate(wire: &'static str, kind: Kind, value: &Value) -> Result<Value> {
-    match kind {
-        // A label is a name (discovery pops look it up); "" clears it.
-        Kind::Label => match Name::from_json(wire, &Scalar::from(value)) {
-            Ok(_) => Ok(value.clone()),
-            Err(e) => Err(invalid(wire, &e.to_string())),
-        },
-        Kind::Bool => match value {
-            Value::Bool(_) => Ok(value.clone()),
-            _ => Err(invalid(wire, "must be true or false")),
-        },
-        Kind::Int { min, max } => match integer(value) {
-            Some(n) if (min..=max).contains(&n) => Ok(Value::from(n)),
-            Some(_) => Err(invalid(wire, &format!("must be between {min} and {max}"))),
-            None => Err(invalid(wire, "must be an integer")),
-        },
-        Kind::Clamped { min, max } => match integer(value) {
-            Some(n) => Ok(Value::from(n.clamp(min, max))),
-            None => Err(invalid(wire, "must be an integer")),
-        },
-    }
-}
-
-/// A JSON number with an integral value (`300` or `300.0`).
-fn integer(value: &Value) -> Option<i64> {
-    if let Some(n) = value.as_i64() {
-        return Some(n);
-    }
-    let f = value.as_f64()?;
-    (f.fract() == 0.0 && f.abs() < 9.0e18).then_some(f as i64)
 }
 
 /// Creates or reconfigures the queue; returns its effective row. Turning encryption on needs
@@ -237,7 +119,9 @@ pub async fn configure(
     }
     let conn = state.store.conn().await?;
     let row = queues::configure(&conn, &queue, &Value::Object(patch), req.replace).await?;
-    state.encryption.learn(&row.name, row.encryption_enabled);
+    state
+        .encryption
+        .learn(&row.name, row.flag("encryption_enabled"));
     state.hotlist.dirty(&queue);
     Ok(row)
 }

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod budget;
 mod dashboard;
 mod dlq;
+mod ephemeral;
 mod error;
 pub mod extract;
 mod groups;
@@ -67,6 +68,7 @@ pub fn router(state: Engine, auth: Arc<Auth>, guard: Arc<Guard>) -> Router {
         .merge(traces::routes())
         .merge(timers::routes())
         .merge(reads::routes())
+        .merge(ephemeral::routes())
         .route_layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
 use queen_proto::Name;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::engine::queues::{self, QueueRow};
 use crate::engine::Engine;
@@ -59,25 +59,12 @@ async fn delete_queue(
     }
 }
 
-/// The wire echo of every option (docs/wire.md §3.3), in the documented order.
+/// The wire echo of every option but the labels (docs/wire.md §3.3), under its wire name.
 pub(crate) fn options_json(q: &QueueRow) -> Value {
-    json!({
-        "priority": q.priority,
-        "leaseTime": q.lease_time,
-        "retryLimit": q.retry_limit,
-        "retryDelay": q.retry_delay,
-        "maxSize": q.max_queue_size,
-        "ttl": q.ttl,
-        "deadLetterQueue": q.dead_letter_queue,
-        "dlqAfterMaxRetries": q.dlq_after_max_retries,
-        "delayedProcessing": q.delayed_processing,
-        "windowBuffer": q.window_buffer,
-        "retentionSeconds": q.retention_seconds,
-        "completedRetentionSeconds": q.completed_retention_seconds,
-        "retentionEnabled": q.retention_enabled,
-        "encryptionEnabled": q.encryption_enabled,
-        "maxWaitTimeSeconds": q.max_wait_time_seconds,
-        "minPopWaitTime": q.min_pop_wait_time,
-        "dedupWindowSeconds": q.dedup_window_seconds,
-    })
+    let echo: Map<String, Value> = q
+        .options
+        .iter()
+        .map(|(option, value)| (option.wire.to_string(), value.to_json()))
+        .collect();
+    Value::Object(echo)
 }

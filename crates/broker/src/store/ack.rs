@@ -7,7 +7,44 @@ use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::store::json_verdict;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// One (partition, group, lease) group of acknowledgements resolved by hash.
+    AckByHash<'a> = log_ack_by_hash_v1(
+        p_partition_id: i64,
+        p_group: &'a str,
+        p_worker: &'a str,
+        p_hashes: &'a [&'a [u8]],
+        p_statuses: &'a [&'a str],
+        p_fence: &'a [&'a [u8]],
+        p_tenant: &'a str,
+        p_span_offs: Option<&'a [i64]>,
+        p_span_hashes: Option<&'a [&'a [u8]]>,
+    );
+    /// The stored segments overlapping a purged span.
+    SpanSegments = log_ack_span_segments_v1(p_pid: i64, p_from: i64, p_to: i64)
+        select "r_base, r_end, r_blob";
+    /// One positional cover.
+    AckCover<'a> = log_ack_at_v1(
+        p_partition_id: i64,
+        p_group: &'a str,
+        p_worker: &'a str,
+        p_upto: i64,
+        p_ok: bool = true,
+        p_acked_count: i32,
+        p_cover: bool = true,
+    );
+    /// Many positional covers, one transaction.
+    AckMultiCover<'a> = log_ack_multi_v1(
+        p_pids: &'a [i64],
+        p_groups: &'a [&'a str],
+        p_ends: &'a [i64],
+        p_workers: &'a [&'a str],
+        p_counts: &'a [i32],
+        p_cover: bool = true,
+    );
+}
 
 /// The verdict of `queen.log_ack_by_hash_v1` for one (partition, group, lease) group. A
 /// positional cover's verdict has the same keys (its lists are always empty).
@@ -76,21 +113,18 @@ pub async fn ack_by_hash(db: &impl GenericClient, a: &HashAck<'_>) -> Result<Ack
     let hashes: Option<Vec<&[u8]>> = a
         .span
         .map(|s| s.hashes.iter().map(|h| h.as_slice()).collect());
-    json_verdict(
-        db,
-        "SELECT queen.log_ack_by_hash_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[
-            &a.partition_id,
-            &a.group,
-            &a.lease_id,
-            &a.hashes,
-            &a.statuses,
-            &a.fence,
-            &a.tenant,
-            &offsets,
-            &hashes,
-        ],
-    )
+    AckByHash {
+        p_partition_id: a.partition_id,
+        p_group: a.group,
+        p_worker: a.lease_id,
+        p_hashes: a.hashes,
+        p_statuses: a.statuses,
+        p_fence: a.fence,
+        p_tenant: a.tenant,
+        p_span_offs: offsets,
+        p_span_hashes: hashes.as_deref(),
+    }
+    .json(db)
     .await
 }
 
@@ -107,12 +141,12 @@ pub async fn span_segments(
     partition_id: i64,
     span: PurgedSpan,
 ) -> Result<Vec<SpanSegment>> {
-    let rows = db
-        .query(
-            "SELECT r_base, r_end, r_blob FROM queen.log_ack_span_segments_v1($1, $2, $3)",
-            &[&partition_id, &span.from, &span.to],
-        )
-        .await?;
+    let call = SpanSegments {
+        p_pid: partition_id,
+        p_from: span.from,
+        p_to: span.to,
+    };
+    let rows = db.query(SpanSegments::SQL, &call.params()).await?;
     rows.iter()
         .map(|r| {
             Ok(SpanSegment {
@@ -138,17 +172,14 @@ pub struct CoverRow<'a> {
 /// `queen.log_ack_at_v1` in its cover form: one transaction, one consumer-row lock, no hash
 /// resolution. `ok: false` when PostgreSQL refuses the cover (the lease or the batch changed).
 pub async fn ack_cover(db: &impl GenericClient, row: &CoverRow<'_>) -> Result<AckVerdict> {
-    json_verdict(
-        db,
-        "SELECT queen.log_ack_at_v1($1, $2, $3, $4, true, $5, true)",
-        &[
-            &row.partition_id,
-            &row.group,
-            &row.lease_id,
-            &row.batch_end,
-            &row.frames,
-        ],
-    )
+    AckCover {
+        p_partition_id: row.partition_id,
+        p_group: row.group,
+        p_worker: row.lease_id,
+        p_upto: row.batch_end,
+        p_acked_count: row.frames,
+    }
+    .json(db)
     .await
 }
 
@@ -169,11 +200,14 @@ pub async fn ack_multi_cover(
     let ends: Vec<i64> = rows.iter().map(|r| r.batch_end).collect();
     let workers: Vec<&str> = rows.iter().map(|r| r.lease_id).collect();
     let counts: Vec<i32> = rows.iter().map(|r| r.frames).collect();
-    let verdict: MultiVerdict = json_verdict(
-        db,
-        "SELECT queen.log_ack_multi_v1($1, $2, $3, $4, $5, true)",
-        &[&pids, &groups, &ends, &workers, &counts],
-    )
+    let verdict: MultiVerdict = AckMultiCover {
+        p_pids: &pids,
+        p_groups: &groups,
+        p_ends: &ends,
+        p_workers: &workers,
+        p_counts: &counts,
+    }
+    .json(db)
     .await?;
     if verdict.results.len() != rows.len() {
         return Err(Error::internal(format!(

@@ -10,8 +10,51 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::store::json_verdict;
 use crate::store::push::SegmentResult;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Files one dead letter.
+    DlqHead<'a> = log_dlq_head_v1(
+        p_partition_id: i64,
+        p_group: &'a str,
+        p_worker: &'a str,
+        p_off: i64,
+        p_message_id: Uuid,
+        p_txn: &'a str,
+        p_payload: Option<Json<&'a RawValue>>,
+        p_error: &'a str,
+        p_encrypted: bool,
+        p_producer_sub: Option<&'a str>,
+    );
+    /// One page of dead letters, read as text.
+    DlqList<'a> = log_dlq_list_v1(
+        p_queue: Option<&'a str>,
+        p_group: Option<&'a str>,
+        p_partition: Option<&'a str>,
+        p_from: Option<DateTime<Utc>>,
+        p_to: Option<DateTime<Utc>>,
+        p_limit: i32,
+        p_offset: i32,
+        p_tenant: &'a str,
+    ) then "::text";
+    /// Deletes a queue's dead letters (of one group).
+    DlqPurge<'a> = log_dlq_purge_v1(p_queue: &'a str, p_group: Option<&'a str>);
+    /// Deletes one dead letter by address.
+    DlqDelete<'a> = log_dlq_delete_v1(p_pid: i64, p_txn: &'a str, p_tenant: &'a str);
+    /// One dead letter's payload copy.
+    DlqPayload<'a> = log_dlq_payload_v1(p_pid: i64, p_txn: &'a str, p_tenant: &'a str)
+        select "r_payload, r_encrypted, r_queue_encrypts, r_producer_sub";
+    /// Pushes a dead letter back and deletes it.
+    DlqReplay<'a> = log_dlq_replay_v1(
+        p_pid: i64,
+        p_txn: &'a str,
+        p_hashes: &'a [u8],
+        p_blob: &'a [u8],
+        p_encrypted: bool,
+        p_tenant: &'a str,
+    );
+}
 
 /// What `queen.log_dlq_head_v1` needs to file one dead letter.
 pub struct DeadLetter<'a> {
@@ -40,22 +83,19 @@ pub struct DlqHeadVerdict {
 
 /// `queen.log_dlq_head_v1`: files the row, moves the cursor past it, releases the lease.
 pub async fn dlq_head(db: &impl GenericClient, letter: &DeadLetter<'_>) -> Result<DlqHeadVerdict> {
-    json_verdict(
-        db,
-        "SELECT queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &[
-            &letter.partition_id,
-            &letter.group,
-            &letter.lease_id,
-            &letter.off,
-            &letter.message_id,
-            &letter.transaction_id,
-            &letter.payload.map(Json),
-            &letter.error,
-            &letter.encrypted,
-            &letter.producer_sub,
-        ],
-    )
+    DlqHead {
+        p_partition_id: letter.partition_id,
+        p_group: letter.group,
+        p_worker: letter.lease_id,
+        p_off: letter.off,
+        p_message_id: letter.message_id,
+        p_txn: letter.transaction_id,
+        p_payload: letter.payload.map(Json),
+        p_error: letter.error,
+        p_encrypted: letter.encrypted,
+        p_producer_sub: letter.producer_sub,
+    }
+    .json(db)
     .await
 }
 
@@ -104,26 +144,18 @@ pub struct DlqPage {
 
 /// One page of dead letters, newest first, plus the number of matching rows.
 pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>, tenant: &str) -> Result<DlqPage> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT queen.log_dlq_list_v1($1, $2, $3, $4, $5, $6, $7, $8)::text",
-    )
+    let row = DlqList {
+        p_queue: f.queue,
+        p_group: f.group,
+        p_partition: f.partition,
+        p_from: f.from,
+        p_to: f.to,
+        p_limit: f.limit,
+        p_offset: f.offset,
+        p_tenant: tenant,
+    }
+    .query_one(db)
     .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &f.queue,
-                &f.group,
-                &f.partition,
-                &f.from,
-                &f.to,
-                &f.limit,
-                &f.offset,
-                &tenant,
-            ],
-        )
-        .await?;
     // Read as text: the payload copies are spliced into the answer without re-parsing.
     let text: String = row.try_get(0)?;
     serde_json::from_str(&text).map_err(|e| Error::internal(format!("log_dlq_list_v1 answer: {e}")))
@@ -131,8 +163,11 @@ pub async fn dlq_list(db: &impl GenericClient, f: &DlqFilter<'_>, tenant: &str) 
 
 /// `queen.log_dlq_purge_v1`: deletes the queue's dead letters (of `group` only, if given).
 pub async fn dlq_purge(db: &impl GenericClient, queue: &str, group: Option<&str>) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_purge_v1($1, $2)").await?;
-    Ok(db.query_one(&stmt, &[&queue, &group]).await?.try_get(0)?)
+    let call = DlqPurge {
+        p_queue: queue,
+        p_group: group,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 /// `queen.log_dlq_delete_v1`: deletes the dead letters of one address, every group.
@@ -142,11 +177,12 @@ pub async fn dlq_delete(
     txn: &str,
     tenant: &str,
 ) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_dlq_delete_v1($1, $2, $3)").await?;
-    Ok(db
-        .query_one(&stmt, &[&partition_id, &txn, &tenant])
-        .await?
-        .try_get(0)?)
+    let call = DlqDelete {
+        p_pid: partition_id,
+        p_txn: txn,
+        p_tenant: tenant,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 /// The payload copy a replay pushes back, and who pushed it.
@@ -169,12 +205,12 @@ pub async fn dlq_payload(
     txn: &str,
     tenant: &str,
 ) -> Result<Option<PayloadCopy>> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_payload, r_encrypted, r_queue_encrypts, r_producer_sub FROM queen.log_dlq_payload_v1($1, $2, $3)",
-    )
-    .await?;
-    let row = db.query_opt(&stmt, &[&partition_id, &txn, &tenant]).await?;
+    let call = DlqPayload {
+        p_pid: partition_id,
+        p_txn: txn,
+        p_tenant: tenant,
+    };
+    let row = call.query_opt(db).await?;
     row.map(|r| {
         Ok(PayloadCopy {
             payload: r.try_get(0)?,
@@ -221,18 +257,15 @@ pub enum ReplayVerdict {
 /// `queen.log_dlq_replay_v1`: deletes the address's dead letters and appends the segment, in
 /// one call (one transaction).
 pub async fn dlq_replay(db: &impl GenericClient, w: &ReplayWrite<'_>) -> Result<ReplayVerdict> {
-    let verdict = json_verdict(
-        db,
-        "SELECT queen.log_dlq_replay_v1($1, $2, $3, $4, $5, $6)",
-        &[
-            &w.partition_id,
-            &w.transaction_id,
-            &w.hashes,
-            &w.blob,
-            &w.encrypted,
-            &w.tenant,
-        ],
-    )
+    let verdict = DlqReplay {
+        p_pid: w.partition_id,
+        p_txn: w.transaction_id,
+        p_hashes: w.hashes,
+        p_blob: w.blob,
+        p_encrypted: w.encrypted,
+        p_tenant: w.tenant,
+    }
+    .json(db)
     .await;
     match verdict {
         Err(Error::Db(e)) => match refused(&e) {

@@ -2,10 +2,40 @@
 //! deletes and the subscription update. Every answer is rows; the HTTP floor renders them.
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::Row;
 
 use crate::error::Result;
-use crate::store::{rows, Store};
+use crate::store::sql_fn::sql_fns;
+use crate::store::Store;
+
+sql_fns! {
+    /// Every (group, queue) pair of a tenant.
+    Groups<'a> = admin_groups_v1(p_tenant: &'a str) select "*";
+    /// One group's partitions.
+    Group<'a> = admin_group_v1(p_group: &'a str, p_tenant: &'a str) select "*";
+    /// Partitions whose group lags by at least so many seconds.
+    Lagging<'a> = admin_lagging_v1(p_min_lag_seconds: i64, p_tenant: &'a str) select "*";
+    /// Moves a group's cursor to the end or to a time.
+    Seek<'a> = admin_seek_v1(
+        p_group: &'a str,
+        p_queue: &'a str,
+        p_partition: Option<&'a str>,
+        p_to_end: bool,
+        p_ts: Option<DateTime<Utc>>,
+    ) select "*";
+    /// Deletes a group's cursors (and its metadata).
+    DeleteGroup<'a> = admin_delete_group_v1(
+        p_group: &'a str,
+        p_queue: Option<&'a str>,
+        p_delete_metadata: bool,
+        p_tenant: &'a str,
+    ) select "*";
+    /// Moves a group's subscription time.
+    SetSubscription<'a> = admin_set_subscription_v1(
+        p_group: &'a str,
+        p_ts: DateTime<Utc>,
+        p_tenant: &'a str,
+    );
+}
 
 /// One (group, queue) of the group listing.
 #[derive(Debug, Clone)]
@@ -23,7 +53,9 @@ pub struct GroupQueueRow {
 
 /// Every (group, queue) pair of `tenant`'s queues, by group then queue.
 pub async fn groups(store: &Store, tenant: &str) -> Result<Vec<GroupQueueRow>> {
-    let found = rows(store, "SELECT * FROM queen.admin_groups_v1($1)", &[&tenant]).await?;
+    let found = Groups { p_tenant: tenant }
+        .query(&store.conn().await?)
+        .await?;
     found
         .iter()
         .map(|r| {
@@ -62,11 +94,11 @@ pub struct GroupPartitionRow {
 /// Every partition of every queue of `tenant` that `group` is on, by queue then partition
 /// (empty: on none).
 pub async fn group(store: &Store, group: &str, tenant: &str) -> Result<Vec<GroupPartitionRow>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_group_v1($1, $2)",
-        &[&group, &tenant],
-    )
+    let found = Group {
+        p_group: group,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -107,11 +139,11 @@ pub struct LaggingRow {
 /// Partitions of `tenant`'s queues whose oldest unconsumed message is at least
 /// `min_lag_seconds` old, most lagging first.
 pub async fn lagging(store: &Store, min_lag_seconds: i64, tenant: &str) -> Result<Vec<LaggingRow>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_lagging_v1($1, $2)",
-        &[&min_lag_seconds, &tenant],
-    )
+    let found = Lagging {
+        p_min_lag_seconds: min_lag_seconds,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -148,11 +180,14 @@ pub async fn seek(
     to_end: bool,
     timestamp: Option<DateTime<Utc>>,
 ) -> Result<SeekVerdict> {
-    let r = one(
-        store,
-        "SELECT * FROM queen.admin_seek_v1($1, $2, $3, $4, $5)",
-        &[&group, &queue, &partition, &to_end, &timestamp],
-    )
+    let r = Seek {
+        p_group: group,
+        p_queue: queue,
+        p_partition: partition,
+        p_to_end: to_end,
+        p_ts: timestamp,
+    }
+    .query_one(&store.conn().await?)
     .await?;
     Ok(SeekVerdict {
         found: r.try_get("r_found")?,
@@ -177,28 +212,19 @@ pub async fn delete_group(
     delete_metadata: bool,
     tenant: &str,
 ) -> Result<DeleteVerdict> {
-    let r = one(
-        store,
-        "SELECT * FROM queen.admin_delete_group_v1($1, $2, $3, $4)",
-        &[&group, &queue, &delete_metadata, &tenant],
-    )
+    let r = DeleteGroup {
+        p_group: group,
+        p_queue: queue,
+        p_delete_metadata: delete_metadata,
+        p_tenant: tenant,
+    }
+    .query_one(&store.conn().await?)
     .await?;
     Ok(DeleteVerdict {
         found: r.try_get("r_found")?,
         deleted_partitions: r.try_get("r_deleted_partitions")?,
         queues: r.try_get("r_queues")?,
     })
-}
-
-/// The one row a function with OUT parameters answers.
-async fn one(
-    store: &Store,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> Result<Row> {
-    let conn = store.conn().await?;
-    let stmt = crate::store::prepare(&conn, sql).await?;
-    Ok(conn.query_one(&stmt, params).await?)
 }
 
 /// Registrations updated.
@@ -208,11 +234,10 @@ pub async fn set_subscription(
     timestamp: DateTime<Utc>,
     tenant: &str,
 ) -> Result<i32> {
-    let conn = store.conn().await?;
-    let stmt =
-        crate::store::prepare(&conn, "SELECT queen.admin_set_subscription_v1($1, $2, $3)").await?;
-    Ok(conn
-        .query_one(&stmt, &[&group, &timestamp, &tenant])
-        .await?
-        .get(0))
+    let call = SetSubscription {
+        p_group: group,
+        p_ts: timestamp,
+        p_tenant: tenant,
+    };
+    Ok(call.query_one(&store.conn().await?).await?.try_get(0)?)
 }

@@ -6,6 +6,19 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
 use crate::error::Result;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// One reseed page, after registering the group.
+    Reseed<'a> = log_hotlist_reseed_v1(
+        p_queue: &'a str,
+        p_group: &'a str,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+        p_after_id: Option<i64>,
+        p_limit: i32,
+    ) select "r_registered, r_ids, r_names, r_until";
+}
 
 /// One reseed page.
 #[derive(Debug, Default)]
@@ -26,18 +39,16 @@ pub async fn reseed(
     after_id: Option<i64>,
     limit: i32,
 ) -> Result<ReseedPage> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_registered, r_ids, r_names, r_until
-             FROM queen.log_hotlist_reseed_v1($1, $2, $3, $4, $5, $6)",
-    )
+    let row = Reseed {
+        p_queue: queue,
+        p_group: group,
+        p_sub_mode: sub_mode,
+        p_sub_from: sub_from,
+        p_after_id: after_id,
+        p_limit: limit,
+    }
+    .query_one(db)
     .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[&queue, &group, &sub_mode, &sub_from, &after_id, &limit],
-        )
-        .await?;
     let ids: Vec<i64> = row.try_get(1)?;
     let names: Vec<String> = row.try_get(2)?;
     let until: Vec<Option<DateTime<Utc>>> = row.try_get(3)?;

@@ -8,6 +8,14 @@ use serde_json::Value;
 use tokio_postgres::types::Json;
 
 use crate::error::{Error, Result};
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// One call of checked operations, in one transaction.
+    KvApply<'a> = kv_apply_v1(p_tenant: &'a str, p_ops: Json<&'a [Value]>, p_read_budget: i64);
+    /// Deletes a batch of expired rows.
+    KvSweepStep = kv_sweep_step_v1(p_max_rows: i32);
+}
 
 /// Bytes of rows the `getMany` and `getPrefix` operations of one call may answer together
 /// (each answers its first row whatever its size); past it they answer `truncated`. The
@@ -47,16 +55,20 @@ pub async fn apply(
     ops: &[Value],
     read_budget: i64,
 ) -> Result<std::result::Result<Vec<Value>, KvLost>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.kv_apply_v1($1, $2, $3)").await?;
-    let ops = Json(ops);
-    match db.query_one(&stmt, &[&tenant, &ops, &read_budget]).await {
+    let call = KvApply {
+        p_tenant: tenant,
+        p_ops: Json(ops),
+        p_read_budget: read_budget,
+    };
+    let stmt = crate::store::prepare(db, KvApply::SQL).await?;
+    match db.query_one(&stmt, &call.params()).await {
         Ok(row) => {
             let Json(results): Json<Vec<Value>> = row.try_get(0)?;
-            if results.len() != ops.0.len() {
+            if results.len() != ops.len() {
                 return Err(Error::internal(format!(
                     "kv_apply_v1 answered {} results for {} operations",
                     results.len(),
-                    ops.0.len()
+                    ops.len()
                 )));
             }
             Ok(Ok(results))
@@ -71,7 +83,9 @@ pub async fn apply(
 
 /// `queen.kv_sweep_step_v1`: deletes up to `max_rows` expired rows; returns how many.
 pub async fn sweep_step(db: &impl GenericClient, max_rows: i32) -> Result<i64> {
-    let stmt = crate::store::prepare(db, "SELECT queen.kv_sweep_step_v1($1)").await?;
-    let n: i32 = db.query_one(&stmt, &[&max_rows]).await?.try_get(0)?;
+    let call = KvSweepStep {
+        p_max_rows: max_rows,
+    };
+    let n: i32 = call.query_one(db).await?.try_get(0)?;
     Ok(i64::from(n))
 }

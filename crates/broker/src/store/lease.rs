@@ -4,7 +4,13 @@ use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
 use crate::error::Result;
-use crate::store::json_verdict;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Extends every live lease `p_worker` names to at least now + `p_seconds`, on partitions
+    /// of `p_tenant` only.
+    RenewLease<'a> = log_renew_lease_v1(p_worker: &'a str, p_seconds: i32, p_tenant: &'a str);
+}
 
 /// The result of a lease renewal.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -23,10 +29,11 @@ pub async fn renew_lease(
     seconds: i32,
     tenant: &str,
 ) -> Result<Renewal> {
-    json_verdict(
-        db,
-        "SELECT queen.log_renew_lease_v1($1, $2, $3)",
-        &[&lease_id, &seconds, &tenant],
-    )
+    RenewLease {
+        p_worker: lease_id,
+        p_seconds: seconds,
+        p_tenant: tenant,
+    }
+    .json(db)
     .await
 }

@@ -4,7 +4,14 @@
 use deadpool_postgres::GenericClient;
 
 use crate::error::Result;
-use crate::store::prepare;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Both flags.
+    Flags = maintenance_flags_v1() select "push, pop";
+    /// Sets one flag; answers both.
+    SetFlag<'a> = maintenance_set_v1(p_key: &'a str, p_on: bool) select "push, pop";
+}
 
 /// The two flags as PostgreSQL holds them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,12 +47,14 @@ fn row(r: &tokio_postgres::Row) -> Result<FlagRow> {
 
 /// `queen.maintenance_flags_v1`: both flags.
 pub async fn flags(db: &impl GenericClient) -> Result<FlagRow> {
-    let stmt = prepare(db, "SELECT push, pop FROM queen.maintenance_flags_v1()").await?;
-    row(&db.query_one(&stmt, &[]).await?)
+    row(&Flags {}.query_one(db).await?)
 }
 
 /// `queen.maintenance_set_v1`: sets one flag; answers both as they now stand.
 pub async fn set(db: &impl GenericClient, key: FlagKey, on: bool) -> Result<FlagRow> {
-    let stmt = prepare(db, "SELECT push, pop FROM queen.maintenance_set_v1($1, $2)").await?;
-    row(&db.query_one(&stmt, &[&key.key(), &on]).await?)
+    let call = SetFlag {
+        p_key: key.key(),
+        p_on: on,
+    };
+    row(&call.query_one(db).await?)
 }

@@ -4,7 +4,21 @@
 use tokio_postgres::Row;
 
 use crate::error::{Error, Result};
-use crate::store::{rows, Store};
+use crate::store::sql_fn::sql_fns;
+use crate::store::Store;
+
+sql_fns! {
+    /// The covering segment and state of one message.
+    Message<'a> = admin_message_v1(
+        p_pid: i64,
+        p_hash: &'a [u8],
+        p_off: Option<i64>,
+        p_tenant: &'a str,
+    ) select "*";
+    /// Segments whose hash-sidecar rows were purged.
+    Unindexed<'a> = admin_message_unindexed_v1(p_pid: i64, p_limit: i32, p_tenant: &'a str)
+        select "r_base, r_blob";
+}
 
 /// A message's covering segment and its state.
 pub struct MessageRow {
@@ -62,11 +76,13 @@ pub async fn message(
     offset: Option<i64>,
     tenant: &str,
 ) -> Result<Option<MessageRow>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_message_v1($1, $2, $3, $4)",
-        &[&pid, &hash.as_slice(), &offset, &tenant],
-    )
+    let found = Message {
+        p_pid: pid,
+        p_hash: hash.as_slice(),
+        p_off: offset,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     found.first().map(message_row).transpose()
 }
@@ -132,11 +148,12 @@ pub async fn unindexed_segments(
     limit: i32,
     tenant: &str,
 ) -> Result<Vec<UnindexedSegment>> {
-    let found = rows(
-        store,
-        "SELECT r_base, r_blob FROM queen.admin_message_unindexed_v1($1, $2, $3)",
-        &[&pid, &limit, &tenant],
-    )
+    let found = Unindexed {
+        p_pid: pid,
+        p_limit: limit,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()

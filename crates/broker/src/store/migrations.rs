@@ -62,6 +62,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(7, "0007_kv.sql"),
     migration!(8, "0008_timers.sql"),
     migration!(9, "0009_streams.sql"),
+    migration!(10, "0010_ephemeral.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the
@@ -78,6 +79,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("lease.sql"),
     functions!("dlq.sql"),
     functions!("kv.sql"),
+    functions!("ephemeral.sql"),
     functions!("timers.sql"),
     functions!("reads.sql"),
     functions!("streams.sql"),

@@ -6,6 +6,7 @@ pub mod ack;
 pub mod buffers;
 pub mod db_error;
 pub mod dlq;
+pub mod ephemeral;
 pub mod groups;
 pub mod hotlist;
 pub mod kv;
@@ -20,6 +21,7 @@ pub mod reads;
 pub mod resources;
 pub mod retention;
 pub mod server;
+pub mod sql_fn;
 pub mod streams;
 pub mod timers;
 pub mod traces;
@@ -32,8 +34,6 @@ use std::time::Duration;
 use deadpool_postgres::{
     GenericClient, Hook, HookError, Manager, ManagerConfig, Object, Pool, RecyclingMethod,
 };
-use serde::de::DeserializeOwned;
-use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::{NoTls, Statement};
 
 use crate::error::Result;
@@ -91,26 +91,32 @@ where
     }
 }
 
-/// Calls a function that answers one `jsonb` value and decodes it as `T`.
-pub(crate) async fn json_verdict<T: DeserializeOwned>(
-    db: &impl GenericClient,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<T> {
-    let stmt = prepare(db, sql).await?;
-    let Json(value): Json<T> = db.query_one(&stmt, params).await?.try_get(0)?;
-    Ok(value)
-}
-
-/// Runs a query on a pooled connection and answers its rows.
-pub(crate) async fn rows(
-    store: &Store,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<tokio_postgres::Row>> {
-    let conn = store.conn().await?;
-    let stmt = prepare(&conn, sql).await?;
-    Ok(conn.query(&stmt, params).await?)
+/// Every SQL function the store calls, as its `sql_fns!` blocks declare them (store/sql_fn.rs):
+/// what the schema test checks against the applied schema. One entry per declaring file.
+pub fn sql_signatures() -> Vec<sql_fn::Signature> {
+    let files: &[fn() -> Vec<sql_fn::Signature>] = &[
+        ack::sql_signatures,
+        dlq::sql_signatures,
+        ephemeral::sql_signatures,
+        groups::sql_signatures,
+        hotlist::sql_signatures,
+        kv::sql_signatures,
+        lease::sql_signatures,
+        maintenance::sql_signatures,
+        messages::sql_signatures,
+        pop::sql_signatures,
+        push::sql_signatures,
+        push::dedup::sql_signatures,
+        queues::sql_signatures,
+        reads::sql_signatures,
+        resources::sql_signatures,
+        retention::sql_signatures,
+        streams::sql_signatures,
+        timers::sql_signatures,
+        traces::sql_signatures,
+        transaction::sql_signatures,
+    ];
+    files.iter().flat_map(|declared| declared()).collect()
 }
 
 /// The broker's handle on PostgreSQL: a lazily filled pool plus the connection settings

@@ -5,10 +5,113 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::{Deserialize, Deserializer};
-use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
 use crate::store::buffers::Load;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// The wildcard claim: first-contact seed, candidate scan, claims.
+    PopWildcard<'a> = log_pop_wildcard_bin_v1(
+        p_queue: &'a str,
+        p_group: &'a str,
+        p_budget: i32,
+        p_lease_seconds: Option<i32>,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_max_partitions: i32,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+    ) select "meta, blobs";
+    /// The claim of one named partition.
+    PopSpecific<'a> = log_pop_specific_v1(
+        p_queue: &'a str,
+        p_partition: &'a str,
+        p_group: &'a str,
+        p_budget: i32,
+        p_lease_seconds: Option<i32>,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+    ) select "meta, blobs";
+    /// The claim of hinted partitions, in order.
+    PopHinted<'a> = log_pop_hinted_v1(
+        p_queue: &'a str,
+        p_group: &'a str,
+        p_partitions: &'a [String],
+        p_budget: i32,
+        p_lease_seconds: Option<i32>,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_max_partitions: i32,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+    ) select "meta, blobs";
+    /// The hot-list's claim, with a verdict per candidate.
+    PopList<'a> = log_pop_list_v1(
+        p_queue: &'a str,
+        p_group: &'a str,
+        p_partitions: &'a [String],
+        p_budget: i32,
+        p_lease_seconds: Option<i32>,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_max_partitions: i32,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+    ) select "meta, blobs, states";
+    /// The claim of one partition by id, in columns, with the queue's minimum pop wait.
+    PopClaim<'a> = log_pop_claim_v1(
+        p_pid: i64,
+        p_group: &'a str,
+        p_budget: i32,
+        p_lease_seconds: Option<i32>,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+        p_skip_window: bool = false,
+    ) select "c.r_state, c.r_until, c.r_attempt, c.r_last_off, c.r_partition, \
+              c.r_queue, c.r_bases, c.r_starts, c.r_takes, c.r_counts, \
+              c.r_created, c.r_blobs, \
+              (SELECT q.min_pop_wait_time FROM queen.queues q WHERE q.name = c.r_queue)"
+        then " c";
+    /// The claim over every queue whose labels match.
+    PopDiscover<'a> = log_pop_discover_wire_v1(
+        p_namespace: &'a str,
+        p_task: &'a str,
+        p_group: &'a str,
+        p_budget: i32,
+        p_worker: &'a str,
+        p_auto_ack: bool,
+        p_max_partitions: i32,
+        p_sub_mode: &'a str,
+        p_sub_from: &'a str,
+        p_lease_seconds: Option<i32>,
+    ) select "meta, blobs";
+    /// Whether a queue may have something for a group.
+    HasPending<'a> = log_has_pending_v1(p_queue: &'a str, p_group: &'a str);
+    /// Whether a partition may have something for a group.
+    PartitionHasPending<'a> = log_partition_has_pending_v1(
+        p_queue: &'a str,
+        p_partition: &'a str,
+        p_group: &'a str,
+    );
+    /// Whether a discovered queue may have something for a group.
+    DiscoverHasPending<'a> = log_discover_has_pending_v1(
+        p_namespace: &'a str,
+        p_task: &'a str,
+        p_group: &'a str,
+    );
+    /// Unleased pending messages, up to a cap.
+    PendingEstimate<'a> = log_pending_estimate_v1(
+        p_queue: &'a str,
+        p_partition: Option<&'a str>,
+        p_group: &'a str,
+        p_cap: i64,
+    );
+}
 
 /// What one pop asks PostgreSQL to claim; shared by every shape.
 #[derive(Clone, Copy)]
@@ -28,45 +131,6 @@ pub struct ClaimArgs<'a> {
     pub sub_mode: &'a str,
     /// `""`, `now` or an RFC 3339 timestamp (first-contact seeding).
     pub sub_from: &'a str,
-}
-
-impl ClaimArgs<'_> {
-    /// The ten parameters of a claim over named partitions (`log_pop_hinted_v1`,
-    /// `log_pop_list_v1`), in their SQL order.
-    fn list_params<'p>(
-        &'p self,
-        queue: &'p &str,
-        partitions: &'p &[String],
-    ) -> [&'p (dyn ToSql + Sync); 10] {
-        [
-            queue,
-            &self.group,
-            partitions,
-            &self.budget,
-            &self.lease_seconds,
-            &self.lease_id,
-            &self.auto_ack,
-            &self.max_partitions,
-            &self.sub_mode,
-            &self.sub_from,
-        ]
-    }
-
-    /// The parameters of a claim of one partition, in their SQL order: `target` names it
-    /// (queue and partition for `log_pop_specific_v1`, the id for `log_pop_claim_v1`), then
-    /// the lease, budget and first-contact settings both take alike.
-    fn one_params<'p>(&'p self, target: &[&'p (dyn ToSql + Sync)]) -> Vec<&'p (dyn ToSql + Sync)> {
-        let lease: [&'p (dyn ToSql + Sync); 7] = [
-            &self.group,
-            &self.budget,
-            &self.lease_seconds,
-            &self.lease_id,
-            &self.auto_ack,
-            &self.sub_mode,
-            &self.sub_from,
-        ];
-        target.iter().copied().chain(lease).collect()
-    }
 }
 
 /// The claims of one call, with the blobs in segment order.
@@ -129,18 +193,6 @@ struct Meta {
     min_pop_wait_ms: Option<i64>,
 }
 
-/// Runs one claim function (`function` names it in errors) and checks that its blobs line up
-/// with its segments.
-async fn claim(
-    db: &impl GenericClient,
-    function: &str,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<PopAnswer> {
-    let stmt = crate::store::prepare(db, sql).await?;
-    answer(function, &db.query_one(&stmt, params).await?)
-}
-
 /// The `(meta, blobs)` columns of a claim's row.
 fn answer(function: &str, row: &tokio_postgres::Row) -> Result<PopAnswer> {
     let meta: serde_json::Value = row.try_get(0)?;
@@ -167,23 +219,18 @@ pub async fn pop_wildcard(
     queue: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    claim(
-        db,
-        "log_pop_wildcard_bin_v1",
-        "SELECT meta, blobs FROM queen.log_pop_wildcard_bin_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[
-            &queue,
-            &a.group,
-            &a.budget,
-            &a.lease_seconds,
-            &a.lease_id,
-            &a.auto_ack,
-            &a.max_partitions,
-            &a.sub_mode,
-            &a.sub_from,
-        ],
-    )
-    .await
+    let call = PopWildcard {
+        p_queue: queue,
+        p_group: a.group,
+        p_budget: a.budget,
+        p_lease_seconds: a.lease_seconds,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_max_partitions: a.max_partitions,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+    };
+    answer(PopWildcard::FUNCTION, &call.query_one(db).await?)
 }
 
 /// One named partition; never registers the group's subscription.
@@ -193,13 +240,18 @@ pub async fn pop_specific(
     partition: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    claim(
-        db,
-        "log_pop_specific_v1",
-        "SELECT meta, blobs FROM queen.log_pop_specific_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &a.one_params(&[&queue, &partition]),
-    )
-    .await
+    let call = PopSpecific {
+        p_queue: queue,
+        p_partition: partition,
+        p_group: a.group,
+        p_budget: a.budget,
+        p_lease_seconds: a.lease_seconds,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+    };
+    answer(PopSpecific::FUNCTION, &call.query_one(db).await?)
 }
 
 /// The hinted partitions of `queue`, in the given order, under the wildcard's budget and
@@ -210,13 +262,19 @@ pub async fn pop_hinted(
     partitions: &[String],
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    claim(
-        db,
-        "log_pop_hinted_v1",
-        "SELECT meta, blobs FROM queen.log_pop_hinted_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &a.list_params(&queue, &partitions),
-    )
-    .await
+    let call = PopHinted {
+        p_queue: queue,
+        p_group: a.group,
+        p_partitions: partitions,
+        p_budget: a.budget,
+        p_lease_seconds: a.lease_seconds,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_max_partitions: a.max_partitions,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+    };
+    answer(PopHinted::FUNCTION, &call.query_one(db).await?)
 }
 
 /// What a list claim found on one candidate (`states` of `log_pop_list_v1`).
@@ -250,13 +308,21 @@ pub async fn pop_list(
     partitions: &[String],
     a: &ClaimArgs<'_>,
 ) -> Result<(PopAnswer, Vec<ListVerdict>)> {
-    const FUNCTION: &str = "log_pop_list_v1";
-    const SQL: &str = "SELECT meta, blobs, states \
-                       FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-    let stmt = crate::store::prepare(db, SQL).await?;
-    let row = db
-        .query_one(&stmt, &a.list_params(&queue, &partitions))
-        .await?;
+    const FUNCTION: &str = PopList::FUNCTION;
+    let row = PopList {
+        p_queue: queue,
+        p_group: a.group,
+        p_partitions: partitions,
+        p_budget: a.budget,
+        p_lease_seconds: a.lease_seconds,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_max_partitions: a.max_partitions,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+    }
+    .query_one(db)
+    .await?;
     let answer = answer(FUNCTION, &row)?;
     let states: serde_json::Value = row.try_get(2)?;
     let states = serde_json::from_value(states)
@@ -274,13 +340,18 @@ pub async fn pop_by_id(
     partition: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<Option<(PopAnswer, ListVerdict)>> {
-    const SQL: &str = "SELECT c.r_state, c.r_until, c.r_attempt, c.r_last_off, c.r_partition, \
-                              c.r_queue, c.r_bases, c.r_starts, c.r_takes, c.r_counts, \
-                              c.r_created, c.r_blobs, \
-                              (SELECT q.min_pop_wait_time FROM queen.queues q WHERE q.name = c.r_queue) \
-                       FROM queen.log_pop_claim_v1($1, $2, $3, $4, $5, $6, $7, $8, false) c";
-    let stmt = crate::store::prepare(db, SQL).await?;
-    let row = db.query_one(&stmt, &a.one_params(&[&pid])).await?;
+    let row = PopClaim {
+        p_pid: pid,
+        p_group: a.group,
+        p_budget: a.budget,
+        p_lease_seconds: a.lease_seconds,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+    }
+    .query_one(db)
+    .await?;
     let named: (Option<String>, Option<String>) = (row.try_get(4)?, row.try_get(5)?);
     if named != (Some(partition.to_string()), Some(queue.to_string())) {
         return Ok(None);
@@ -353,39 +424,28 @@ pub async fn pop_discover(
     task: &str,
     a: &ClaimArgs<'_>,
 ) -> Result<PopAnswer> {
-    claim(
-        db,
-        "log_pop_discover_wire_v1",
-        "SELECT meta, blobs FROM queen.log_pop_discover_wire_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &[
-            &namespace,
-            &task,
-            &a.group,
-            &a.budget,
-            &a.lease_id,
-            &a.auto_ack,
-            &a.max_partitions,
-            &a.sub_mode,
-            &a.sub_from,
-            &a.lease_seconds,
-        ],
-    )
-    .await
-}
-
-async fn probe(db: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<bool> {
-    let stmt = crate::store::prepare(db, sql).await?;
-    Ok(db.query_one(&stmt, params).await?.try_get(0)?)
+    let call = PopDiscover {
+        p_namespace: namespace,
+        p_task: task,
+        p_group: a.group,
+        p_budget: a.budget,
+        p_worker: a.lease_id,
+        p_auto_ack: a.auto_ack,
+        p_max_partitions: a.max_partitions,
+        p_sub_mode: a.sub_mode,
+        p_sub_from: a.sub_from,
+        p_lease_seconds: a.lease_seconds,
+    };
+    answer(PopDiscover::FUNCTION, &call.query_one(db).await?)
 }
 
 /// False means the queue definitively has nothing for the group; true may be stale.
 pub async fn has_pending(db: &impl GenericClient, queue: &str, group: &str) -> Result<bool> {
-    probe(
-        db,
-        "SELECT queen.log_has_pending_v1($1, $2)",
-        &[&queue, &group],
-    )
-    .await
+    let call = HasPending {
+        p_queue: queue,
+        p_group: group,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 pub async fn partition_has_pending(
@@ -394,12 +454,12 @@ pub async fn partition_has_pending(
     partition: &str,
     group: &str,
 ) -> Result<bool> {
-    probe(
-        db,
-        "SELECT queen.log_partition_has_pending_v1($1, $2, $3)",
-        &[&queue, &partition, &group],
-    )
-    .await
+    let call = PartitionHasPending {
+        p_queue: queue,
+        p_partition: partition,
+        p_group: group,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 pub async fn discover_has_pending(
@@ -408,12 +468,12 @@ pub async fn discover_has_pending(
     task: &str,
     group: &str,
 ) -> Result<bool> {
-    probe(
-        db,
-        "SELECT queen.log_discover_has_pending_v1($1, $2, $3)",
-        &[&namespace, &task, &group],
-    )
-    .await
+    let call = DiscoverHasPending {
+        p_namespace: namespace,
+        p_task: task,
+        p_group: group,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 /// Unleased pending messages of the queue (or one partition) for the group, up to `cap`.
@@ -424,10 +484,11 @@ pub async fn pending_estimate(
     group: &str,
     cap: i64,
 ) -> Result<i64> {
-    let stmt =
-        crate::store::prepare(db, "SELECT queen.log_pending_estimate_v1($1, $2, $3, $4)").await?;
-    Ok(db
-        .query_one(&stmt, &[&queue, &partition, &group, &cap])
-        .await?
-        .try_get(0)?)
+    let call = PendingEstimate {
+        p_queue: queue,
+        p_partition: partition,
+        p_group: group,
+        p_cap: cap,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }

@@ -5,79 +5,85 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::error::Result;
+use crate::queue_options::{self, Kind, QueueOption, Setting, OPTIONS};
+use crate::store::sql_fn::sql_fns;
 
-/// A `queen.queues` row: identity and every option.
+sql_fns! {
+    /// Creates or reconfigures a queue; answers its row.
+    Configure<'a> = configure_queue_v1(
+        p_queue: &'a str,
+        p_opts: &'a serde_json::Value,
+        p_replace: bool,
+        p_defaults: &'a serde_json::Value,
+    ) select "*";
+    /// Deletes a queue and everything it owns.
+    DeleteQueue<'a> = delete_queue_v1(p_queue: &'a str);
+}
+
+/// A `queen.queues` row: identity, labels and every other option of `queue_options::OPTIONS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueRow {
     pub id: i64,
     pub name: String,
     pub namespace: String,
     pub task: String,
-    pub priority: i32,
-    pub lease_time: i32,
-    pub retry_limit: i32,
-    pub retry_delay: i32,
-    pub ttl: i32,
-    pub max_queue_size: i32,
-    pub dead_letter_queue: bool,
-    pub dlq_after_max_retries: bool,
-    pub delayed_processing: i32,
-    pub window_buffer: i32,
-    pub retention_enabled: bool,
-    pub retention_seconds: i32,
-    pub completed_retention_seconds: i32,
-    pub max_wait_time_seconds: i32,
-    pub encryption_enabled: bool,
-    pub min_pop_wait_time: i32,
-    pub dedup_window_seconds: i32,
+    /// The options echoed under `options`, in table order, with their stored values.
+    pub options: Vec<(&'static QueueOption, Setting)>,
 }
 
 impl QueueRow {
     /// Reads a row that has the `queen.queues` columns (by name, so column order is free).
     pub fn from_row(r: &Row) -> Result<Self> {
+        let mut options = Vec::with_capacity(OPTIONS.len());
+        for option in OPTIONS.iter().filter(|o| o.echoed()) {
+            let value = match option.kind {
+                Kind::Bool => Setting::Bool(r.try_get(option.column)?),
+                Kind::Int { .. } => Setting::Int(r.try_get(option.column)?),
+                Kind::Label => continue,
+            };
+            options.push((option, value));
+        }
         Ok(QueueRow {
             id: r.try_get("id")?,
             name: r.try_get("name")?,
             namespace: r.try_get("namespace")?,
             task: r.try_get("task")?,
-            priority: r.try_get("priority")?,
-            lease_time: r.try_get("lease_time")?,
-            retry_limit: r.try_get("retry_limit")?,
-            retry_delay: r.try_get("retry_delay")?,
-            ttl: r.try_get("ttl")?,
-            max_queue_size: r.try_get("max_queue_size")?,
-            dead_letter_queue: r.try_get("dead_letter_queue")?,
-            dlq_after_max_retries: r.try_get("dlq_after_max_retries")?,
-            delayed_processing: r.try_get("delayed_processing")?,
-            window_buffer: r.try_get("window_buffer")?,
-            retention_enabled: r.try_get("retention_enabled")?,
-            retention_seconds: r.try_get("retention_seconds")?,
-            completed_retention_seconds: r.try_get("completed_retention_seconds")?,
-            max_wait_time_seconds: r.try_get("max_wait_time_seconds")?,
-            encryption_enabled: r.try_get("encryption_enabled")?,
-            min_pop_wait_time: r.try_get("min_pop_wait_time")?,
-            dedup_window_seconds: r.try_get("dedup_window_seconds")?,
+            options,
         })
+    }
+
+    /// The stored value of the flag in `column`; false when no such flag is listed.
+    pub fn flag(&self, column: &str) -> bool {
+        self.options
+            .iter()
+            .any(|(o, v)| o.column == column && *v == Setting::Bool(true))
     }
 }
 
 /// Creates or reconfigures `queue`. `options` is keyed by column name (see
-/// `configure_queue_v1`): a value sets, a JSON null resets to the default, absence keeps.
+/// `configure_queue_v1`): a value sets, a JSON null resets to the default, absence keeps. The
+/// defaults are the table's (`queue_options::configure_defaults`).
 pub async fn configure(
     db: &impl GenericClient,
     queue: &str,
     options: &serde_json::Value,
     replace: bool,
 ) -> Result<QueueRow> {
-    let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.configure_queue_v1($1, $2, $3)").await?;
-    let row = db.query_one(&stmt, &[&queue, options, &replace]).await?;
+    let defaults = queue_options::configure_defaults();
+    let row = Configure {
+        p_queue: queue,
+        p_opts: options,
+        p_replace: replace,
+        p_defaults: &defaults,
+    }
+    .query_one(db)
+    .await?;
     QueueRow::from_row(&row)
 }
 
 /// Deletes `queue` and everything it owns. `None` when there is no such queue, else the
 /// number of partitions deleted.
 pub async fn delete(db: &impl GenericClient, queue: &str) -> Result<Option<i32>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.delete_queue_v1($1)").await?;
-    Ok(db.query_one(&stmt, &[&queue]).await?.try_get(0)?)
+    let call = DeleteQueue { p_queue: queue };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }

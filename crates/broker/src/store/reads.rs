@@ -5,6 +5,28 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
 use crate::error::Result;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// The segments a fetch reads, per ask.
+    Fetch<'a> = log_fetch_v1(
+        p_queues: &'a [&'a str],
+        p_partitions: &'a [&'a str],
+        p_offsets: &'a [i64],
+        p_max_bytes: i64,
+        p_max_segments: i32,
+    ) select "*";
+    /// One page of a queue's partitions changed since a time.
+    Changed<'a> = log_partitions_changed_v1(
+        p_queue: &'a str,
+        p_since: Option<DateTime<Utc>>,
+        p_after_at: Option<DateTime<Utc>>,
+        p_after_name: Option<&'a str>,
+        p_limit: i32,
+    ) select "*";
+    /// The safe time.
+    SafeTime = log_safe_time_v1();
+}
 
 /// What a fetch asks of one partition.
 pub struct FetchAsk<'a> {
@@ -41,14 +63,15 @@ pub async fn fetch(
     let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
     let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
     let offsets: Vec<i64> = asks.iter().map(|a| a.offset).collect();
-    let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.log_fetch_v1($1, $2, $3, $4, $5)").await?;
-    let rows = db
-        .query(
-            &stmt,
-            &[&queues, &partitions, &offsets, &max_bytes, &max_segments],
-        )
-        .await?;
+    let rows = Fetch {
+        p_queues: &queues,
+        p_partitions: &partitions,
+        p_offsets: &offsets,
+        p_max_bytes: max_bytes,
+        p_max_segments: max_segments,
+    }
+    .query(db)
+    .await?;
     let mut out: Vec<FetchRows> = asks.iter().map(|_| FetchRows::default()).collect();
     for r in rows {
         let i: i32 = r.try_get(0)?;
@@ -89,16 +112,15 @@ pub async fn changed(
     after: Option<(Option<DateTime<Utc>>, &str)>,
     limit: i32,
 ) -> Result<Option<Vec<ChangedRow>>> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT * FROM queen.log_partitions_changed_v1($1, $2, $3, $4, $5)",
-    )
+    let rows = Changed {
+        p_queue: queue,
+        p_since: since,
+        p_after_at: after.and_then(|(at, _)| at),
+        p_after_name: after.map(|(_, name)| name),
+        p_limit: limit,
+    }
+    .query(db)
     .await?;
-    let after_at = after.and_then(|(at, _)| at);
-    let after_name = after.map(|(_, name)| name);
-    let rows = db
-        .query(&stmt, &[&queue, &since, &after_at, &after_name, &limit])
-        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let known: bool = r.try_get(0)?;
@@ -118,6 +140,5 @@ pub async fn changed(
 
 /// The time up to which every write is counted by a read that starts after this call.
 pub async fn safe_time(db: &impl GenericClient) -> Result<DateTime<Utc>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_safe_time_v1()").await?;
-    Ok(db.query_one(&stmt, &[]).await?.try_get(0)?)
+    Ok(SafeTime {}.query_one(db).await?.try_get(0)?)
 }

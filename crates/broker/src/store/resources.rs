@@ -6,7 +6,29 @@ use tokio_postgres::Row;
 
 use crate::error::Result;
 use crate::store::queues::QueueRow;
-use crate::store::{rows, Store};
+use crate::store::sql_fn::sql_fns;
+use crate::store::Store;
+
+sql_fns! {
+    /// Queue summaries of a tenant (or one queue).
+    Queues<'a> = admin_queues_v1(p_queue: Option<&'a str>, p_tenant: &'a str) select "*";
+    /// One queue's row.
+    QueueRowOf<'a> = admin_queue_row_v1(p_queue: &'a str) select "*";
+    /// One page of a queue's partitions.
+    QueuePartitions<'a> = admin_queue_partitions_v1(
+        p_queue_id: i64,
+        p_after: Option<&'a str>,
+        p_limit: Option<i32>,
+    ) select "*";
+    /// The groups on a queue.
+    QueueGroups = admin_queue_groups_v1(p_queue_id: i64) select "*";
+    /// A group's pending messages per partition of a queue.
+    QueueDepth<'a> = admin_queue_depth_v1(p_queue: &'a str, p_group: &'a str) select "*";
+    /// The overview's one row.
+    OverviewOf<'a> = admin_overview_v1(p_tenant: &'a str) select "*";
+    /// The metrics sample.
+    Metrics<'a> = admin_metrics_v1(p_limit: i32, p_tenant: &'a str) select "*";
+}
 
 /// Message counts of a queue, a partition or everything.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,11 +66,11 @@ pub struct QueueSummary {
 /// Every queue of `tenant` (`None`), or its named one (empty when unknown), by name; only
 /// that tenant's partitions are counted.
 pub async fn queues(store: &Store, only: Option<&str>, tenant: &str) -> Result<Vec<QueueSummary>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_queues_v1($1, $2)",
-        &[&only, &tenant],
-    )
+    let found = Queues {
+        p_queue: only,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -69,12 +91,9 @@ pub async fn queues(store: &Store, only: Option<&str>, tenant: &str) -> Result<V
 
 /// The options of the named queue.
 pub async fn queue_row(store: &Store, queue: &str) -> Result<Option<QueueRow>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_queue_row_v1($1)",
-        &[&queue],
-    )
-    .await?;
+    let found = QueueRowOf { p_queue: queue }
+        .query(&store.conn().await?)
+        .await?;
     found.first().map(QueueRow::from_row).transpose()
 }
 
@@ -104,11 +123,12 @@ pub async fn partitions(
     queue_id: i64,
     page: PartitionPage<'_>,
 ) -> Result<Vec<PartitionStats>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_queue_partitions_v1($1, $2, $3)",
-        &[&queue_id, &page.after, &page.limit],
-    )
+    let found = QueuePartitions {
+        p_queue_id: queue_id,
+        p_after: page.after,
+        p_limit: page.limit,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -136,11 +156,10 @@ pub struct QueueGroup {
 
 /// The member groups of a queue, by name.
 pub async fn queue_groups(store: &Store, queue_id: i64) -> Result<Vec<QueueGroup>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_queue_groups_v1($1)",
-        &[&queue_id],
-    )
+    let found = QueueGroups {
+        p_queue_id: queue_id,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -165,11 +184,11 @@ pub struct DepthRow {
 /// The group's pending count per partition of the queue, by name; empty when the queue is
 /// unknown.
 pub async fn queue_depth(store: &Store, queue: &str, group: &str) -> Result<Vec<DepthRow>> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_queue_depth_v1($1, $2)",
-        &[&queue, &group],
-    )
+    let found = QueueDepth {
+        p_queue: queue,
+        p_group: group,
+    }
+    .query(&store.conn().await?)
     .await?;
     found
         .iter()
@@ -199,12 +218,9 @@ pub struct Overview {
 
 /// The overview over the queues of `tenant`.
 pub async fn overview(store: &Store, tenant: &str) -> Result<Overview> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_overview_v1($1)",
-        &[&tenant],
-    )
-    .await?;
+    let found = OverviewOf { p_tenant: tenant }
+        .query(&store.conn().await?)
+        .await?;
     let r = found
         .first()
         .ok_or_else(|| crate::error::Error::internal("admin_overview_v1 answered no row"))?;
@@ -247,11 +263,11 @@ pub struct MetricsSample {
 }
 
 pub async fn metrics_sample(store: &Store, limit: i32, tenant: &str) -> Result<MetricsSample> {
-    let found = rows(
-        store,
-        "SELECT * FROM queen.admin_metrics_v1($1, $2)",
-        &[&limit, &tenant],
-    )
+    let found = Metrics {
+        p_limit: limit,
+        p_tenant: tenant,
+    }
+    .query(&store.conn().await?)
     .await?;
     let mut sample = MetricsSample::default();
     for r in &found {

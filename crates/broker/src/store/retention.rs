@@ -10,7 +10,34 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls};
 
 use crate::error::Result;
-use crate::store::{json_verdict, prepare};
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// The work list of due partitions.
+    DueList<'a> = log_retention_due_v1(p_floor_seconds: i32, p_cap: i32, p_skip: &'a [i64])
+        select "*";
+    /// One retention step of one partition.
+    RetentionStep = log_retention_step_v1(
+        p_pid: i64,
+        p_all_cutoff: Option<DateTime<Utc>>,
+        p_completed_cutoff: Option<DateTime<Utc>>,
+        p_max_rows: i32,
+    );
+    /// One sidecar purge step of one partition.
+    SidecarStep = log_txns_purge_step_v1(
+        p_pid: i64,
+        p_cutoff: Option<DateTime<Utc>>,
+        p_max_rows: i32,
+    );
+    /// One step of the cleanup of partitions idle for so many seconds.
+    CleanupStep = log_partition_cleanup_step_v1(
+        p_cutoff: f64 = ("now() - make_interval(secs => ", ")"),
+        p_max_rows: i32,
+    );
+    /// One step of the watermark safety walk.
+    WatermarkWalkStep = log_watermark_walk_step_v1(p_after_id: i64, p_limit: i32)
+        select "r_last_id, r_fixed";
+}
 
 /// The advisory lock key of the retention loop (upstream's, docs/engine.md §10.3).
 pub const RUNNER_LOCK_KEY: i64 = 737_001;
@@ -45,8 +72,13 @@ pub async fn due(
     cap: i32,
     skip: &[i64],
 ) -> Result<Vec<Due>> {
-    let stmt = prepare(db, "SELECT * FROM queen.log_retention_due_v1($1, $2, $3)").await?;
-    let rows = db.query(&stmt, &[&sidecar_floor_s, &cap, &skip]).await?;
+    let rows = DueList {
+        p_floor_seconds: sidecar_floor_s,
+        p_cap: cap,
+        p_skip: skip,
+    }
+    .query(db)
+    .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let phase = match row.try_get::<_, &str>(0)? {
@@ -87,11 +119,13 @@ pub async fn retention_step(
     completed_cutoff: Option<DateTime<Utc>>,
     max_rows: i32,
 ) -> Result<Step> {
-    json_verdict(
-        db,
-        "SELECT queen.log_retention_step_v1($1, $2, $3, $4)",
-        &[&pid, &all_cutoff, &completed_cutoff, &max_rows],
-    )
+    RetentionStep {
+        p_pid: pid,
+        p_all_cutoff: all_cutoff,
+        p_completed_cutoff: completed_cutoff,
+        p_max_rows: max_rows,
+    }
+    .json(db)
     .await
 }
 
@@ -103,26 +137,23 @@ pub async fn sidecar_step(
     cutoff: Option<DateTime<Utc>>,
     max_rows: i32,
 ) -> Result<Step> {
-    json_verdict(
-        db,
-        "SELECT queen.log_txns_purge_step_v1($1, $2, $3)",
-        &[&pid, &cutoff, &max_rows],
-    )
+    SidecarStep {
+        p_pid: pid,
+        p_cutoff: cutoff,
+        p_max_rows: max_rows,
+    }
+    .json(db)
     .await
 }
 
 /// `queen.log_partition_cleanup_step_v1`: deletes up to `max_rows` empty partitions idle for
 /// `idle_s` seconds (by the database's clock); returns how many.
 pub async fn cleanup_step(db: &impl GenericClient, idle_s: f64, max_rows: i32) -> Result<i64> {
-    let stmt = prepare(
-        db,
-        "SELECT queen.log_partition_cleanup_step_v1(now() - make_interval(secs => $1), $2)",
-    )
-    .await?;
-    let n: i32 = db
-        .query_one(&stmt, &[&idle_s, &max_rows])
-        .await?
-        .try_get(0)?;
+    let call = CleanupStep {
+        p_cutoff: idle_s,
+        p_max_rows: max_rows,
+    };
+    let n: i32 = call.query_one(db).await?.try_get(0)?;
     Ok(i64::from(n))
 }
 
@@ -133,12 +164,12 @@ pub async fn watermark_walk_step(
     after_id: i64,
     limit: i32,
 ) -> Result<(Option<i64>, i64)> {
-    let stmt = prepare(
-        db,
-        "SELECT r_last_id, r_fixed FROM queen.log_watermark_walk_step_v1($1, $2)",
-    )
+    let row = WatermarkWalkStep {
+        p_after_id: after_id,
+        p_limit: limit,
+    }
+    .query_one(db)
     .await?;
-    let row = db.query_one(&stmt, &[&after_id, &limit]).await?;
     let fixed: i32 = row.try_get(1)?;
     Ok((row.try_get(0)?, i64::from(fixed)))
 }

@@ -4,10 +4,32 @@
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
-use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Registers a stream query.
+    Register<'a> = stream_register_v1(
+        p_tenant: &'a str,
+        p_name: &'a str,
+        p_source: &'a str,
+        p_sink: Option<&'a str>,
+        p_hash: &'a str,
+        p_reset: bool,
+    );
+    /// The source queue of a tenant's stream query.
+    SourceOf<'a> = stream_source_v1(p_tenant: &'a str, p_query: Uuid);
+    /// A state read.
+    StateGet<'a> = stream_state_get_v1(
+        p_query: Uuid,
+        p_partition: &'a str,
+        p_keys: &'a [String],
+        p_prefix: Option<&'a str>,
+        p_ripe: Option<i64>,
+    );
+}
 
 /// A registration's request, the client's names as given.
 pub struct Registration<'a> {
@@ -25,26 +47,16 @@ pub async fn register(
     tenant: &str,
     r: &Registration<'_>,
 ) -> Result<Value> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT queen.stream_register_v1($1, $2, $3, $4, $5, $6)",
-    )
-    .await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[
-                &tenant,
-                &r.name,
-                &r.source_queue,
-                &r.sink_queue,
-                &r.config_hash,
-                &r.reset,
-            ],
-        )
-        .await?;
-    let Json(answer): Json<Value> = row.try_get(0)?;
-    Ok(answer)
+    Register {
+        p_tenant: tenant,
+        p_name: r.name,
+        p_source: r.source_queue,
+        p_sink: r.sink_queue,
+        p_hash: r.config_hash,
+        p_reset: r.reset,
+    }
+    .json(db)
+    .await
 }
 
 /// The source queue `query` was registered with (as the client named it), when it is a
@@ -54,8 +66,11 @@ pub async fn source_of(
     tenant: &str,
     query: Uuid,
 ) -> Result<Option<String>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.stream_source_v1($1, $2)").await?;
-    Ok(db.query_one(&stmt, &[&tenant, &query]).await?.try_get(0)?)
+    let call = SourceOf {
+        p_tenant: tenant,
+        p_query: query,
+    };
+    Ok(call.query_one(db).await?.try_get(0)?)
 }
 
 /// A state read's filters (all optional; together they AND).
@@ -72,14 +87,13 @@ pub async fn state_get(
     partition: &str,
     f: &StateFilter<'_>,
 ) -> Result<Value> {
-    let stmt =
-        crate::store::prepare(db, "SELECT queen.stream_state_get_v1($1, $2, $3, $4, $5)").await?;
-    let row = db
-        .query_one(
-            &stmt,
-            &[&query, &partition, &f.keys, &f.prefix, &f.ripe_at_or_before],
-        )
-        .await?;
-    let Json(rows): Json<Value> = row.try_get(0)?;
-    Ok(rows)
+    StateGet {
+        p_query: query,
+        p_partition: partition,
+        p_keys: f.keys,
+        p_prefix: f.prefix,
+        p_ripe: f.ripe_at_or_before,
+    }
+    .json(db)
+    .await
 }

@@ -4,10 +4,38 @@
 
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
-use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// The timer operations of one route call.
+    Apply<'a> = log_timers_apply_v1(p_ops: &'a serde_json::Value, p_tenant: &'a str);
+    /// The wheel's claim of due timers.
+    Claim = log_timers_claim_v1(p_limit: i32, p_claim_ms: i32) select "*";
+    /// Milliseconds until the next timer is due.
+    NextDue = log_timers_next_v1();
+    /// Puts a claimed timer back for later.
+    BackOff<'a> = log_timers_back_off_v1(
+        p_tenant: &'a str,
+        p_queue: &'a str,
+        p_key: &'a str,
+        p_token: Uuid,
+        p_delay_ms: i32,
+        p_error: &'a str,
+    );
+    /// One pending timer.
+    Peek<'a> = log_timers_peek_v1(p_tenant: &'a str, p_queue: &'a str, p_key: &'a str)
+        select "*";
+    /// A page of a queue's pending timers.
+    List<'a> = log_timers_list_v1(
+        p_tenant: &'a str,
+        p_queue: &'a str,
+        p_after: Option<&'a str>,
+        p_limit: i32,
+    ) select "*";
+}
 
 /// What `log_timers_apply_v1` did with one operation.
 #[derive(Debug, Clone, Deserialize)]
@@ -27,9 +55,12 @@ pub async fn apply(
     ops: &serde_json::Value,
     tenant: &str,
 ) -> Result<Vec<TimerVerdict>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_timers_apply_v1($1, $2)").await?;
-    let row = db.query_one(&stmt, &[ops, &tenant]).await?;
-    let Json(verdicts): Json<Vec<TimerVerdict>> = row.try_get(0)?;
+    let verdicts: Vec<TimerVerdict> = Apply {
+        p_ops: ops,
+        p_tenant: tenant,
+    }
+    .json(db)
+    .await?;
     let asked = ops.as_array().map_or(0, Vec::len);
     if verdicts.len() != asked {
         return Err(Error::internal(format!(
@@ -56,8 +87,12 @@ pub struct Claimed {
 
 /// Claims up to `limit` due timers for `claim_ms` (committed at once).
 pub async fn claim(db: &impl GenericClient, limit: i32, claim_ms: i32) -> Result<Vec<Claimed>> {
-    let stmt = crate::store::prepare(db, "SELECT * FROM queen.log_timers_claim_v1($1, $2)").await?;
-    let rows = db.query(&stmt, &[&limit, &claim_ms]).await?;
+    let rows = Claim {
+        p_limit: limit,
+        p_claim_ms: claim_ms,
+    }
+    .query(db)
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(Claimed {
@@ -77,8 +112,7 @@ pub async fn claim(db: &impl GenericClient, limit: i32, claim_ms: i32) -> Result
 
 /// Milliseconds until the earliest timer is due (≤ 0: now); `None` when there is none.
 pub async fn next_due_ms(db: &impl GenericClient) -> Result<Option<i64>> {
-    let stmt = crate::store::prepare(db, "SELECT queen.log_timers_next_v1()").await?;
-    Ok(db.query_one(&stmt, &[]).await?.try_get(0)?)
+    Ok(NextDue {}.query_one(db).await?.try_get(0)?)
 }
 
 /// Drops `c`'s claim and hides it for `delay_ms`, recording `error`.
@@ -88,23 +122,16 @@ pub async fn back_off(
     delay_ms: i32,
     error: &str,
 ) -> Result<()> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT queen.log_timers_back_off_v1($1, $2, $3, $4, $5, $6)",
-    )
-    .await?;
-    db.execute(
-        &stmt,
-        &[
-            &c.tenant_id,
-            &c.queue,
-            &c.timer_key,
-            &c.token,
-            &delay_ms,
-            &error,
-        ],
-    )
-    .await?;
+    let call = BackOff {
+        p_tenant: &c.tenant_id,
+        p_queue: &c.queue,
+        p_key: &c.timer_key,
+        p_token: c.token,
+        p_delay_ms: delay_ms,
+        p_error: error,
+    };
+    let stmt = crate::store::prepare(db, BackOff::SQL).await?;
+    db.execute(&stmt, &call.params()).await?;
     Ok(())
 }
 
@@ -130,9 +157,12 @@ pub async fn peek(
     queue: &str,
     key: &str,
 ) -> Result<Option<PendingTimer>> {
-    let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.log_timers_peek_v1($1, $2, $3)").await?;
-    let Some(r) = db.query_opt(&stmt, &[&tenant, &queue, &key]).await? else {
+    let call = Peek {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_key: key,
+    };
+    let Some(r) = call.query_opt(db).await? else {
         return Ok(None);
     };
     Ok(Some(PendingTimer {
@@ -155,9 +185,14 @@ pub async fn list(
     after: Option<&str>,
     limit: i32,
 ) -> Result<Vec<PendingTimer>> {
-    let stmt =
-        crate::store::prepare(db, "SELECT * FROM queen.log_timers_list_v1($1, $2, $3, $4)").await?;
-    let rows = db.query(&stmt, &[&tenant, &queue, &after, &limit]).await?;
+    let rows = List {
+        p_tenant: tenant,
+        p_queue: queue,
+        p_after: after,
+        p_limit: limit,
+    }
+    .query(db)
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(PendingTimer {

@@ -4,7 +4,22 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::store::sql_fn::sql_fns;
 use crate::store::Store;
+
+sql_fns! {
+    /// Stores one trace event.
+    Trace<'a> = admin_trace_v1(
+        p_id: Uuid,
+        p_pid: i64,
+        p_txn: &'a str,
+        p_group: &'a str,
+        p_event: &'a str,
+        p_names: Option<&'a [String]>,
+        p_data: &'a Value,
+        p_tenant: &'a str,
+    );
+}
 
 /// One trace event as the consume loop reports it.
 pub struct TraceRow<'a> {
@@ -20,26 +35,17 @@ pub struct TraceRow<'a> {
 /// Stores the trace when its partition is `tenant`'s (or, for the default tenant, names no
 /// partition at all); `None` when nothing was stored.
 pub async fn insert_trace(store: &Store, t: &TraceRow<'_>, tenant: &str) -> Result<Option<Uuid>> {
-    let conn = store.conn().await?;
-    let stmt = crate::store::prepare(
-        &conn,
-        "SELECT queen.admin_trace_v1($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
+    let row = Trace {
+        p_id: t.id,
+        p_pid: t.partition_id,
+        p_txn: t.transaction_id,
+        p_group: t.consumer_group,
+        p_event: t.event_type,
+        p_names: t.trace_names.as_deref(),
+        p_data: &t.data,
+        p_tenant: tenant,
+    }
+    .query_one(&store.conn().await?)
     .await?;
-    let row = conn
-        .query_one(
-            &stmt,
-            &[
-                &t.id,
-                &t.partition_id,
-                &t.transaction_id,
-                &t.consumer_group,
-                &t.event_type,
-                &t.trace_names,
-                &t.data,
-                &tenant,
-            ],
-        )
-        .await?;
     Ok(row.try_get(0)?)
 }

@@ -9,7 +9,18 @@ use crate::error::{Error, Result};
 use crate::store::ack::{AckVerdict, Span};
 use crate::store::kv::KvLost;
 use crate::store::push::{SegmentResult, SegmentWrite};
+use crate::store::sql_fn::sql_fns;
 use crate::store::timers::TimerVerdict;
+
+sql_fns! {
+    /// One bundle of pushes, acks, kv operations, timers and a stream cycle: its spec `p`, and
+    /// the pushes' hashes and blobs.
+    TransactionWire<'a> = log_transaction_wire_v1(
+        p: &'a serde_json::Value,
+        p_hashes: &'a [&'a [u8]],
+        p_blobs: &'a [&'a [u8]],
+    );
+}
 
 /// One ack group of a bundle: hash-resolved (`hashes[k]` acked with `statuses[k]`), or
 /// positional when `cover` is set.
@@ -144,9 +155,13 @@ pub async fn transaction_wire(
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
     let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
 
-    let stmt =
-        crate::store::prepare(db, "SELECT queen.log_transaction_wire_v1($1, $2, $3)").await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&spec, &hashes, &blobs];
+    let call = TransactionWire {
+        p: &spec,
+        p_hashes: &hashes,
+        p_blobs: &blobs,
+    };
+    let stmt = crate::store::prepare(db, TransactionWire::SQL).await?;
+    let params = call.params();
     let row = match crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await {
         Ok(row) => row,
         Err(e) => return refusal(&e).map(Err).ok_or_else(|| Error::from(e)),

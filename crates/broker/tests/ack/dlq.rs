@@ -8,6 +8,11 @@ use crate::support::*;
 
 const G: Option<&str> = Some("g");
 
+/// `failed` for the head of `popped`, the rest of it left unacked; the answer's items.
+async fn nack_head(b: &common::TestBroker, popped: &Popped) -> Vec<Value> {
+    ack_batch(b, G, vec![ack_item(&popped.messages[0], "failed")]).await
+}
+
 /// Nacks the head message until it leaves the partition; returns how often it was delivered.
 async fn deliveries_until_gone(b: &common::TestBroker, queue: &str, poison: &str) -> usize {
     let mut deliveries = 0;
@@ -378,6 +383,68 @@ async fn a_hand_off_whose_connection_dies_is_answered_as_unknown() {
     assert_ok(&r[0]);
     assert_eq!(r[0]["dlq"], true, "{}", r[0]);
     assert_eq!(dlq(&b, "queue=cut").await["total"], 1);
+}
+
+/// The ack that spends the budget commits `dlq:true` and keeps the lease for the hand-off;
+/// if the lease moves on in between (it expired and a pop claimed the span), nothing is
+/// filed, so the `failed` signal had no effect. Answering it `success:true, dlq:false` told
+/// the client a third retry was granted past `retryLimit` 2 (the far-behind full chaos run,
+/// where slow acks often met their lease's end). It is refused; the message redelivers with
+/// its budget still spent, and the next `failed` files it.
+#[tokio::test]
+async fn a_spent_failed_whose_lease_moved_on_before_the_hand_off_is_refused() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    configure(&b, "moved", json!({ "retryLimit": 1, "leaseTime": 2 })).await;
+    push_txns(&b, "moved", "p", &txns("moved", 2)).await;
+    // The ack's own update of the dlq verdict (lease and batch kept, budget spent) hands the
+    // row to another worker: what a pop claiming the expired span does after that commit.
+    db.batch_execute(
+        "CREATE FUNCTION queen.test_steal() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.consumer_group = 'g' AND OLD.batch_retry_count = 1
+              AND OLD.batch_end IS NOT NULL AND NEW.batch_end = OLD.batch_end
+              AND NEW.worker_id = OLD.worker_id AND NEW.committed = OLD.committed THEN
+             NEW.worker_id := 'another-pop';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER test_steal BEFORE UPDATE ON queen.log_consumers
+           FOR EACH ROW EXECUTE FUNCTION queen.test_steal();",
+    )
+    .await
+    .expect("trigger");
+    let first = pop(&b, "moved", Some("p"), G, 1, "").await.expect("head");
+    assert_ok(&nack_head(&b, &first).await[0]);
+    let second = pop(&b, "moved", Some("p"), G, 1, "").await.expect("again");
+    assert_eq!(second.txns(), first.txns());
+    let answer = nack_head(&b, &second).await;
+    assert_eq!(answer[0]["success"], false, "nothing was filed: {answer:?}");
+    let error = answer[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("dead letter"),
+        "not a lease refusal: {error}"
+    );
+    assert_eq!(dlq(&b, "queue=moved").await["total"], 0);
+
+    db.batch_execute("DROP TRIGGER test_steal ON queen.log_consumers")
+        .await
+        .expect("drop trigger");
+    // The stolen lease expires; the message comes back with its budget spent.
+    let mut third = None;
+    for _ in 0..50 {
+        third = pop(&b, "moved", Some("p"), G, 1, "").await;
+        if third.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let third = third.expect("redelivered once the lease expired");
+    assert_eq!(third.txns(), first.txns());
+    let filed = nack_head(&b, &third).await;
+    assert_ok(&filed[0]);
+    assert_eq!(filed[0]["dlq"], true, "{filed:?}");
+    assert_eq!(dlq(&b, "queue=moved").await["total"], 1);
 }
 
 #[tokio::test]

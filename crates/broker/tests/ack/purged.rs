@@ -1,7 +1,7 @@
 //! Every delivered message can be acked (issue 36 §2, docs/engine.md §6.2 "purged span"): a
 //! group far behind the hash-sidecar purge horizon is delivered messages whose `log_txns`
-//! rows are gone. Its acks, nacks and partial batch acks under the lease resolve by position
-//! and answer exactly what they answer on an unpurged partition — with the accelerators (ack
+//! rows are gone. Its acks, nacks and partial batch acks, under the lease or lease-less,
+//! resolve by position and answer exactly what they answer on an unpurged partition — with the accelerators (ack
 //! registry, ack fusion) on, and with them off (the SQL path alone).
 //!
 //! The purge is forced: `QUEEN_SIDECAR_PURGE_FLOOR_SECONDS=0`, `dedupWindowSeconds: 0`, a short
@@ -148,6 +148,46 @@ async fn single_and_partial_acks_of_purged_messages_move_the_cursor_accelerated(
 #[tokio::test]
 async fn single_and_partial_acks_of_purged_messages_move_the_cursor_by_sql() {
     single_and_partial_acks(false).await;
+}
+
+/// Lease-less acks of what was just delivered (the wire allows acking without the leaseId):
+/// they resolve by position within the row's last delivered batch, a partial one moves the
+/// cursor and keeps the lease, the rest ends it, and nothing redelivers. Before, every one was
+/// refused as unresolvable and the batch redelivered when its lease expired.
+async fn lease_less_acks(accelerated: bool) {
+    let b = purging(accelerated).await;
+    let db = b.sql().await;
+    let pid = far_behind(&b, "bare", 6, json!({})).await;
+    let popped = pop(&b, "bare", Some("p"), G, 4, "")
+        .await
+        .expect("four messages");
+    let bare: Vec<Value> = popped
+        .messages
+        .iter()
+        .map(|m| lease_less(m, "completed"))
+        .collect();
+    let first = ack_batch(&b, G, bare[..2].to_vec()).await;
+    first.iter().for_each(assert_ok);
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.batch_end), (1, Some(3)), "lease kept");
+    let rest = ack_batch(&b, G, bare[2..].to_vec()).await;
+    rest.iter().for_each(assert_ok);
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.worker, c.batch_end), (3, None, None));
+    let next = pop(&b, "bare", Some("p"), G, 10, "")
+        .await
+        .expect("the two after them");
+    assert_eq!(next.txns(), ["bare-4", "bare-5"], "nothing redelivers");
+}
+
+#[tokio::test]
+async fn lease_less_acks_of_purged_messages_move_the_cursor_accelerated() {
+    lease_less_acks(true).await;
+}
+
+#[tokio::test]
+async fn lease_less_acks_of_purged_messages_move_the_cursor_by_sql() {
+    lease_less_acks(false).await;
 }
 
 /// A nack of a purged message charges the retry budget and redelivers from it (the completed
@@ -300,6 +340,28 @@ async fn transaction_acks(accelerated: bool) {
     assert_eq!(answer["success"], true, "{answer}");
     let c = cursor(&db, pid, "g").await;
     assert_eq!((c.committed, c.worker), (2, None));
+
+    // Lease-less ack operations resolve within the row's last delivered batch too.
+    push_txns(&b, "txn", "p", &txns("late", 2)).await;
+    purged(&db, pid, 5).await;
+    let popped = pop(&b, "txn", Some("p"), G, 10, "")
+        .await
+        .expect("two more");
+    let bare: Vec<Value> = popped
+        .messages
+        .iter()
+        .map(|m| {
+            let mut op = ack_op(m, "completed", G);
+            op.as_object_mut().map(|o| o.remove("leaseId"));
+            op
+        })
+        .collect();
+    let (_, answer) = b
+        .post("/api/v1/transaction", &json!({ "operations": bare }))
+        .await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let c = cursor(&db, pid, "g").await;
+    assert_eq!((c.committed, c.worker), (4, None));
 }
 
 #[tokio::test]

@@ -11,14 +11,14 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 /// What a finished `queen` command left.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Run {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
     }
@@ -32,7 +32,7 @@ impl Run {
 }
 
 /// Runs `queen <args>` against `url` with `stdin` fed to it.
-async fn queen(url: &str, args: &[&str], stdin: &str) -> Run {
+pub(crate) async fn queen(url: &str, args: &[&str], stdin: &str) -> Run {
     queen_with(url, &[], args, stdin).await
 }
 

@@ -3,7 +3,7 @@
 //! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
 //!
 //! `main → server → http → engine → {accel, store, spool}`, with `proto` (another crate) below
-//! all of them; `config`, `error`, `log_limit` and `telemetry` are leaves any floor may use and
+//! all of them; `config`, `error`, `log_limit`, `queue_options` and `telemetry` are leaves any floor may use and
 //! that use no floor.
 //! (`queen-embedded-pg` is a crate of its own and cannot use the broker at all.)
 
@@ -25,6 +25,7 @@ pub(crate) const FLOOR_OF: &[(&str, &str)] = &[
     ("config", "leaf"),
     ("error", "leaf"),
     ("log_limit", "leaf"),
+    ("queue_options", "leaf"),
     ("telemetry", "leaf"),
 ];
 

@@ -166,6 +166,8 @@ struct Victim {
     live_txn: String,
     /// A stream query of A's, with state in partition `pid`.
     query: String,
+    /// A message of A's ephemeral queue `orders`, leased in queue mode.
+    eph_id: String,
 }
 
 /// Tenant A: queue `orders` (namespace `ns`), four messages in partition `p1`, one of them
@@ -215,7 +217,25 @@ async fn victim(b: &TestBroker, tok: &str) -> Victim {
                        "state_ops": [{"type": "upsert", "key": "k", "value": {"secret": MARKER}}]});
     let r = post(b, "/streams/v1/cycle", tok, &flush).await;
     assert_eq!(r.body["success"], true, "{}", r.body);
+    let eph = json!({"queue": "orders", "messages": [{"payload": {"secret": MARKER}},
+                                                     {"payload": {"secret": MARKER}}]});
+    let r = post(b, "/api/v1/ephemeral/push", tok, &eph).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = post(
+        b,
+        "/api/v1/ephemeral/configure",
+        tok,
+        &json!({"queue": "orders"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = get(b, "/api/v1/ephemeral/pop?queue=orders", tok).await;
+    let eph_id = r.body["messages"][0]["id"]
+        .as_str()
+        .expect("eph id")
+        .to_string();
     Victim {
+        eph_id,
         query,
         pid: second["partitionId"].as_str().expect("pid").to_string(),
         lease: leased.body["leaseId"].as_str().expect("lease").to_string(),
@@ -258,6 +278,17 @@ async fn state_of_acme(db: &Client) -> String {
                                        s.value), ';' ORDER BY q.id, s.partition_id, s.key)
              FROM queen.stream_queries q LEFT JOIN queen.stream_state s ON s.query_id = q.id
             WHERE q.tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', queue, options), ';' ORDER BY queue)
+             FROM queen.eph_queues WHERE tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', queue, length, bytes), ';' ORDER BY queue)
+             FROM queen.eph_live WHERE tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', partition, seq, payload), ';' ORDER BY partition, seq)
+             FROM queen.eph_messages WHERE tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', partition, grp, next_seq), ';' ORDER BY partition, grp)
+             FROM queen.eph_cursors WHERE tenant_id = 'acme'),
+          (SELECT string_agg(concat_ws(',', partition, grp, seq, attempts, lease_until), ';'
+                             ORDER BY partition, grp, seq)
+             FROM queen.eph_leases WHERE tenant_id = 'acme'),
           (SELECT string_agg(key || '=' || value::text, ';' ORDER BY key) FROM queen.system_state))";
     db.query_one(SQL, &[]).await.expect("digest").get(0)
 }
@@ -335,6 +366,18 @@ fn aimed(route_path: &str, method: &Method, v: &Victim) -> (String, Value) {
             ("?deleteMetadata=true", json!(null))
         }
         (_, "/api/v1/consumer-groups/lagging") => ("?minLagSeconds=0", json!(null)),
+        ("POST", "/api/v1/ephemeral/push") => (
+            "",
+            json!({"queue": "orders", "messages": [{"payload": {"from": "bolt"}}]}),
+        ),
+        ("GET", "/api/v1/ephemeral/pop") => ("?queue=orders&batch=10", json!(null)),
+        ("POST", "/api/v1/ephemeral/ack") => {
+            ("", json!({"queue": "orders", "acks": [{"id": v.eph_id}]}))
+        }
+        ("POST", "/api/v1/ephemeral/configure") => {
+            ("", json!({"queue": "orders", "options": {"maxLength": 1}}))
+        }
+        ("POST", "/api/v1/ephemeral/reset") => ("", json!({"queue": "orders"})),
         _ => ("", json!(null)),
     };
     (format!("{path}{query}"), body)
@@ -450,6 +493,22 @@ fn expect_unknown(template: &str, method: &Method, r: &Reply) {
         ("GET", "/api/v1/dlq") => assert_eq!(r.body["total"], 0, "{what}: {}", r.body),
         ("GET", "/api/v1/consumer-groups/{group}") => {
             assert_eq!(r.status, StatusCode::NOT_FOUND, "{what}: {}", r.body)
+        }
+        ("POST", "/api/v1/ephemeral/ack") => {
+            assert_eq!(
+                r.body["results"][0]["outcome"], "stale",
+                "{what}: {}",
+                r.body
+            )
+        }
+        ("GET", "/api/v1/ephemeral/pop") => assert_eq!(
+            r.body["messages"].as_array().map(Vec::len),
+            Some(1),
+            "{what}: only B's own message: {}",
+            r.body
+        ),
+        ("POST", "/api/v1/ephemeral/reset") => {
+            assert_eq!(r.body["dropped"], 1, "{what}: B's own message: {}", r.body)
         }
         _ => {}
     }

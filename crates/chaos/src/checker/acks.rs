@@ -121,8 +121,11 @@ fn budget(log: &Log, retry_limit: u32, v: &mut Vec<Violation>) {
     let mut failed: Vec<&AckRec> = log.acks.iter().filter(|a| a.status == "failed").collect();
     failed.sort_by_key(|a| a.sent);
     // Charges per (partition, group) since its last dead letter by `failed`, and per message.
+    // A message is an offset: a transactionId stored twice (dedup off, or a retry after the
+    // window) is two messages with a budget each, so after the first copy is dead-lettered
+    // or acked, the second may be nacked `retry_limit` times again.
     let mut since_dlq: HashMap<(&str, &str), (u32, u32)> = HashMap::new();
-    let mut per_msg: HashMap<DlqKey, u32> = HashMap::new();
+    let mut per_msg: HashMap<(&str, &str, i64), u32> = HashMap::new();
     for a in failed {
         let row = since_dlq.entry((&a.partition_id, &a.group)).or_default();
         match &a.answer {
@@ -141,7 +144,9 @@ fn budget(log: &Log, retry_limit: u32, v: &mut Vec<Violation>) {
             }
             Some(x) if x.success => {
                 row.0 += 1;
-                let n = per_msg.entry(key(a)).or_default();
+                let n = per_msg
+                    .entry((&a.partition_id, &a.group, a.offset))
+                    .or_default();
                 *n += 1;
                 if *n > retry_limit {
                     v.push(Violation {

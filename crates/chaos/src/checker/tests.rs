@@ -216,6 +216,32 @@ fn dead_letters_follow_the_retry_budget() {
 }
 
 #[test]
+fn each_stored_copy_of_a_transaction_id_has_its_own_retry_budget() {
+    // "dup" stored at offsets 0 and 3: the first copy spends its budget and is filed, the
+    // second is nacked once. Three accepted `failed` of one transactionId, within budget.
+    let fail = |call, offset, sent, dlq| {
+        let mut a = ack(call, offset, "failed", Some("L"), sent, Some((true, dlq)));
+        a.txn = "dup".into();
+        a
+    };
+    let copy = |offset, at| {
+        let mut d = delivery("g", offset, "L", at, at + 1);
+        d.txn = "dup".into();
+        d
+    };
+    let l = log(
+        vec![copy(0, 0), copy(3, 40)],
+        vec![
+            fail(1, 0, 10, false),
+            fail(2, 0, 20, false),
+            fail(3, 0, 30, true),
+            fail(4, 3, 50, false),
+        ],
+    );
+    assert!(violated(&l, &db(&[("g", 0, "dup")]), &[]).is_empty());
+}
+
+#[test]
 fn server_errors_are_tolerated_only_around_an_outage() {
     let mut l = Log::default();
     l.http.push(HttpRec {

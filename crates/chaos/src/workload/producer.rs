@@ -1,6 +1,7 @@
 //! Producers: batches of 1–20 messages to a random queue and partition, JSON or binary, paced
 //! over the push phase. A batch is retried (same transactionIds, same partition) until every
-//! item is answered `queued`/`duplicate`, like a client that must not lose what it sent.
+//! item is answered `queued`/`duplicate`/`buffered` (the broker vouches for a spooled push as
+//! for a stored one), like a client that must not lose what it sent.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,7 +82,7 @@ async fn push_until_stored(
                 let mut retry = Vec::new();
                 let mut recs = Vec::new();
                 for (item, r) in pending.into_iter().zip(results) {
-                    if r.status == "queued" || r.status == "duplicate" {
+                    if matches!(r.status.as_str(), "queued" | "duplicate" | "buffered") {
                         recs.push(rec(&item, PushOutcome::Stored(r.status)));
                     } else {
                         recs.push(rec(&item, PushOutcome::Failed(r.error.unwrap_or(r.status))));

@@ -21,7 +21,7 @@ use queen_proto::{LeaseId, PartitionId};
 use deadpool_postgres::{GenericClient, Object};
 
 use crate::accel::admission::{Lane, Permit};
-use crate::engine::dlq::{self, Nack};
+use crate::engine::dlq::{self, HandOff, Nack};
 use crate::engine::tenant::Tenant;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -328,6 +328,9 @@ fn settle_and_wake(state: &Engine, verdict: &AckVerdict, group: &[&Ack]) -> Vec<
 /// retry budget still spent and the next failed ack files it again. Redelivery over loss. It
 /// is logged, and the group's signal items (whose verdict was this dead letter) are answered
 /// as refused with the cause: `success:true` would claim a verdict that did not take effect.
+/// The same when the lease moved on between the ack's commit and the hand-off (it expired
+/// and a pop claimed the span, or a concurrent ack under the lease filed it first): this
+/// signal filed nothing, and the budget it found spent is still spent.
 ///
 /// A connection lost on the way is returned: the dead letter may have committed before the
 /// answer was lost, so neither `dlq:true` nor a refusal would be honest; the request's
@@ -340,15 +343,21 @@ async fn hand_off(
     outcomes: &mut [AckOutcome],
 ) -> Result<()> {
     let (partition_id, group) = (acks[0].partition_id.get(), acks[0].group.as_str());
-    match dlq::file(db, partition_id, group, verdict, &nacks(acks)).await {
-        Ok(Some(filed)) => {
+    let refusal = match dlq::file(db, partition_id, group, verdict, &nacks(acks)).await {
+        Ok(HandOff::Filed(filed)) => {
             for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
                 outcome.lease_released = true;
                 outcome.dlq = ack.transaction_id == filed.transaction_id;
             }
             released(state, acks[0], filed.wake_queue.as_deref());
+            return Ok(());
         }
-        Ok(None) => {}
+        Ok(HandOff::RetainedAway) => return Ok(()),
+        // The budget was spent and the dead letter is this signal's only effect: without it
+        // `success:true, dlq:false` would claim one more accepted retry past `retryLimit`.
+        Ok(HandOff::LeaseMovedOn(cause)) => format!(
+            "the lease moved on before the dead letter was filed ({cause}); nothing was filed"
+        ),
         Err(e) if e.is_unavailable() => return Err(e),
         Err(e) => {
             let cause = failure_text(&e);
@@ -356,14 +365,14 @@ async fn hand_off(
                 partition_id, group, off = verdict.off, error = %cause,
                 "DLQ hand-off failed; the lease will expire and the message redeliver"
             );
-            let refusal = format!(
+            format!(
                 "dead-letter hand-off failed ({cause}); the message redelivers when its lease expires"
-            );
-            for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
-                if ack.status.is_signal() {
-                    *outcome = AckOutcome::refused(refusal.clone());
-                }
-            }
+            )
+        }
+    };
+    for (ack, outcome) in acks.iter().zip(outcomes.iter_mut()) {
+        if ack.status.is_signal() {
+            *outcome = AckOutcome::refused(refusal.clone());
         }
     }
     Ok(())

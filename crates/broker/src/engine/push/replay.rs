@@ -12,8 +12,8 @@
 //!   and every record of a round tried again after the connection was lost during its write,
 //!   first drops what PostgreSQL holds already (`push/doubt.rs`), so a queue without dedup
 //!   does not store it twice.
-//! - **Failures.** PostgreSQL unreachable: wait (from `FILE_BUFFER_FLUSH_MS` doubling up to 5 s)
-//!   and try the same round again. Any other refusal: tried again up to five rounds in a row,
+//! - **Failures.** PostgreSQL unreachable: wait (from `FILE_BUFFER_FLUSH_MS` doubling up to
+//!   [`MAX_BACKOFF`]) and try the same round again. Any other refusal: tried again up to five rounds in a row,
 //!   then the refused messages go to the quarantine file (logged, never replayed) and the drain
 //!   moves on, so one poison message cannot hold every later push hostage.
 //! - **Cost.** Asleep while the spool holds nothing: no timer, no database reads.
@@ -34,8 +34,13 @@ use crate::spool::{Batch, Spool, SpoolGroup};
 
 /// Consecutive refused rounds after which the refused messages are quarantined.
 const QUARANTINE_AFTER: u32 = 5;
-/// Ceiling of the wait between rounds while PostgreSQL stays unreachable.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Ceiling of the wait between rounds while PostgreSQL stays unreachable (or the flush
+/// interval, if longer). Every push joins the spool while it holds anything, so each moment
+/// the drain still sleeps once a primary takes writes again is a moment every push is answered
+/// `buffered`: 5 s kept pushes out of PostgreSQL for seconds after each failover (issue 38
+/// wants the first stored push within a second). A round against an absent server is one
+/// refused or timed-out connection attempt.
+const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Starts the drain of the broker's spool (none without a spool). It ends when the broker
 /// starts closing; await the handle to know the round in progress is done.
@@ -94,7 +99,7 @@ async fn run(st: Engine) {
             Round::Waiting | Round::Refused => interval,
             Round::Outage => {
                 let pause = backoff;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff = (backoff * 2).min(MAX_BACKOFF.max(interval));
                 pause
             }
         };

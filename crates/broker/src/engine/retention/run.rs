@@ -89,6 +89,8 @@ pub(super) async fn once(
         .await;
     state.note(&outcomes);
     sweep_kv(engine, closing).await?;
+    crate::engine::ephemeral::sweep_expired(engine, engine.cfg.retention_batch_size, closing)
+        .await?;
     if state.cleanup_due(engine) {
         cleanup(engine, closing).await?;
         state.last_cleanup = Some(Instant::now());

@@ -130,6 +130,16 @@ pub const ROUTES: &[RouteAccess] = &[
     row("POST", "/api/v1/partitions/changed", READ),
     row("GET", "/api/v1/timers/{queue}/{*key}", READ),
     row("DELETE", "/api/v1/timers/{queue}/{*key}", WRITE),
+    // Ephemeral queues: producing and consuming; their gauges are reads, and declaring,
+    // emptying and deleting one configure it.
+    row("POST", "/api/v1/ephemeral/push", WRITE),
+    row("GET", "/api/v1/ephemeral/pop", WRITE),
+    row("POST", "/api/v1/ephemeral/ack", WRITE),
+    row("GET", "/api/v1/ephemeral/queues", READ),
+    row("GET", "/api/v1/ephemeral/queues/{queue}/depth", READ),
+    row("POST", "/api/v1/ephemeral/configure", ADMIN),
+    row("POST", "/api/v1/ephemeral/reset", ADMIN),
+    row("DELETE", "/api/v1/ephemeral/queue/{queue}", ADMIN),
     // Configuring, destroying, moving cursors, maintenance.
     row("POST", "/api/v1/configure", ADMIN),
     row("DELETE", "/api/v1/resources/queues/{queue}", ADMIN),

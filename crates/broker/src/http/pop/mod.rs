@@ -50,8 +50,9 @@ pub fn routes() -> Router<Engine> {
 
 /// `HEAD` on a pop route. A pop claims what it answers, and a `HEAD` answer has no body to
 /// carry it: axum would run the GET handler and drop the body, so the claimed messages would
-/// be lost (autoAck) or leased to nobody. Refused before anything is claimed.
-async fn head_refused() -> Response {
+/// be lost (autoAck) or leased to nobody. Refused before anything is claimed (also on the
+/// ephemeral pop, http/ephemeral/mod.rs).
+pub(super) async fn head_refused() -> Response {
     (
         StatusCode::METHOD_NOT_ALLOWED,
         [(header::ALLOW, "GET")],

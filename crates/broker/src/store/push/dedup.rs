@@ -8,11 +8,22 @@ use std::collections::HashSet;
 
 use deadpool_postgres::GenericClient;
 use futures::{pin_mut, TryStreamExt};
-use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, RowStream};
 
 use crate::error::{Error, Result};
+use crate::store::sql_fn::sql_fns;
 use queen_proto::sidecar::{self, HashRow, Hydration};
+
+sql_fns! {
+    /// The sidecar rows of many partitions, one snapshot.
+    Hydrate<'a> = log_dedup_hydrate_v1(
+        p_queues: &'a [&'a str],
+        p_partitions: &'a [&'a str],
+        p_after: &'a [i64],
+        p_max_hashes: i64,
+    ) select "r_ord, r_pid, r_window, r_last, r_since, r_now, r_base, r_created, r_hashes, \
+        r_running";
+}
 
 /// One partition to read: rows committed after offset `after` (-1: all in the window).
 pub struct HydrateAsk<'a> {
@@ -129,14 +140,14 @@ async fn read(
     let queues: Vec<&str> = asks.iter().map(|a| a.queue).collect();
     let partitions: Vec<&str> = asks.iter().map(|a| a.partition).collect();
     let after: Vec<i64> = asks.iter().map(|a| a.after).collect();
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_ord, r_pid, r_window, r_last, r_since, r_now, r_base, r_created, r_hashes, \
-         r_running FROM queen.log_dedup_hydrate_v1($1, $2, $3, $4)",
-    )
-    .await?;
-    let params: [&(dyn ToSql + Sync); 4] = [&queues, &partitions, &after, &max_hashes];
-    Ok(db.query_raw(&stmt, params).await?)
+    let call = Hydrate {
+        p_queues: &queues,
+        p_partitions: &partitions,
+        p_after: &after,
+        p_max_hashes: max_hashes,
+    };
+    let stmt = crate::store::prepare(db, Hydrate::SQL).await?;
+    Ok(db.query_raw(&stmt, call.params()).await?)
 }
 
 /// The index of the ask a row answers.

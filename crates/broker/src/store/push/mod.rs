@@ -10,6 +10,37 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::store::buffers::Load;
+use crate::store::sql_fn::sql_fns;
+
+sql_fns! {
+    /// Appends a bundle of segments in one transaction.
+    PushMulti<'a> = log_push_multi_v1(
+        p_queues: &'a [&'a str],
+        p_partitions: &'a [&'a str],
+        p_msg_counts: &'a [i32],
+        p_hashes: &'a [&'a [u8]],
+        p_verified: &'a [i64],
+        p_blobs: &'a [&'a [u8]],
+        p_encrypted: &'a [bool],
+    );
+    /// Appends one segment to a partition known by id.
+    PushOne<'a> = log_push_one_v1(
+        p_queue: &'a str,
+        p_partition: &'a str,
+        p_msg_count: i32,
+        p_hashes: &'a [u8],
+        p_verified: i64,
+        p_blob: &'a [u8],
+        p_pid: i64,
+        p_window: Option<i32> = NULL,
+        p_encrypted: bool,
+    );
+    /// The stored segment covering an offset.
+    SegmentAt = log_segment_at_v1(p_pid: i64, p_off: i64) select "r_base, r_end, r_blob";
+    /// Where the messages of a write in doubt may be stored.
+    TxnOffsets<'a> = log_txn_offsets_v1(p_queue: &'a str, p_partition: &'a str, p_hashes: &'a [u8])
+        select "r_idx, r_partition_id, r_off";
+}
 
 /// One segment of a bundle, borrowed from its builder.
 pub struct SegmentWrite<'a> {
@@ -80,20 +111,17 @@ pub async fn push_multi(
     let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
     let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
     let encrypted: Vec<bool> = segs.iter().map(|s| s.encrypted).collect();
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT queen.log_push_multi_v1($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-        &queues,
-        &partitions,
-        &counts,
-        &hashes,
-        &verified,
-        &blobs,
-        &encrypted,
-    ];
+    let call = PushMulti {
+        p_queues: &queues,
+        p_partitions: &partitions,
+        p_msg_counts: &counts,
+        p_hashes: &hashes,
+        p_verified: &verified,
+        p_blobs: &blobs,
+        p_encrypted: &encrypted,
+    };
+    let stmt = crate::store::prepare(db, PushMulti::SQL).await?;
+    let params = call.params();
     let row = crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
     let results: serde_json::Value = row.try_get(0)?;
     let results: Vec<SegmentResult> = serde_json::from_value(results).map_err(|e| {
@@ -163,21 +191,18 @@ pub async fn push_one(
     seg: &SegmentWrite<'_>,
     pid: i64,
 ) -> Result<Option<SegmentResult>> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT queen.log_push_one_v1($1, $2, $3, $4, $5, $6, $7, NULL, $8)",
-    )
-    .await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-        &seg.queue,
-        &seg.partition,
-        &seg.msg_count,
-        &seg.hashes,
-        &seg.verified,
-        &seg.blob,
-        &pid,
-        &seg.encrypted,
-    ];
+    let call = PushOne {
+        p_queue: seg.queue,
+        p_partition: seg.partition,
+        p_msg_count: seg.msg_count,
+        p_hashes: seg.hashes,
+        p_verified: seg.verified,
+        p_blob: seg.blob,
+        p_pid: pid,
+        p_encrypted: seg.encrypted,
+    };
+    let stmt = crate::store::prepare(db, PushOne::SQL).await?;
+    let params = call.params();
     let row = crate::store::retry_conflicts(|| db.query_one(&stmt, &params)).await?;
     let answer: serde_json::Value = row.try_get(0)?;
     if answer["status"] == "gone" {
@@ -201,12 +226,12 @@ pub async fn segment_at(
     pid: i64,
     off: i64,
 ) -> Result<Option<StoredSegment>> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_base, r_end, r_blob FROM queen.log_segment_at_v1($1, $2)",
-    )
+    let row = SegmentAt {
+        p_pid: pid,
+        p_off: off,
+    }
+    .query_opt(db)
     .await?;
-    let row = db.query_opt(&stmt, &[&pid, &off]).await?;
     row.map(|r| {
         Ok(StoredSegment {
             base: r.try_get(0)?,
@@ -226,12 +251,13 @@ pub async fn txn_offsets(
     partition: &str,
     hashes: &[u8],
 ) -> Result<Vec<(usize, i64, i64)>> {
-    let stmt = crate::store::prepare(
-        db,
-        "SELECT r_idx, r_partition_id, r_off FROM queen.log_txn_offsets_v1($1, $2, $3)",
-    )
+    let rows = TxnOffsets {
+        p_queue: queue,
+        p_partition: partition,
+        p_hashes: hashes,
+    }
+    .query(db)
     .await?;
-    let rows = db.query(&stmt, &[&queue, &partition, &hashes]).await?;
     rows.iter()
         .map(|r| {
             let idx: i32 = r.try_get(0)?;

@@ -52,6 +52,15 @@ impl OwnCluster {
         }
     }
 
+    /// A crash and its recovery: `SIGKILL` to every process of the cluster, then a start on the
+    /// same directory, which runs crash recovery (and so empties every unlogged table).
+    pub async fn crash(&mut self) {
+        if let Some(mut pg) = self.pg.take() {
+            pg.kill9().await;
+        }
+        self.start().await;
+    }
+
     /// Starts the stopped cluster again on the same directory and address.
     pub async fn start(&mut self) {
         assert!(self.pg.is_none(), "the cluster is running already");

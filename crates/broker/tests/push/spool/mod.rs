@@ -6,11 +6,13 @@
 //! nothing). The helpers both use are here.
 
 mod at_rest;
+mod failover;
 mod maintenance;
 mod outage;
 mod proxy;
 mod read_only;
 mod rescue;
+mod resume;
 mod standby;
 
 use std::path::Path;

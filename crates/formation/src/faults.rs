@@ -1,0 +1,153 @@
+//! The faults an operator meets, on a running formation: a planned switchover, the promotion
+//! of a chosen node (how a node that was demoted becomes primary again), `kill -9` of the
+//! primary's postmaster (its keeper restarts it), and a node lost for good (every process
+//! SIGKILLed: the monitor promotes a standby) then replaced by a fresh node on the same port,
+//! so the brokers' multi-host URL stays valid. Each returns once the formation is stable again
+//! (one primary, every other node a synchronous secondary) or the wait times out.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{monitor, node, path_str, Formation, SETTLE_TIMEOUT};
+
+/// How long the formation must stay unchanged to count as settled after a crash: the monitor
+/// judges a node after `node_considered_unhealthy_timeout` (3 s here, see monitor.rs).
+const QUIET: Duration = Duration::from_secs(5);
+
+impl Formation {
+    fn monitor_uri(&self) -> String {
+        format!(
+            "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
+            self.monitor_port
+        )
+    }
+
+    fn perform_log(&self) -> std::path::PathBuf {
+        self.dir.join("perform.log")
+    }
+
+    /// `pg_autoctl perform switchover`: the primary steps down, a standby takes over. Returns
+    /// the new primary's index.
+    pub async fn switchover(&self) -> Result<usize> {
+        let before = self.wait_stable().await?;
+        let pgdata = self.dir.join("monitor");
+        let args = [
+            "perform",
+            "switchover",
+            "--pgdata",
+            path_str(&pgdata)?,
+            "--wait",
+            "120",
+        ];
+        self.autoctl.run(&args, &self.perform_log()).await?;
+        let after = self.wait_stable().await?;
+        if after == before {
+            bail!("a switchover left node {before} primary");
+        }
+        Ok(after)
+    }
+
+    /// `pg_autoctl perform promotion` of node `i` (nothing to do when it is primary already).
+    pub async fn promote(&self, i: usize) -> Result<()> {
+        if self.wait_stable().await? == i {
+            return Ok(());
+        }
+        let pgdata = self.dir.join("monitor");
+        let name = self.nodes[i].name.clone();
+        let args = [
+            "perform",
+            "promotion",
+            "--pgdata",
+            path_str(&pgdata)?,
+            "--name",
+            &name,
+            "--wait",
+            "120",
+        ];
+        self.autoctl.run(&args, &self.perform_log()).await?;
+        let now = self.wait_stable().await?;
+        if now != i {
+            bail!("promoting node {i} left node {now} primary");
+        }
+        Ok(())
+    }
+
+    /// `kill -9` of node `i`'s postmaster (no shutdown of any kind). Its keeper restarts
+    /// PostgreSQL, which runs crash recovery; when that takes longer than the monitor's
+    /// patience, the monitor fails over. Returns the primary's index once the formation has
+    /// settled either way.
+    pub async fn kill9_postmaster(&self, i: usize) -> Result<usize> {
+        let pid = node::postmaster_alive(&self.nodes[i].pgdata)?;
+        // SAFETY: kill(2) on the postmaster of a node this formation runs.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        self.wait_settled().await
+    }
+
+    /// [`Formation::wait_stable`], and still the same primary after [`QUIET`]: a restarted
+    /// primary takes writes again before the monitor has judged it, and may then be failed
+    /// over.
+    pub async fn wait_settled(&self) -> Result<usize> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let primary = self.wait_stable().await?;
+            tokio::time::sleep(QUIET).await;
+            let states = self.states().await?;
+            if monitor::stable(self.nodes.len())(&states) && self.wait_stable().await? == primary {
+                return Ok(primary);
+            }
+            if Instant::now() > deadline {
+                bail!("the formation did not settle within {SETTLE_TIMEOUT:?}: {states:?}");
+            }
+        }
+    }
+
+    /// Node `i` is lost for good (keeper and PostgreSQL SIGKILLed, never restarted): when it
+    /// was primary the monitor promotes a standby. Returns once another node is primary.
+    pub async fn lose_node(&mut self, i: usize) -> Result<usize> {
+        self.nodes[i].kill();
+        let port = self.nodes[i].port;
+        let s = monitor::wait_for(
+            self.monitor_port,
+            SETTLE_TIMEOUT,
+            "a primary other than the lost node",
+            |s| {
+                s.iter().any(|x| {
+                    x.port != port
+                        && matches!(x.reported.as_str(), "primary" | "wait_primary")
+                        && x.assigned == x.reported
+                })
+            },
+        )
+        .await?;
+        let primary = s
+            .iter()
+            .find(|x| x.port != port && x.assigned == x.reported && x.reported.ends_with("primary"))
+            .and_then(|x| self.nodes.iter().position(|n| n.port == x.port))
+            .context("the new primary is not one of our nodes")?;
+        self.wait_writable(primary).await?;
+        Ok(primary)
+    }
+
+    /// Replaces lost node `i` with a fresh one on the same port: the old node is dropped from
+    /// the monitor, its data directory removed, and a new standby cloned from the primary.
+    pub async fn replace_node(&mut self, i: usize) -> Result<()> {
+        self.nodes[i].kill();
+        let old = self.nodes[i].name.clone();
+        let uri = self.monitor_uri();
+        let args = ["drop", "node", "--monitor", &uri, "--name", &old, "--force"];
+        self.autoctl.run(&args, &self.perform_log()).await?;
+        monitor::wait_for(
+            self.monitor_port,
+            SETTLE_TIMEOUT,
+            "the lost node dropped",
+            |s| s.iter().all(|x| x.name != old),
+        )
+        .await?;
+        let _ = std::fs::remove_dir_all(&self.nodes[i].pgdata);
+        let port = self.nodes[i].port;
+        self.nodes[i] = self.create_node(port)?;
+        self.wait_settled().await?;
+        Ok(())
+    }
+}
