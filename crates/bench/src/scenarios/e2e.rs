@@ -185,23 +185,23 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
     let send = |_slot: u64, due: Instant| {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[(n % u64::from(cell.partitions)) as usize].clone();
-        let items = super::push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        let sched = ctx.clock.micros(due);
+        let push = super::push::request(ctx, &lane, n * u64::from(batch), batch, sched);
         let (queued, refusals) = (queued.clone(), refusals.clone());
         async move {
-            let results = match lane.push(&items).await {
-                Ok(results) => results,
+            let answer = match lane.push_raw(push).await {
+                Ok(answer) => answer,
                 Err(e) => return refusals.back_off(e, n).await,
             };
-            let ok = results.iter().filter(|r| r.is_queued()).count() as u64;
-            queued.fetch_add(ok, Ordering::Relaxed);
-            if ok as usize == results.len() {
+            queued.fetch_add(answer.queued as u64, Ordering::Relaxed);
+            if answer.queued == answer.total() {
                 refusals.accepted(due);
                 Ok(())
             } else {
                 Err(format!(
                     "{} of {} items not queued",
-                    results.len() as u64 - ok,
-                    results.len()
+                    answer.total() - answer.queued,
+                    answer.total()
                 ))
             }
         }
