@@ -245,7 +245,7 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
         let lane = lanes[((n % k) * PARTITIONS + n % PARTITIONS) as usize].clone();
         let batch = load.batch;
         let sched = ctx.clock.micros(due);
-        let push = push::request(ctx, &lane, n * u64::from(batch), batch, sched);
+        let push = push::request(&ctx.payloads, &lane, n * u64::from(batch), batch, sched);
         let queued = queued.clone();
         async move {
             let answer = lane.push_raw(push).await.map_err(|e| e.to_string())?;

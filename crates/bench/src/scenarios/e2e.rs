@@ -186,7 +186,7 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[(n % u64::from(cell.partitions)) as usize].clone();
         let sched = ctx.clock.micros(due);
-        let push = super::push::request(ctx, &lane, n * u64::from(batch), batch, sched);
+        let push = super::push::request(&ctx.payloads, &lane, n * u64::from(batch), batch, sched);
         let (queued, refusals) = (queued.clone(), refusals.clone());
         async move {
             let answer = match lane.push_raw(push).await {

@@ -17,7 +17,7 @@ use queen_client::{PushItem, PushResult, PushTally, QueueRef, RawPush};
 use super::Ctx;
 use crate::meter::Usage;
 use crate::openloop::{self, LoadStats, Schedule};
-use crate::payload::BODY_BYTES;
+use crate::payload::{Payloads, BODY_BYTES};
 use crate::report::{Latency, Row};
 use crate::tracker::Verification;
 
@@ -58,14 +58,20 @@ pub fn items(ctx: &Ctx, first_seq: u64, batch: u32, sched_us: i64) -> Vec<PushIt
 }
 
 /// The JSON push to `lane` of the `batch` messages from `first_seq`, written in place.
-pub fn request(ctx: &Ctx, lane: &QueueRef, first_seq: u64, batch: u32, sched_us: i64) -> RawPush {
+pub fn request(
+    payloads: &Payloads,
+    lane: &QueueRef,
+    first_seq: u64,
+    batch: u32,
+    sched_us: i64,
+) -> RawPush {
     let mut push = RawPush::new(lane, batch as usize, BODY_BYTES);
     let mut id = String::with_capacity(21);
     for seq in first_seq..first_seq + u64::from(batch) {
         id.clear();
         id.push('m');
         id.push_str(itoa::Buffer::new().format(seq));
-        push.item(Some(&id), |out| ctx.payloads.write(out, seq, sched_us));
+        push.item(Some(&id), |out| payloads.write(out, seq, sched_us));
     }
     push
 }
@@ -245,7 +251,7 @@ async fn cell(ctx: &Ctx, batch: u32, partitions: u32) -> Result<Row> {
         let body = if binary {
             Body::Binary(items(ctx, first, batch, sched))
         } else {
-            Body::Json(request(ctx, &lane, first, batch, sched))
+            Body::Json(request(&ctx.payloads, &lane, first, batch, sched))
         };
         let outcome = outcome.clone();
         async move {
