@@ -475,7 +475,7 @@ mod tests {
         for a in answers {
             record(&tracker, 0, &a.view().unwrap(), 200);
         }
-        assert_eq!(tracker.latency().len() as u64, tracker.unique()[0]);
+        assert_eq!(tracker.latency().len(), tracker.unique()[0]);
         tracker.verify(4)
     }
 
