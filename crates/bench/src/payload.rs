@@ -97,14 +97,17 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The base64 character of a 6-bit value, without a table (so the loop vectorizes).
+/// The base64 character of a 6-bit value, without a table or a multiplication (compares,
+/// masks and adds: the loop over a block vectorizes).
 fn symbol(v: u8) -> u8 {
     let v = v & 63;
-    let mut c = v + b'A';
-    c += u8::from(v >= 26) * 6;
-    c = c.wrapping_sub(u8::from(v >= 52) * 75);
-    c = c.wrapping_sub(u8::from(v >= 62) * 15);
-    c + u8::from(v >= 63) * 3
+    // All ones when v >= k, else zero.
+    let at_least = |k: u8| 0u8.wrapping_sub(u8::from(v >= k));
+    (v + b'A')
+        .wrapping_add(at_least(26) & 6)
+        .wrapping_sub(at_least(52) & 75)
+        .wrapping_sub(at_least(62) & 15)
+        .wrapping_add(at_least(63) & 3)
 }
 
 /// The fields a consumer reads back.
