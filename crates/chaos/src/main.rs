@@ -199,7 +199,7 @@ async fn history_run(
         report::render(profile.name, secs, &log.faults, &verdict)
     );
     if let Some(ha) = &ha {
-        println!("{}", ha.render());
+        println!("{}", ha.render(&log));
     }
     if !verdict.violations.is_empty() {
         for path in cluster.log_paths() {

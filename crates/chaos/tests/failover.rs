@@ -54,6 +54,10 @@ fn small_failover_run_loses_nothing_answered() {
     }
     assert!(
         row(&report, "outages seen by the canary").is_some_and(|n| n >= 2),
-        "the canary saw no failover:\n{report}"
+        "the canary saw no outage:\n{report}"
+    );
+    assert!(
+        row(&report, "failovers").is_some_and(|n| n >= 2),
+        "writes never resumed on another node:\n{report}"
     );
 }

@@ -28,13 +28,14 @@
 //! retries, lease renewal, graceful stop); [`Queen::transaction`] commits pushes and acks
 //! together; the `examples/` directory has a producer, a worker and a transactional pipeline.
 //! Beyond queues: the key-value store ([`Queen::kv`], module [`kv`]), locks with fencing
-//! tokens ([`Queen::locks`]), timers ([`Queen::timers`]) and reads by offset
-//! ([`Queen::fetch`], module [`reads`]).
+//! tokens ([`Queen::locks`]), timers ([`Queen::timers`]), reads by offset
+//! ([`Queen::fetch`], module [`reads`]) and ephemeral queues ([`Queen::ephemeral`]).
 
 #![deny(missing_docs)]
 
 mod admin;
 mod consume;
+pub mod ephemeral;
 mod json_scan;
 mod json_write;
 pub mod kv;

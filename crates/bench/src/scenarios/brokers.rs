@@ -274,7 +274,6 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
         q.saturating_sub(tracker.unique().iter().sum())
     };
     tracker.open_window(ctx.clock.now_us());
-    let backlog_start = backlog();
     let delivered_start: u64 = tracker.unique().iter().sum();
     let queued_start = queued.load(Ordering::Relaxed);
     fleet.reset_peak_rss();
@@ -287,7 +286,6 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
     let delivered = tracker.unique().iter().sum::<u64>() - delivered_start;
     let pushed = queued.load(Ordering::Relaxed) - queued_start;
     let window = Window {
-        backlog_start,
         backlog_end,
         pushed,
         offered: load.rate * usage.seconds,

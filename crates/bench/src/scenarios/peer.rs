@@ -370,7 +370,6 @@ async fn e2e_cell(
     tracker.open_window(ctx.clock.now_us());
     let delivered_start = tracker.unique()[0];
     let pushed_start = sent.load(Ordering::Relaxed);
-    let backlog_start = pushed_start.saturating_sub(delivered_start);
     let start = ctx.meter.start().await?;
     let stats = openloop::run(schedule(ctx.profile.e2e_measure), send_one).await;
     let usage = ctx.meter.since(&start).await?;
@@ -381,7 +380,6 @@ async fn e2e_cell(
     let expected = sent.load(Ordering::Relaxed);
     let pushed = expected - pushed_start;
     let window = super::e2e::Window {
-        backlog_start,
         backlog_end,
         pushed,
         offered: rate * usage.seconds,

@@ -49,18 +49,76 @@
 -- Result {"ok":true,"pushes":[push results…],"acks":[ack results…],"kv":[kv verdicts…],
 -- "timers":[timer verdicts…]} in input order; an ack
 -- result with "dlq":true still needs the broker's DLQ hand-off after the commit.
-CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
-RETURNS jsonb
+-- Step 1 of a bundle, its pushes: locks every pushed partition (and the capped queues' size
+-- locks) in the product's order, appends each segment with log_push_one_v1, and raises on
+-- the first refusal. The results, in input order.
+CREATE OR REPLACE FUNCTION queen.log_transaction_pushes_v1(p_pushes jsonb, p_hashes bytea[],
+                                                           p_blobs bytea[])
+RETURNS jsonb[]
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_pushes jsonb := COALESCE(p->'pushes', '[]'::jsonb);
-    v_acks jsonb := COALESCE(p->'acks', '[]'::jsonb);
-    v_np int;
-    v_na int;
+    v_results jsonb[] := array_fill(NULL::jsonb, ARRAY[jsonb_array_length(p_pushes)]);
     v_queues text[];
     v_partitions text[];
-    v_push_results jsonb[];
-    v_ack_results jsonb[];
+    v_row record;
+    v_r jsonb;
+BEGIN
+    SELECT array_agg(e->>'queue' ORDER BY o), array_agg(e->>'partition' ORDER BY o)
+    INTO v_queues, v_partitions
+    FROM jsonb_array_elements(p_pushes) WITH ORDINALITY AS t(e, o);
+    PERFORM queen.log_lock_partitions_v1(v_queues, v_partitions);
+    PERFORM queen.log_lock_capped_v1(v_queues);
+
+    FOR v_row IN
+        SELECT t.o, t.e, lp.id AS pid, q.dedup_window_seconds AS win
+        FROM jsonb_array_elements(p_pushes) WITH ORDINALITY AS t(e, o)
+        LEFT JOIN queen.queues q ON q.name = t.e->>'queue'
+        LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = t.e->>'partition'
+        ORDER BY t.o
+    LOOP
+        IF v_row.pid IS NULL THEN
+            RAISE EXCEPTION 'log_transaction_wire_v1: partition %/% vanished',
+                v_row.e->>'queue', v_row.e->>'partition';
+        END IF;
+        v_r := queen.log_push_one_v1(
+            v_row.e->>'queue', v_row.e->>'partition', (v_row.e->>'count')::int,
+            p_hashes[v_row.o], COALESCE((v_row.e->>'verified')::bigint, -1),
+            p_blobs[v_row.o], v_row.pid, v_row.win,
+            COALESCE((v_row.e->>'encrypted')::bool, false));
+        IF v_r->>'status' = 'encrypt' THEN
+            RAISE EXCEPTION 'QENC queue % has encryptionEnabled; transaction rolled back',
+                v_row.e->>'queue'
+                USING DETAIL = v_row.e->>'queue';
+        END IF;
+        IF v_r->>'status' = 'full' THEN
+            RAISE EXCEPTION 'QFULL queue % is full: its maxSize of % unconsumed messages leaves room for % of the % pushed to partition %; transaction rolled back',
+                v_row.e->>'queue', v_r->>'maxSize', v_r->>'room', v_row.e->>'count',
+                v_row.e->>'partition';
+        END IF;
+        IF v_r->>'status' = 'duplicate' THEN
+            RAISE EXCEPTION 'QDUP duplicate messages in queue % partition %; transaction rolled back',
+                v_row.e->>'queue', v_row.e->>'partition'
+                USING ERRCODE = 'unique_violation', DETAIL = v_r::text;
+        END IF;
+        v_results[v_row.o] := v_r;
+    END LOOP;
+    IF array_position(v_results, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'log_transaction_wire_v1: push % got no result',
+            array_position(v_results, NULL);
+    END IF;
+    RETURN v_results;
+END
+$$;
+
+-- Step 2 of a bundle, its acks, after every partition lock: consumer rows in ascending
+-- (partition_id, group), each ack group by hash (log_ack_by_hash_v1) or positional
+-- (log_ack_at_v1) for `p_tenant`, raising on the first refusal, on a purged span ('QSPAN')
+-- and on an ack that resolves nowhere. The results, in input order.
+CREATE OR REPLACE FUNCTION queen.log_transaction_acks_v1(p_acks jsonb, p_tenant text)
+RETURNS jsonb[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_results jsonb[] := array_fill(NULL::jsonb, ARRAY[jsonb_array_length(p_acks)]);
     v_row record;
     v_r jsonb;
     v_hashes bytea[];
@@ -68,84 +126,12 @@ DECLARE
     v_fence bytea[];
     v_span_offs bigint[];
     v_span_hashes bytea[];
-    v_kv jsonb := '[]';
-    v_timer_results jsonb := '[]'::jsonb;
 BEGIN
-    IF jsonb_typeof(p->'stream') = 'object' THEN
-        PERFORM queen.stream_cycle_begin_v1(
-            p->'stream' || jsonb_build_object('tenant', COALESCE(p->>'tenant', '')));
-    END IF;
-    IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
-        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv',
-                                  (p->>'kvReadBudget')::bigint);
-    END IF;
-    IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
-        RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
-    END IF;
-    v_np := jsonb_array_length(v_pushes);
-    v_na := jsonb_array_length(v_acks);
-    IF COALESCE(cardinality(p_hashes), 0) <> v_np OR COALESCE(cardinality(p_blobs), 0) <> v_np THEN
-        RAISE EXCEPTION 'log_transaction_wire_v1: % pushes but % hash blobs and % segment blobs',
-            v_np, COALESCE(cardinality(p_hashes), 0), COALESCE(cardinality(p_blobs), 0);
-    END IF;
-
-    IF p ? 'timers' THEN
-        v_timer_results := queen.log_timers_apply_v1(p->'timers', COALESCE(p->>'tenant', ''));
-    END IF;
-
-    v_push_results := array_fill(NULL::jsonb, ARRAY[v_np]);
-    IF v_np > 0 THEN
-        SELECT array_agg(e->>'queue' ORDER BY o), array_agg(e->>'partition' ORDER BY o)
-        INTO v_queues, v_partitions
-        FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o);
-        PERFORM queen.log_lock_partitions_v1(v_queues, v_partitions);
-        PERFORM queen.log_lock_capped_v1(v_queues);
-
-        FOR v_row IN
-            SELECT t.o, t.e, lp.id AS pid, q.dedup_window_seconds AS win
-            FROM jsonb_array_elements(v_pushes) WITH ORDINALITY AS t(e, o)
-            LEFT JOIN queen.queues q ON q.name = t.e->>'queue'
-            LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = t.e->>'partition'
-            ORDER BY t.o
-        LOOP
-            IF v_row.pid IS NULL THEN
-                RAISE EXCEPTION 'log_transaction_wire_v1: partition %/% vanished',
-                    v_row.e->>'queue', v_row.e->>'partition';
-            END IF;
-            v_r := queen.log_push_one_v1(
-                v_row.e->>'queue', v_row.e->>'partition', (v_row.e->>'count')::int,
-                p_hashes[v_row.o], COALESCE((v_row.e->>'verified')::bigint, -1),
-                p_blobs[v_row.o], v_row.pid, v_row.win,
-                COALESCE((v_row.e->>'encrypted')::bool, false));
-            IF v_r->>'status' = 'encrypt' THEN
-                RAISE EXCEPTION 'QENC queue % has encryptionEnabled; transaction rolled back',
-                    v_row.e->>'queue'
-                    USING DETAIL = v_row.e->>'queue';
-            END IF;
-            IF v_r->>'status' = 'full' THEN
-                RAISE EXCEPTION 'QFULL queue % is full: its maxSize of % unconsumed messages leaves room for % of the % pushed to partition %; transaction rolled back',
-                    v_row.e->>'queue', v_r->>'maxSize', v_r->>'room', v_row.e->>'count',
-                    v_row.e->>'partition';
-            END IF;
-            IF v_r->>'status' = 'duplicate' THEN
-                RAISE EXCEPTION 'QDUP duplicate messages in queue % partition %; transaction rolled back',
-                    v_row.e->>'queue', v_row.e->>'partition'
-                    USING ERRCODE = 'unique_violation', DETAIL = v_r::text;
-            END IF;
-            v_push_results[v_row.o] := v_r;
-        END LOOP;
-        IF array_position(v_push_results, NULL) IS NOT NULL THEN
-            RAISE EXCEPTION 'log_transaction_wire_v1: push % got no result',
-                array_position(v_push_results, NULL);
-        END IF;
-    END IF;
-
-    v_ack_results := array_fill(NULL::jsonb, ARRAY[v_na]);
     FOR v_row IN
         SELECT t.o, t.e, (t.e->>'partitionId')::bigint AS pid,
                COALESCE(t.e->>'group', '__QUEUE_MODE__') AS grp,
                COALESCE(t.e->>'worker', '') AS worker
-        FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, o)
+        FROM jsonb_array_elements(p_acks) WITH ORDINALITY AS t(e, o)
         -- Within one consumer row t.o keeps the broker's group order (leased groups before
         -- lease-less ones, engine::ack::group_by_lease).
         ORDER BY 3, 4, t.o
@@ -169,7 +155,7 @@ BEGIN
             END IF;
             v_r := queen.log_ack_by_hash_v1(v_row.pid, v_row.grp, v_row.worker,
                                             COALESCE(v_hashes, '{}'), COALESCE(v_statuses, '{}'),
-                                            COALESCE(v_fence, '{}'), COALESCE(p->>'tenant', ''),
+                                            COALESCE(v_fence, '{}'), p_tenant,
                                             v_span_offs, v_span_hashes);
             IF v_r ? 'purgedSpan' THEN
                 RAISE EXCEPTION 'QSPAN the leased batch of partition % group "%" lost its hash rows; transaction rolled back',
@@ -194,8 +180,50 @@ BEGIN
             RAISE EXCEPTION 'QTXN ack failed for partition % group "%": %; transaction rolled back',
                 v_row.pid, v_row.grp, v_r->>'error';
         END IF;
-        v_ack_results[v_row.o] := v_r;
+        v_results[v_row.o] := v_r;
     END LOOP;
+    RETURN v_results;
+END
+$$;
+
+-- The bundle: a stream cycle's start, the kv rider, the timers, the pushes (step 1), the acks
+-- (step 2), the stream cycle's end, in the lock order above.
+CREATE OR REPLACE FUNCTION queen.log_transaction_wire_v1(p jsonb, p_hashes bytea[], p_blobs bytea[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pushes jsonb := COALESCE(p->'pushes', '[]'::jsonb);
+    v_acks jsonb := COALESCE(p->'acks', '[]'::jsonb);
+    v_np int;
+    v_push_results jsonb[] := '{}';
+    v_ack_results jsonb[];
+    v_kv jsonb := '[]';
+    v_timer_results jsonb := '[]'::jsonb;
+BEGIN
+    IF jsonb_typeof(p->'stream') = 'object' THEN
+        PERFORM queen.stream_cycle_begin_v1(
+            p->'stream' || jsonb_build_object('tenant', COALESCE(p->>'tenant', '')));
+    END IF;
+    IF jsonb_array_length(COALESCE(p->'kv', '[]'::jsonb)) > 0 THEN
+        v_kv := queen.kv_apply_v1(COALESCE(p->>'tenant', ''), p->'kv',
+                                  (p->>'kvReadBudget')::bigint);
+    END IF;
+    IF jsonb_typeof(v_pushes) <> 'array' OR jsonb_typeof(v_acks) <> 'array' THEN
+        RAISE EXCEPTION 'log_transaction_wire_v1: pushes and acks must be arrays';
+    END IF;
+    v_np := jsonb_array_length(v_pushes);
+    IF COALESCE(cardinality(p_hashes), 0) <> v_np OR COALESCE(cardinality(p_blobs), 0) <> v_np THEN
+        RAISE EXCEPTION 'log_transaction_wire_v1: % pushes but % hash blobs and % segment blobs',
+            v_np, COALESCE(cardinality(p_hashes), 0), COALESCE(cardinality(p_blobs), 0);
+    END IF;
+
+    IF p ? 'timers' THEN
+        v_timer_results := queen.log_timers_apply_v1(p->'timers', COALESCE(p->>'tenant', ''));
+    END IF;
+    IF v_np > 0 THEN
+        v_push_results := queen.log_transaction_pushes_v1(v_pushes, p_hashes, p_blobs);
+    END IF;
+    v_ack_results := queen.log_transaction_acks_v1(v_acks, COALESCE(p->>'tenant', ''));
 
     IF jsonb_typeof(p->'stream') = 'object' THEN
         PERFORM queen.stream_cycle_end_v1(p->'stream');

@@ -1,5 +1,5 @@
 //! The one declaration of each SQL function the broker calls. A store file opens with a
-//! [`sql_fns!`] block that names, once, each function it calls and that function's parameters
+//! `sql_fns!` block that names, once, each function it calls and that function's parameters
 //! as SQL names them, in SQL order, with their Rust types; the macro generates the typed call:
 //! a struct with one field per bound parameter, the statement text (`SELECT queen.f($1, …)`)
 //! and the parameter array in SQL order. The schema test (tests/admin/sql_signatures.rs)
@@ -11,7 +11,7 @@
 //! sql_fns! {
 //!     /// What the call does.
 //!     Renew<'a> = log_renew_lease_v1(p_worker: &'a str, p_seconds: i32, p_tenant: &'a str);
-//!     Claim<'a> = log_pop_claim_v1(p_pid: i64, …, p_render: bool = false)
+//!     Claim<'a> = log_pop_claim_v1(p_pid: i64, …, p_skip_window: bool = false)
 //!         select "c.r_state, c.r_until" then " c";
 //! }
 //! ```

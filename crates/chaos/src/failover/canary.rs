@@ -153,10 +153,7 @@ impl Canary {
             }
         }
         delays.sort_unstable();
-        let moved = outages
-            .windows(2)
-            .filter(|w| w[0].port != w[1].port)
-            .count();
+        let moved = outages.iter().filter(|o| o.before != Some(o.port)).count();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -172,7 +169,7 @@ impl Canary {
         );
         row(
             &mut out,
-            "  primary moved between outages",
+            "  failovers (writes resumed on another node)",
             moved.to_string(),
         );
         row(
@@ -231,6 +228,8 @@ impl Canary {
 struct Outage {
     down: Micros,
     up: Micros,
+    /// The port of the server that took the last write before it (none at the start).
+    before: Option<u16>,
     /// The port of the server that took the first write after it.
     port: u16,
 }
@@ -239,6 +238,7 @@ struct Outage {
 fn outages(writes: &[Write1]) -> Vec<Outage> {
     let mut out = Vec::new();
     let mut down = None;
+    let mut before = None;
     for w in writes {
         match (w.port, down) {
             (None, None) => down = Some(w.at),
@@ -246,11 +246,15 @@ fn outages(writes: &[Write1]) -> Vec<Outage> {
                 out.push(Outage {
                     down: d,
                     up: w.at,
+                    before,
                     port,
                 });
                 down = None;
             }
             _ => {}
+        }
+        if w.port.is_some() {
+            before = w.port;
         }
     }
     out
@@ -299,8 +303,14 @@ mod tests {
         ];
         let o = outages(&writes);
         assert_eq!(o.len(), 2);
-        assert_eq!((o[0].down, o[0].up, o[0].port), (10, 30, 2));
-        assert_eq!((o[1].down, o[1].up, o[1].port), (50, 60, 2));
+        assert_eq!(
+            (o[0].down, o[0].up, o[0].before, o[0].port),
+            (10, 30, Some(1), 2)
+        );
+        assert_eq!(
+            (o[1].down, o[1].up, o[1].before, o[1].port),
+            (50, 60, Some(2), 2)
+        );
     }
 
     #[test]

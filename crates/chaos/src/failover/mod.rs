@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use crate::cluster::Cluster;
-use crate::history::FaultRec;
+use crate::history::{FaultRec, Log, Micros, PushOutcome};
 use crate::workload::Ctx;
 
 /// Brokers in a failover run; the last one is pinned to [`PINNED_NODE`].
@@ -80,9 +80,37 @@ impl Ha {
         Ok(())
     }
 
-    /// The failover section of the report.
-    pub fn render(&self) -> String {
-        self.canary.render(PINNED_SLOT, self.pinned_port, SLOTS)
+    /// The failover section of the report: what the workload met inside the failovers, then
+    /// the canary's figures.
+    pub fn render(&self, log: &Log) -> String {
+        let inside = |at: Micros| {
+            log.faults
+                .iter()
+                .any(|f| f.outage && at >= f.start && at <= f.end)
+        };
+        let buffered = log
+            .pushes
+            .iter()
+            .filter(|p| matches!(&p.outcome, PushOutcome::Stored(s) if s == "buffered"))
+            .count();
+        let txns: Vec<u16> = log
+            .http
+            .iter()
+            .filter(|h| h.route == "transaction" && inside(h.at))
+            .map(|h| h.status)
+            .collect();
+        let ok = txns.iter().filter(|&&s| (200..300).contains(&s)).count();
+        let mut out = String::from("\nfailover (the workload inside the failovers):\n");
+        out.push_str(&format!(
+            "  {:<46} {:>12}\n",
+            "push items answered `buffered`", buffered
+        ));
+        out.push_str(&format!(
+            "  {:<46} {:>12}\n",
+            "transactions answered inside (2xx / other)",
+            format!("{ok} / {}", txns.len() - ok)
+        ));
+        out + &self.canary.render(PINNED_SLOT, self.pinned_port, SLOTS)
     }
 }
 
