@@ -244,19 +244,20 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[((n % k) * PARTITIONS + n % PARTITIONS) as usize].clone();
         let batch = load.batch;
-        let items = push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        let sched = ctx.clock.micros(due);
+        let push = push::request(&ctx.payloads, &lane, n * u64::from(batch), batch, sched);
         let queued = queued.clone();
         async move {
-            let results = lane.push(&items).await.map_err(|e| e.to_string())?;
-            let ok = results.iter().filter(|r| r.is_queued()).count();
+            let answer = lane.push_raw(push).await.map_err(|e| e.to_string())?;
+            let ok = answer.queued;
             queued.fetch_add(ok as u64, Ordering::Relaxed);
-            if ok == results.len() {
+            if ok == answer.total() {
                 Ok(())
             } else {
                 Err(format!(
                     "{} of {} items not queued",
-                    results.len() - ok,
-                    results.len()
+                    answer.total() - ok,
+                    answer.total()
                 ))
             }
         }
@@ -273,7 +274,6 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
         q.saturating_sub(tracker.unique().iter().sum())
     };
     tracker.open_window(ctx.clock.now_us());
-    let backlog_start = backlog();
     let delivered_start: u64 = tracker.unique().iter().sum();
     let queued_start = queued.load(Ordering::Relaxed);
     fleet.reset_peak_rss();
@@ -286,7 +286,6 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
     let delivered = tracker.unique().iter().sum::<u64>() - delivered_start;
     let pushed = queued.load(Ordering::Relaxed) - queued_start;
     let window = Window {
-        backlog_start,
         backlog_end,
         pushed,
         offered: load.rate * usage.seconds,

@@ -3,7 +3,9 @@
 //! the other's rate.
 //!
 //! Start at a given rate. After a stable attempt: halfway to the lowest unstable rate, or
-//! double when none is known yet. After an unstable attempt (abandoned undrained): halfway to
+//! double when none is known yet; up to [`FREE_CLIMBS`] such doublings are not charged to the
+//! attempt budget, which is for narrowing (a search that ran out while still climbing knew
+//! only a lower bound). After an unstable attempt (abandoned undrained): halfway to
 //! the best stable rate, or 80 % of what its slowest group consumed while overloaded. Reports
 //! the fastest stable attempt (drained and verified), or the last attempt if none was stable.
 
@@ -19,6 +21,8 @@ const CLOSE_ENOUGH: f64 = 0.05;
 pub const LOWER_BOUND: &str = "no unstable rate reached: a lower bound";
 /// Lowest rate an attempt after an overloaded one may try (msgs/s).
 const FLOOR: f64 = 50.0;
+/// Doublings from a stable start that do not use up the attempt budget (×64 at most).
+const FREE_CLIMBS: u32 = 6;
 
 /// Runs up to `attempts` attempts of `attempt(rate, may_abandon)` starting at `start` msgs/s
 /// and returns the reported row with its producer rate. `may_abandon` lets an unstable attempt
@@ -39,8 +43,11 @@ where
     let mut best: Option<(Row, f64)> = None;
     let mut lowest_unstable: Option<f64> = None;
     let mut tried = 0;
-    for n in 0..attempts {
-        let last = n + 1 == attempts;
+    let mut charged = 0;
+    // A rate fixed on the command line (one attempt) is measured as given.
+    let mut free_climbs = if attempts > 1 { FREE_CLIMBS } else { 0 };
+    while charged < attempts {
+        let last = charged + 1 == attempts;
         let row = attempt(rate, !last || best.is_some()).await?;
         tried += 1;
         if row.failed() {
@@ -58,8 +65,14 @@ where
                 Some(hi) => rate = (rate + hi) / 2.0,
                 None => rate *= 2.0,
             }
+            if lowest_unstable.is_none() && free_climbs > 0 {
+                free_climbs -= 1;
+            } else {
+                charged += 1;
+            }
             continue;
         }
+        charged += 1;
         lowest_unstable = Some(lowest_unstable.map_or(rate, |hi: f64| hi.min(rate)));
         if last && best.is_none() {
             best = Some((row, rate));
@@ -81,7 +94,7 @@ where
     if tried > 1 {
         row.notes.push(format!("best stable of {tried} attempts"));
     }
-    if row.stable_backlog == Some(true) && lowest_unstable.is_none() && tried == attempts {
+    if row.stable_backlog == Some(true) && lowest_unstable.is_none() && charged == attempts {
         row.notes.push(LOWER_BOUND.into());
     }
     Ok((row, best_rate))
@@ -118,19 +131,34 @@ mod tests {
         let rates: Vec<f64> = calls.iter().map(|c| c.0).collect();
         assert_eq!(rates[..3], [1000.0, 2000.0, 4000.0]);
         assert!(rate > 2000.0 && rate <= 3000.0, "{rates:?} -> {rate}");
-        let (row, _) = highest_stable(
+    }
+
+    #[tokio::test]
+    async fn climbing_is_free_until_far_above_the_start() {
+        // Two attempts of budget still bracket a capacity 3× the start.
+        let (rate, calls) = search(1000.0, 3000.0, 2).await;
+        assert_eq!(calls.len(), 4, "{calls:?}");
+        assert_eq!(rate, 3000.0);
+        let (row, rate) = highest_stable(
             "t",
             2,
             1000.0,
-            |rate, _| async move { Ok(fake(rate, 3000.0)) },
+            |rate, _| async move { Ok(fake(rate, 1e12)) },
         )
         .await
         .unwrap();
+        assert_eq!(rate, 1000.0 * f64::from(1 << (FREE_CLIMBS + 1)));
         assert!(
             row.notes.iter().any(|n| n == LOWER_BOUND),
             "{:?}",
             row.notes
         );
+    }
+
+    #[tokio::test]
+    async fn a_single_attempt_is_measured_as_given() {
+        let (rate, calls) = search(1000.0, 3000.0, 1).await;
+        assert_eq!((rate, calls), (1000.0, vec![(1000.0, false)]));
     }
 
     #[tokio::test]

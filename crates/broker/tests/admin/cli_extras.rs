@@ -1,5 +1,6 @@
-//! The `queen kv`, `queen locks` and `queen timers` commands against a real broker (in-process,
-//! on the test cluster), each run as a child process of the built binary: their tables and
+//! The `queen kv`, `queen locks`, `queen timers` and `queen ephemeral` commands against a real
+//! broker (in-process, on the test cluster), each run as a child process of the built binary:
+//! their tables and
 //! one-line verdicts, `--json`, exit codes (1 for a verdict that did not apply, 2 for a wrong
 //! command line), paging hints, and stored strings printed without their terminal escapes.
 
@@ -446,5 +447,131 @@ async fn timers_schedule_list_peek_cancel_and_one_fires() {
         usage.stderr.contains("--data is not one JSON document"),
         "{}",
         usage.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_push_pop_ack_gauges_reset_and_delete() {
+    let b = broker().await;
+    let url = b.url.as_str();
+    let push = queen(
+        url,
+        &["ephemeral", "push", "cli-eph"],
+        "{\"z\":1,\"a\":1.50}\n\nnull\n",
+    )
+    .await;
+    assert_eq!(
+        (push.code, push.stdout.as_str()),
+        (0, "pushed 2  dropped 0\n"),
+        "{}",
+        push.stderr
+    );
+
+    let depth = queen(url, &["ephemeral", "depth", "cli-eph"], "").await;
+    let row: Vec<&str> = depth
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["cli-eph", "no", "2"], "{}", depth.stdout);
+    assert!(depth.stdout.contains("options {"), "{}", depth.stdout);
+
+    let pop = queen(
+        url,
+        &[
+            "ephemeral",
+            "pop",
+            "cli-eph",
+            "--batch",
+            "5",
+            "--group",
+            "g",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(pop.code, 0, "{}", pop.stderr);
+    let lines: Vec<&str> = pop.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", pop.stdout);
+    assert!(
+        lines[0].ends_with(r#""attempts":1,"payload":{"z":1,"a":1.50}}"#),
+        "byte for byte: {}",
+        lines[0]
+    );
+    let again = queen(
+        url,
+        &[
+            "ephemeral",
+            "pop",
+            "cli-eph",
+            "--group",
+            "g",
+            "--wait-ms",
+            "200",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (again.code, again.stdout.as_str()),
+        (0, ""),
+        "printed messages were acked"
+    );
+
+    let third = queen(url, &["ephemeral", "push", "cli-eph", "--data", "3"], "").await;
+    assert_eq!(third.code, 0, "{}", third.stderr);
+    let held = queen(
+        url,
+        &["ephemeral", "pop", "cli-eph", "--group", "g", "--no-ack"],
+        "",
+    )
+    .await;
+    assert!(held.stdout.ends_with("\"payload\":3}\n"), "{}", held.stdout);
+    let leased = queen(url, &["ephemeral", "pop", "cli-eph", "--group", "g"], "").await;
+    assert_eq!(
+        leased.stdout, "",
+        "not acked: still leased, not delivered again yet"
+    );
+    let list = queen(url, &["ephemeral", "queues", "--json"], "").await;
+    let queues = list.json()["queues"].clone();
+    assert_eq!(
+        (queues[0]["queue"].clone(), queues[0]["groups"].clone()),
+        (json!("cli-eph"), json!(1))
+    );
+
+    let bad = queen(
+        url,
+        &["ephemeral", "push", "cli-eph", "--data", "{nope"],
+        "",
+    )
+    .await;
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr.contains("payload 1 is not one JSON document"),
+        "{}",
+        bad.stderr
+    );
+    let reset = queen(url, &["ephemeral", "reset", "cli-eph"], "").await;
+    assert!(
+        reset.stdout.starts_with("reset cli-eph: "),
+        "{} {}",
+        reset.stdout,
+        reset.stderr
+    );
+    let delete = queen(url, &["ephemeral", "delete", "cli-eph"], "").await;
+    assert_eq!(
+        (delete.code, delete.stdout.as_str()),
+        (0, "deleted cli-eph\n"),
+        "{}",
+        delete.stderr
+    );
+    let gone = queen(url, &["ephemeral", "depth", "cli-eph"], "").await;
+    assert_eq!(gone.code, 1);
+    assert!(
+        gone.stderr.contains("cli-eph: no such ephemeral queue"),
+        "{}",
+        gone.stderr
     );
 }
