@@ -1,13 +1,14 @@
 //! The instrument's own hot paths as a fixed workload for `valgrind --tool=callgrind` (issue 39
-//! item 3): building `N` push items, and reading `N` delivered messages out of pop answers as
-//! the e2e consumers do (parse, stamp, track, build the ack body, read the ack answer). Run:
+//! item 3): the producers' side of `N` messages (build the push bodies, read the push
+//! answers), and the consumers' (read `N` delivered messages out of pop answers: parse,
+//! stamp, track, build the ack body, read the ack answer), `BATCH` messages a request. Run:
 //! `valgrind --tool=callgrind --toggle-collect='*instrument_cost*generate*' <test binary>
 //! --ignored --exact instrument_cost::tests::callgrind_workload` (and `*parse*` for the other).
 
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use queen_client::{ack_body, ack_verdicts, AckRef, PopBody, PushItem};
+    use queen_client::{ack_body, ack_verdicts, AckRef, PopBody, PushTally, Queen, QueueRef};
 
     use crate::payload::Payloads;
     use crate::scenarios::{e2e, push};
@@ -16,16 +17,22 @@ mod tests {
     const N: u64 = 2_000;
     const BATCH: u64 = 100;
 
+    /// Builds `N` messages' push requests (`BATCH` a request) and reads one push answer per
+    /// request, as the producers do.
     #[inline(never)]
-    fn generate(p: &Payloads) -> usize {
+    fn generate(p: &Payloads, lane: &QueueRef, answers: &[Vec<u8>]) -> usize {
         let mut bytes = 0;
-        for seq in 0..N {
-            let item = PushItem::raw(
-                p.body(seq, 1_700_000_000_000_000),
-                Some(push::transaction_id(seq)),
-            )
-            .expect("valid");
-            bytes += item.payload.get().len();
+        for (r, answer) in answers.iter().enumerate() {
+            let push = push::request(
+                p,
+                lane,
+                r as u64 * BATCH,
+                BATCH as u32,
+                1_700_000_000_000_000,
+            );
+            bytes += push.finish().0.len();
+            let tally = PushTally::read(answer).expect("push answer");
+            bytes += tally.queued;
         }
         bytes
     }
@@ -45,6 +52,21 @@ mod tests {
             msgs.join(",")
         )
         .into()
+    }
+
+    /// The 201 answer of a push of `BATCH` messages from `first` (docs/wire.md §5.2).
+    fn push_answer(first: u64) -> Vec<u8> {
+        let items: Vec<String> = (0..BATCH)
+            .map(|i| {
+                format!(
+                    r#"{{"index":{i},"message_id":"0193a6f2-7c1e-7b3a-9f00-{:012}","transaction_id":"m{}","queueName":"q","status":"queued","offset":{}}}"#,
+                    first + i,
+                    first + i,
+                    first + i
+                )
+            })
+            .collect();
+        format!("[{}]", items.join(",")).into_bytes()
     }
 
     fn ack_answer(first: u64) -> Vec<u8> {
@@ -78,7 +100,9 @@ mod tests {
     #[ignore = "a fixed workload for callgrind, not a check"]
     fn callgrind_workload() {
         let p = Payloads::new(7);
-        assert!(generate(&p) > 0);
+        let lane = Queen::new("http://127.0.0.1:1").queue("q").partition("p0");
+        let pushed: Vec<_> = (0..N / BATCH).map(|b| push_answer(b * BATCH)).collect();
+        assert!(generate(&p, &lane, &pushed) > 0);
         let answers: Vec<_> = (0..N / BATCH)
             .map(|b| (pop_answer(&p, b * BATCH), ack_answer(b * BATCH)))
             .collect();

@@ -133,11 +133,15 @@ where
     let end = start + schedule.duration;
     let mut slot: u64 = 0;
     let mut shed: u64 = 0;
+    // One timer for the whole run, re-armed per slot: a new timer per request costs the
+    // instrument a registration in tokio's timer wheel each time.
+    let timer = tokio::time::sleep_until(end.into());
+    tokio::pin!(timer);
     match schedule.rate {
         None => loop {
             let permit = tokio::select! {
                 p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
-                _ = tokio::time::sleep_until(end.into()) => break,
+                _ = &mut timer => break,
             };
             let now = Instant::now();
             if now >= end {
@@ -155,7 +159,8 @@ where
                     break;
                 }
                 if due > Instant::now() {
-                    tokio::time::sleep_until(due.into()).await;
+                    timer.as_mut().reset(due.into());
+                    (&mut timer).await;
                 }
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => launch(send(slot, due), due, permit, &shared, &mut tasks),

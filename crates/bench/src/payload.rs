@@ -23,6 +23,8 @@ pub const SYMBOLS: usize = RANDOM_BYTES.div_ceil(3) * 4;
 const POOL_BLOCKS: usize = 64;
 /// Key bytes per message; symbol `n` is XORed with key byte `n mod KEY_BYTES`.
 const KEY_BYTES: usize = 16;
+/// A body's length, about: the symbols and the JSON around them.
+pub const BODY_BYTES: usize = SYMBOLS + 56;
 
 /// The pool of random blocks and the seed of the per-message keys; shared by every cell,
 /// ours and the peers', so all push the same bodies.
@@ -45,31 +47,34 @@ impl Payloads {
     /// The JSON document of message `seq`, scheduled at `sched_us` (µs since the epoch):
     /// `{"b":"<symbols>","i":seq,"t":sched_us}` (keys in the order jsonb stores them).
     pub fn body(&self, seq: u64, sched_us: i64) -> String {
+        let mut out = Vec::with_capacity(BODY_BYTES);
+        self.write(&mut out, seq, sched_us);
+        String::from_utf8(out).expect("bench bodies are ASCII")
+    }
+
+    /// Appends the document of [`Payloads::body`] to `out` (a push body in the making).
+    pub fn write(&self, out: &mut Vec<u8>, seq: u64, sched_us: i64) {
         let block = (seq % POOL_BLOCKS as u64) as usize * SYMBOLS;
         let block = &self.pool[block..block + SYMBOLS];
         let key = self.key(seq);
-        let mut out = Vec::with_capacity(SYMBOLS + 48);
         out.extend_from_slice(br#"{"b":""#);
         let start = out.len();
         out.resize(start + SYMBOLS, 0);
-        for (dst, src) in out[start..]
-            .chunks_exact_mut(KEY_BYTES)
-            .zip(block.chunks_exact(KEY_BYTES))
-        {
+        let (dst, dst_tail) = out[start..].as_chunks_mut::<KEY_BYTES>();
+        let (src, src_tail) = block.as_chunks::<KEY_BYTES>();
+        for (dst, src) in dst.iter_mut().zip(src) {
             for n in 0..KEY_BYTES {
                 dst[n] = symbol(src[n] ^ key[n]);
             }
         }
-        let whole = SYMBOLS - SYMBOLS % KEY_BYTES;
-        for n in whole..SYMBOLS {
-            out[start + n] = symbol(block[n] ^ key[n % KEY_BYTES]);
+        for (n, (d, s)) in dst_tail.iter_mut().zip(src_tail).enumerate() {
+            *d = symbol(s ^ key[n]);
         }
         out.extend_from_slice(br#"","i":"#);
         out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
         out.extend_from_slice(br#","t":"#);
         out.extend_from_slice(itoa::Buffer::new().format(sched_us).as_bytes());
         out.push(b'}');
-        String::from_utf8(out).expect("bench bodies are ASCII")
     }
 
     /// Message `seq`'s key: `KEY_BYTES` 6-bit values from a SplitMix64 stream.
@@ -92,14 +97,17 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The base64 character of a 6-bit value, without a table (so the loop vectorizes).
+/// The base64 character of a 6-bit value, without a table or a multiplication (compares,
+/// masks and adds: the loop over a block vectorizes).
 fn symbol(v: u8) -> u8 {
     let v = v & 63;
-    let mut c = v + b'A';
-    c += u8::from(v >= 26) * 6;
-    c = c.wrapping_sub(u8::from(v >= 52) * 75);
-    c = c.wrapping_sub(u8::from(v >= 62) * 15);
-    c + u8::from(v >= 63) * 3
+    // All ones when v >= k, else zero.
+    let at_least = |k: u8| 0u8.wrapping_sub(u8::from(v >= k));
+    (v + b'A')
+        .wrapping_add(at_least(26) & 6)
+        .wrapping_sub(at_least(52) & 75)
+        .wrapping_sub(at_least(62) & 15)
+        .wrapping_add(at_least(63) & 3)
 }
 
 /// The fields a consumer reads back.

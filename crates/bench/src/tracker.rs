@@ -24,7 +24,44 @@ struct GroupState {
     order_violations: u64,
 }
 
+/// One delivery as a consumer read it: the message's sequence number, the broker's delivery
+/// attempt, the scheduled send instant (µs), and the (partitionId, offset) lane when the
+/// broker reports one.
+pub struct Delivery<'a> {
+    pub seq: u64,
+    pub attempt: u32,
+    pub sched_us: i64,
+    pub lane: Option<(&'a str, i64)>,
+}
+
 impl GroupState {
+    /// Counts one delivery (first, labelled redelivery, or duplicate) and checks its lane's
+    /// order; true for the message's first delivery.
+    fn deliver(&mut self, d: &Delivery<'_>) -> bool {
+        let fresh = self.mark(d.seq);
+        if fresh {
+            self.unique += 1;
+            if let Some((partition, offset)) = d.lane {
+                // The partition's name is copied once, at its first delivery.
+                let last = match self.last_offset.get_mut(partition) {
+                    Some(last) => std::mem::replace(last, offset),
+                    None => {
+                        self.last_offset.insert(partition.to_string(), offset);
+                        -1
+                    }
+                };
+                if offset != last + 1 {
+                    self.order_violations += 1;
+                }
+            }
+        } else if d.attempt > 1 {
+            self.redelivered += 1;
+        } else {
+            self.duplicates += 1;
+        }
+        fresh
+    }
+
     /// Marks `seq`; true if it was new.
     fn mark(&mut self, seq: u64) -> bool {
         let (word, bit) = ((seq / 64) as usize, seq % 64);
@@ -85,36 +122,47 @@ impl Tracker {
         now_us: i64,
         lane: Option<(&str, i64)>,
     ) -> bool {
-        let fresh = {
-            let mut g = self.groups[group].lock().unwrap_or_else(|p| p.into_inner());
-            let fresh = g.mark(seq);
-            if fresh {
-                g.unique += 1;
-                if let Some((partition, offset)) = lane {
-                    // The partition's name is copied once, at its first delivery.
-                    let last = match g.last_offset.get_mut(partition) {
-                        Some(last) => std::mem::replace(last, offset),
-                        None => {
-                            g.last_offset.insert(partition.to_string(), offset);
-                            -1
-                        }
-                    };
-                    if offset != last + 1 {
-                        g.order_violations += 1;
-                    }
-                }
-            } else if attempt > 1 {
-                g.redelivered += 1;
-            } else {
-                g.duplicates += 1;
-            }
-            fresh
+        let delivery = Delivery {
+            seq,
+            attempt,
+            sched_us,
+            lane,
         };
+        let fresh = self.groups[group]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deliver(&delivery);
         if fresh && sched_us >= self.window_start_us.load(Ordering::Relaxed) {
             let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
             let _ = h.record((now_us - sched_us).max(1) as u64);
         }
         fresh
+    }
+
+    /// Records the deliveries of one pop answer to `group`, received at `now_us`: the same as
+    /// [`Tracker::record`] for each, taking each lock once per answer.
+    pub fn record_all<'a>(
+        &self,
+        group: usize,
+        now_us: i64,
+        deliveries: impl IntoIterator<Item = Delivery<'a>>,
+    ) {
+        let window = self.window_start_us.load(Ordering::Relaxed);
+        let mut latencies = Vec::new();
+        {
+            let mut g = self.groups[group].lock().unwrap_or_else(|p| p.into_inner());
+            for d in deliveries {
+                if g.deliver(&d) && d.sched_us >= window {
+                    latencies.push((now_us - d.sched_us).max(1) as u64);
+                }
+            }
+        }
+        if !latencies.is_empty() {
+            let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+            for l in latencies {
+                let _ = h.record(l);
+            }
+        }
     }
 
     /// Whether a message scheduled at `sched_us` falls in the measured window.
@@ -190,6 +238,43 @@ mod tests {
             "an unlabelled second delivery is a duplicate"
         );
         assert_eq!(t.latency().len(), 200);
+    }
+
+    #[test]
+    fn recording_a_whole_answer_counts_as_one_by_one() {
+        // (seq, attempt, scheduled µs, lane): a labelled redelivery of 1, a gap on partition 1.
+        let answer = [
+            (0, 1, 5, ("1", 0)),
+            (1, 1, 10, ("1", 1)),
+            (2, 1, 15, ("2", 0)),
+            (1, 2, 10, ("1", 1)),
+            (4, 1, 20, ("1", 3)),
+        ];
+        let (one, all) = (Tracker::new(1), Tracker::new(1));
+        one.open_window(10);
+        all.open_window(10);
+        for (seq, attempt, sched, lane) in answer {
+            one.record(0, seq, attempt, sched, 30, Some(lane));
+        }
+        all.record_all(
+            0,
+            30,
+            answer.map(|(seq, attempt, sched_us, lane)| Delivery {
+                seq,
+                attempt,
+                sched_us,
+                lane: Some(lane),
+            }),
+        );
+        let (a, b) = (one.verify(4), all.verify(4));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_eq!((b.redelivered, b.order_violations), (1, 1), "{b:?}");
+        assert_eq!(
+            all.latency().len(),
+            3,
+            "fresh deliveries scheduled in the window"
+        );
+        assert_eq!(one.latency().len(), 3);
     }
 
     #[test]

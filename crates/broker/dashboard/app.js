@@ -259,6 +259,19 @@ async function kvPage(ns, prefix) {
       page.rows.map(r => [r.key, r.version, r.expiresAt || "never", r.updatedAt, JSON.stringify(r.value)]), [1]));
 }
 
+// Ephemeral queues (docs/wire.md §25): their gauges, in byte order of their names.
+async function ephemeralPage() {
+  const e = await api("/api/v1/ephemeral/queues");
+  render(el("h1", {}, "Ephemeral queues"),
+    el("p", { class: "muted" }, "Kept across broker restarts, lost on a PostgreSQL crash or failover."),
+    e.queues.length ? table(["queue", "declared", "messages", "bytes", "pushed", "partitions", "groups",
+      "dropped (bounds / ttl / retry)", "policy"],
+      e.queues.map(q => [q.queue, q.declared ? "yes" : "no", q.length, q.bytes, q.pushed, q.partitions, q.groups,
+        `${q.dropped.bounds} / ${q.dropped.ttl} / ${q.dropped.retry}`, (q.options || {}).policy]), [2, 3, 4, 5, 6])
+      : el("p", { class: "muted" }, "No ephemeral queues."),
+    e.truncated ? el("p", { class: "muted" }, "The broker lists the first 1000.") : null);
+}
+
 function seek(queue, group, ts) {
   const body = ts.trim() ? { timestamp: ts.trim() } : { toEnd: true };
   return act("seek", () => post(`/api/v1/consumer-groups/${seg(group)}/queues/${seg(queue)}/seek`, body),
@@ -416,6 +429,7 @@ function route() {
     case "dlq": return dlqPage(parts[1], state.page);
     case "message": return messagePage(parts[1], parts[2]);
     case "kv": return kvPage(parts[1], parts[2]);
+    case "ephemeral": return ephemeralPage();
     case "system": return systemPage();
     default: return overview();
   }

@@ -53,7 +53,7 @@ pub async fn run(ctx: Arc<Ctx>) -> Result<()> {
         }
     };
     // The second broker stays up for the drain only if it was up; both serve the drain.
-    ctx.faults_done.store(true, Ordering::Relaxed);
+    ctx.end_faults();
     result
 }
 

@@ -159,8 +159,21 @@ impl From<String> for AckOutcome {
     }
 }
 
+impl AckOutcome {
+    /// The outcome as the broker names it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AckOutcome::Acked => "acked",
+            AckOutcome::Redelivered => "redelivered",
+            AckOutcome::Stale => "stale",
+            AckOutcome::Unknown => "unknown",
+            AckOutcome::Other(s) => s,
+        }
+    }
+}
+
 /// Messages dropped, by cause.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dropped {
     /// Past a bound (`dropOldest`).
     pub bounds: u64,
@@ -171,7 +184,7 @@ pub struct Dropped {
 }
 
 /// A queue's gauges (the broker may add fields).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Gauges {
     /// The queue.
     pub queue: String,

@@ -138,7 +138,7 @@ impl QueueRef {
         self.batch
     }
 
-    fn push_partition(&self) -> &str {
+    pub(crate) fn push_partition(&self) -> &str {
         self.partition.as_deref().unwrap_or("Default")
     }
 

@@ -244,19 +244,20 @@ async fn run_cell(ctx: &Ctx, fleet: &Fleet, load: Load) -> Result<Row> {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[((n % k) * PARTITIONS + n % PARTITIONS) as usize].clone();
         let batch = load.batch;
-        let items = push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        let sched = ctx.clock.micros(due);
+        let push = push::request(&ctx.payloads, &lane, n * u64::from(batch), batch, sched);
         let queued = queued.clone();
         async move {
-            let results = lane.push(&items).await.map_err(|e| e.to_string())?;
-            let ok = results.iter().filter(|r| r.is_queued()).count();
+            let answer = lane.push_raw(push).await.map_err(|e| e.to_string())?;
+            let ok = answer.queued;
             queued.fetch_add(ok as u64, Ordering::Relaxed);
-            if ok == results.len() {
+            if ok == answer.total() {
                 Ok(())
             } else {
                 Err(format!(
                     "{} of {} items not queued",
-                    results.len() - ok,
-                    results.len()
+                    answer.total() - ok,
+                    answer.total()
                 ))
             }
         }

@@ -19,7 +19,7 @@ use crate::openloop::{self, Schedule};
 use crate::payload::{Clock, Stamp};
 use crate::report::{Latency, Row};
 use crate::sizes;
-use crate::tracker::Tracker;
+use crate::tracker::{Delivery, Tracker};
 
 /// Long-poll deadline of bench consumers: short, so they notice the end of a cell quickly.
 const POP_TIMEOUT_MS: u64 = 1000;
@@ -185,23 +185,23 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
     let send = |_slot: u64, due: Instant| {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[(n % u64::from(cell.partitions)) as usize].clone();
-        let items = super::push::items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
+        let sched = ctx.clock.micros(due);
+        let push = super::push::request(&ctx.payloads, &lane, n * u64::from(batch), batch, sched);
         let (queued, refusals) = (queued.clone(), refusals.clone());
         async move {
-            let results = match lane.push(&items).await {
-                Ok(results) => results,
+            let answer = match lane.push_raw(push).await {
+                Ok(answer) => answer,
                 Err(e) => return refusals.back_off(e, n).await,
             };
-            let ok = results.iter().filter(|r| r.is_queued()).count() as u64;
-            queued.fetch_add(ok, Ordering::Relaxed);
-            if ok as usize == results.len() {
+            queued.fetch_add(answer.queued as u64, Ordering::Relaxed);
+            if answer.queued == answer.total() {
                 refusals.accepted(due);
                 Ok(())
             } else {
                 Err(format!(
                     "{} of {} items not queued",
-                    results.len() as u64 - ok,
-                    results.len()
+                    answer.total() - answer.queued,
+                    answer.total()
                 ))
             }
         }
@@ -428,19 +428,80 @@ pub async fn consume(queue: QueueRef, g: u32, group: Option<String>, args: Consu
     }
 }
 
-/// Records every message of one pop answer to `group`, delivered at `now` (µs).
+/// Records every message of one pop answer to `group`, delivered at `now` (µs). The stamps
+/// are read before the tracker's lock is taken: the consumers of a group share it.
 pub fn record(tracker: &Tracker, group: usize, popped: &PopView<'_>, now: i64) {
-    for m in &popped.messages {
-        if let Some(s) = Stamp::parse(m.data) {
-            let lane = m.offset.map(|o| (m.partition_id.as_ref(), o));
-            tracker.record(group, s.i, m.delivery_attempt.unwrap_or(1), s.t, now, lane);
-        }
-    }
+    let deliveries: Vec<Delivery<'_>> = popped
+        .messages
+        .iter()
+        .filter_map(|m| {
+            let s = Stamp::parse(m.data)?;
+            Some(Delivery {
+                seq: s.i,
+                attempt: m.delivery_attempt.unwrap_or(1),
+                sched_us: s.t,
+                lane: m.offset.map(|o| (m.partition_id.as_ref(), o)),
+            })
+        })
+        .collect();
+    tracker.record_all(group, now, deliveries);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::payload::Payloads;
+    use queen_client::PopBody;
+
+    /// A pop answer as the broker renders it (docs/wire.md §7.3) of messages `seqs` (their
+    /// offsets too) of one partition, at delivery `attempt`.
+    fn answer(p: &Payloads, seqs: &[u64], attempt: u32) -> PopBody {
+        let messages: Vec<String> = seqs
+            .iter()
+            .map(|&s| {
+                format!(
+                    r#"{{"id":"M{s}","transactionId":"m{s}","traceId":null,"data":{},"producerSub":null,"createdAt":"2026-12-07T01:00:00.000Z","partitionId":"7","partition":"p0","leaseId":"L","consumerGroup":null,"deliveryAttempt":{attempt},"offset":{s}}}"#,
+                    p.body(s, 100)
+                )
+            })
+            .collect();
+        let text = format!(
+            r#"{{"success":true,"queue":"q","leaseId":"L","messages":[{}]}}"#,
+            messages.join(",")
+        );
+        PopBody::new(text.into())
+    }
+
+    /// Four messages delivered as `answers`, read as the consumers read them.
+    fn verify(answers: &[PopBody]) -> crate::tracker::Verification {
+        let tracker = Tracker::new(1);
+        tracker.open_window(0);
+        for a in answers {
+            record(&tracker, 0, &a.view().unwrap(), 200);
+        }
+        assert_eq!(tracker.latency().len(), tracker.unique()[0]);
+        tracker.verify(4)
+    }
+
+    #[test]
+    fn the_consumer_path_catches_a_lost_and_a_duplicated_message() {
+        let p = Payloads::new(9);
+        let all = verify(&[answer(&p, &[0, 1], 1), answer(&p, &[2, 3], 1)]);
+        assert!(all.ok, "{all:?}");
+        let lost = verify(&[answer(&p, &[0, 1], 1), answer(&p, &[3], 1)]);
+        assert!(!lost.ok && lost.lost == 1, "{lost:?}");
+        let twice = verify(&[answer(&p, &[0, 1], 1), answer(&p, &[1, 2, 3], 1)]);
+        assert!(!twice.ok && twice.duplicates == 1, "{twice:?}");
+        let again = verify(&[
+            answer(&p, &[0, 1], 1),
+            answer(&p, &[1], 2),
+            answer(&p, &[2, 3], 1),
+        ]);
+        assert!(
+            again.ok && again.redelivered == 1,
+            "a labelled redelivery: {again:?}"
+        );
+    }
 
     fn window(pushed: u64, backlog_end: u64) -> Window {
         Window {

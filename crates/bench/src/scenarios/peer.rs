@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::task::JoinSet;
+use tokio_postgres::types::{FromSql, Type};
 
 use super::e2e::{consumers_for, LEASE_SECONDS};
 use super::pgpool::PgPool;
@@ -27,6 +28,23 @@ const PGMQ_WHEEL: &str = "pgmq==1.1.4";
 /// pgmq's long-poll: poll inside PostgreSQL for up to 1 s, every 100 ms.
 const READ: &str =
     "SELECT msg_id, read_ct, message::text FROM pgmq.read_with_poll($1, $2, 100, 1, 100)";
+
+/// A `text` column's bytes as PostgreSQL sent them, not re-checked as UTF-8: the stamp is read
+/// from bytes, as from our pop answers (`queen_client::PopView`), so both sides parse alike.
+struct RawText<'a>(&'a [u8]);
+
+impl<'a> FromSql<'a> for RawText<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawText(raw))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TEXT
+    }
+}
 
 pub async fn run(ctx: &mut Ctx, ours: &[Row]) -> Result<Vec<Row>> {
     let sql = pgmq_sql(ctx.overrides.pgmq_sql.clone())?;
@@ -310,7 +328,7 @@ async fn e2e_cell(
                 let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
                 for r in &rows {
                     ids.push(r.get(0));
-                    if let Some(s) = Stamp::parse(r.get::<_, &str>(2).as_bytes()) {
+                    if let Some(s) = Stamp::parse(r.get::<_, RawText<'_>>(2).0) {
                         tracker.record(0, s.i, r.get::<_, i32>(1).max(1) as u32, s.t, now, None);
                     }
                 }

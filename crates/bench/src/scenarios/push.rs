@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use queen_client::{PushItem, PushResult, QueueRef};
+use queen_client::{PushItem, PushResult, PushTally, QueueRef, RawPush};
 
 use super::Ctx;
 use crate::meter::Usage;
 use crate::openloop::{self, LoadStats, Schedule};
+use crate::payload::{Payloads, BODY_BYTES};
 use crate::report::{Latency, Row};
 use crate::tracker::Verification;
 
@@ -56,6 +57,25 @@ pub fn items(ctx: &Ctx, first_seq: u64, batch: u32, sched_us: i64) -> Vec<PushIt
         .collect()
 }
 
+/// The JSON push to `lane` of the `batch` messages from `first_seq`, written in place.
+pub fn request(
+    payloads: &Payloads,
+    lane: &QueueRef,
+    first_seq: u64,
+    batch: u32,
+    sched_us: i64,
+) -> RawPush {
+    let mut push = RawPush::new(lane, batch as usize, BODY_BYTES);
+    let mut id = String::with_capacity(21);
+    for seq in first_seq..first_seq + u64::from(batch) {
+        id.clear();
+        id.push('m');
+        id.push_str(itoa::Buffer::new().format(seq));
+        push.item(Some(&id), |out| payloads.write(out, seq, sched_us));
+    }
+    push
+}
+
 /// Message `seq`'s transactionId, `m<seq>` (without the formatting machinery: it runs per
 /// message).
 pub fn transaction_id(seq: u64) -> String {
@@ -65,19 +85,42 @@ pub fn transaction_id(seq: u64) -> String {
     id
 }
 
-/// One push request; counts statuses into `outcome`.
-async fn push(
+/// A push cell's request body: JSON written in place, or `QPB1` items (`--binary-push`).
+enum Body {
+    Json(RawPush),
+    Binary(Vec<PushItem>),
+}
+
+/// One binary push request; counts statuses into `outcome`.
+async fn push_binary(
     queue: QueueRef,
     items: Vec<PushItem>,
-    binary: bool,
     outcome: Arc<Outcome>,
 ) -> Result<(), String> {
-    let results = if binary {
-        queue.push_binary(&items, false).await
-    } else {
-        queue.push(&items).await
-    };
+    let results = queue.push_binary(&items, false).await;
     tally(&results.map_err(|e| e.to_string())?, &outcome)
+}
+
+/// One JSON push request; counts statuses into `outcome`.
+async fn push_json(queue: QueueRef, push: RawPush, outcome: Arc<Outcome>) -> Result<(), String> {
+    let answer = queue.push_raw(push).await.map_err(|e| e.to_string())?;
+    outcome.count(&answer)
+}
+
+impl Outcome {
+    /// Counts one push answer's statuses; an error names the first item not queued.
+    pub fn count(&self, answer: &PushTally) -> Result<(), String> {
+        self.queued
+            .fetch_add(answer.queued as u64, Ordering::Relaxed);
+        self.duplicate
+            .fetch_add(answer.duplicate as u64, Ordering::Relaxed);
+        self.failed
+            .fetch_add(answer.other as u64, Ordering::Relaxed);
+        match &answer.first_not_queued {
+            Some(first) => Err(format!("push {first}")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Counts the statuses of one push answer into `outcome`; an error names the first item that
@@ -204,8 +247,19 @@ async fn cell(ctx: &Ctx, batch: u32, partitions: u32) -> Result<Row> {
     let send = |_slot: u64, due: std::time::Instant| {
         let n = next_request.fetch_add(1, Ordering::Relaxed);
         let lane = lanes[(n % u64::from(partitions)) as usize].clone();
-        let items = items(ctx, n * u64::from(batch), batch, ctx.clock.micros(due));
-        push(lane, items, binary, outcome.clone())
+        let (first, sched) = (n * u64::from(batch), ctx.clock.micros(due));
+        let body = if binary {
+            Body::Binary(items(ctx, first, batch, sched))
+        } else {
+            Body::Json(request(&ctx.payloads, &lane, first, batch, sched))
+        };
+        let outcome = outcome.clone();
+        async move {
+            match body {
+                Body::Binary(items) => push_binary(lane, items, outcome).await,
+                Body::Json(push) => push_json(lane, push, outcome).await,
+            }
+        }
     };
     let phases = measure(ctx, batch, send).await?;
     let mut row = Row::new("push", format!("bp-{batch} part-{partitions}"), "queen-rs");

@@ -1,7 +1,7 @@
 """The dashboard's views of the client's wider surface, in a real browser against a real broker:
 the queue page lists the queue's pending timers (paged by key) and cancels one; the key-value
 page browses a namespace by prefix, values shown as text; a read-only token is told the
-key-value page needs read-write."""
+key-value page needs read-write; the ephemeral page lists ephemeral queues with their gauges."""
 
 import base64
 import json
@@ -103,3 +103,15 @@ def test_kv_page_tells_a_read_only_token_it_needs_read_write(browser, auth_url):
     field.send_keys(mint("read-only"))
     browser.find_element(By.CSS_SELECTOR, "#token-form button[type=submit]").click()
     wait_text(browser, "main", "needs the read-write role")
+
+
+def test_ephemeral_page_lists_queues_with_their_gauges(browser, url):
+    queue = f"dash-eph-{uuid.uuid4().hex[:8]}"
+    status, body = call("POST", "/api/v1/ephemeral/push",
+                        {"queue": queue, "messages": [{"payload": {"i": i}} for i in range(3)]})
+    assert status == 201, body
+    browser.get(f"{url}/#/ephemeral")
+    wait_text(browser, "main", queue)
+    cells = [c.text for c in row_of(browser, queue).find_elements(By.TAG_NAME, "td")]
+    assert cells[:3] == [queue, "no", "3"] and cells[7] == "0 / 0 / 0" and cells[8] == "reject", cells
+    shot(browser, "ephemeral")

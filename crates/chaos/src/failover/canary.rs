@@ -138,6 +138,8 @@ impl Canary {
         let probes = self.probes.lock().unwrap().clone();
         let outages = outages(&writes);
         let mut delays = Vec::new();
+        // (delay, broker, when writes resumed) of every delay past the target.
+        let mut slow = Vec::new();
         let (mut missed, mut restarting) = (0, 0);
         for (k, o) in outages.iter().enumerate() {
             let horizon = outages.get(k + 1).map_or(Micros::MAX, |n| n.down);
@@ -146,7 +148,12 @@ impl Canary {
                     continue; // the pinned broker cannot reach this primary
                 }
                 match first_stored(&probes, slot, o.up, horizon) {
-                    Delay::Stored(at) => delays.push(at - o.up),
+                    Delay::Stored(at) => {
+                        delays.push(at - o.up);
+                        if at - o.up > WITHIN_US {
+                            slow.push((at - o.up, slot, o.up));
+                        }
+                    }
                     Delay::Restarting => restarting += 1,
                     Delay::Missed => missed += 1,
                 }
@@ -220,6 +227,14 @@ impl Canary {
             "  broker restarting (not counted)",
             restarting.to_string(),
         );
+        for (delay, slot, up) in slow {
+            let _ = writeln!(
+                out,
+                "  over 1 s: broker {slot}, {} ms after writes resumed at {:.1} s",
+                delay / 1000,
+                up as f64 / 1e6
+            );
+        }
         out
     }
 }

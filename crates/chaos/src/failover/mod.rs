@@ -151,7 +151,7 @@ pub async fn run(ctx: Arc<Ctx>, ha: Arc<Ha>) -> Result<()> {
             break Err(e.context(format!("injecting {fault:?}; monitor events:\n{tail}")));
         }
     };
-    ctx.faults_done.store(true, Ordering::Relaxed);
+    ctx.end_faults();
     result
 }
 

@@ -8,7 +8,7 @@ mod consumer;
 mod producer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -39,6 +39,8 @@ pub struct Ctx {
     pub http: reqwest::Client,
     pub producers_done: AtomicBool,
     pub faults_done: AtomicBool,
+    /// When the fault schedule ended ([`Ctx::end_faults`]).
+    faults_ended: OnceLock<Instant>,
     pub deadline: Instant,
 }
 
@@ -57,6 +59,7 @@ impl Ctx {
             http,
             producers_done: AtomicBool::new(false),
             faults_done: AtomicBool::new(false),
+            faults_ended: OnceLock::new(),
             deadline,
         }
     }
@@ -64,6 +67,24 @@ impl Ctx {
     /// A client on one running broker, chosen per request.
     pub fn queen(&self) -> Queen {
         Queen::with_client(self.cluster.pick_url(), self.http.clone())
+    }
+
+    /// The fault schedule is over (the fault task calls this once, last).
+    pub fn end_faults(&self) {
+        let _ = self.faults_ended.set(Instant::now());
+        self.faults_done.store(true, Ordering::Relaxed);
+    }
+
+    /// Out of time: past the deadline, and `drain_for` past the end of the faults. A fault that
+    /// outlasts the push phase (a failover takes tens of seconds, and what it spooled is stored
+    /// only after it) must not eat the drain.
+    fn out_of_time(&self) -> bool {
+        let now = Instant::now();
+        now > self.deadline
+            && self
+                .faults_ended
+                .get()
+                .is_some_and(|&t| now > t + self.profile.drain_for)
     }
 
     pub fn draining(&self) -> bool {
@@ -161,5 +182,5 @@ pub async fn run(ctx: Arc<Ctx>) -> Result<()> {
 fn consumer_done(ctx: &Ctx, idle: u32) -> bool {
     // Each empty long-poll waits about a second (consumer::POLL_MS).
     let rounds = IDLE_ROUNDS.max(2 * ctx.profile.lease_secs as u32 + 2);
-    (ctx.draining() && idle >= rounds) || Instant::now() > ctx.deadline
+    (ctx.draining() && idle >= rounds) || ctx.out_of_time()
 }
