@@ -207,6 +207,7 @@ run_pytest() {
   # The pytest entry script, not `python -m pytest`: the sdist directory holds the client's
   # sources too, and the tests must import the installed, pinned package.
   (cd "$dir" && env "${secret_env[@]}" QUEEN_SERVER_URL="$BROKER_URL" QUEEN_COMPAT_MODE="$PASS_MODE" \
+    QUEEN_BROKER_BIN="$BROKER_BIN" \
     timeout --signal=TERM --kill-after=30 "$PASS_TIMEOUT_SECONDS" \
     "$VENV/bin/pytest" -v -p no:cacheprovider --timeout="$TEST_TIMEOUT_SECONDS" \
     --junitxml="$junit" "${PYTEST_EXTRA[@]}" "$@")

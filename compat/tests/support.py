@@ -98,12 +98,13 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 
 
 def make_client(transport: Optional[RecordingTransport] = None, mode: str = MODE,
-                bearer_token: Optional[str] = None) -> Queen:
-    """The official client in the requested wire mode (with a JWT when the broker needs one)."""
+                bearer_token: Optional[str] = None, url: str = SERVER_URL) -> Queen:
+    """The official client in the requested wire mode (with a JWT when the broker needs one),
+    of the pass's broker unless `url` names another (a broker the test owns)."""
     wire: Dict[str, Any] = {}
     if mode == "binary":
         wire = dict(binary_push=True, push_compression=True, framed_pop=True)
-    return Queen(SERVER_URL, transport=transport or RecordingTransport(),
+    return Queen(url, transport=transport or RecordingTransport(),
                  bearer_token=bearer_token, **wire)
 
 
