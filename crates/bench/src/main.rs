@@ -54,7 +54,7 @@ struct Cli {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ceiling,push,spread,e2e,overload,drain,latency,idle,peer"
+        default_value = "ceiling,push,spread,e2e,overload,drain,latency,extras,idle,peer"
     )]
     scenario: Vec<Scenario>,
     /// Use a running broker instead of starting one (needs --pg-url).
@@ -240,6 +240,7 @@ async fn run(cli: Cli) -> Result<bool> {
             Scenario::Overload => scenarios::overload::run(&mut ctx).await,
             Scenario::Drain => scenarios::drain::run(&mut ctx).await,
             Scenario::Latency => scenarios::e2e::run_latency(&mut ctx).await,
+            Scenario::Extras => scenarios::extras::run(&mut ctx).await,
             Scenario::Idle => scenarios::idle::run(&mut ctx).await,
             Scenario::Peer => {
                 let ours = rows.clone();

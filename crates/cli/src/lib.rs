@@ -1,5 +1,5 @@
 //! The client commands of the `queen` binary (`push`, `consume`, `queues`, `queue`,
-//! `configure`, `dlq`, `seek`, `stats`, `kv`, `locks`, `timers`, `ephemeral`): each talks HTTP to a running broker through the
+//! `configure`, `dlq`, `seek`, `stats`, `kv`, `locks`, `timers`, `ephemeral`, `fetch`): each talks HTTP to a running broker through the
 //! `queen-client` SDK. Human tables by default, `--json` for scripts; the exit code says what
 //! happened (see [`CliError`]).
 
@@ -7,6 +7,7 @@ mod consume;
 mod dlq;
 mod ephemeral;
 mod error;
+mod fetch;
 mod inspect;
 mod kv;
 mod locks;
@@ -97,6 +98,8 @@ pub enum Command {
     Timers(timers::TimersArgs),
     /// Ephemeral queues: gauges, push, pop, reset, delete.
     Ephemeral(ephemeral::EphemeralArgs),
+    /// Print a partition's stored messages from an offset (no lease, no cursor moved).
+    Fetch(fetch::FetchArgs),
 }
 
 /// Runs one client command to completion; errors are printed to stderr and become the exit
@@ -144,6 +147,7 @@ async fn dispatch(command: Command) -> Result<()> {
         Command::Locks(a) => locks::run(a).await,
         Command::Timers(a) => timers::run(a).await,
         Command::Ephemeral(a) => ephemeral::run(a).await,
+        Command::Fetch(a) => fetch::run(a).await,
     }
 }
 

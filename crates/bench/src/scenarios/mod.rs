@@ -6,6 +6,7 @@ pub mod ceiling;
 pub mod cost;
 pub mod drain;
 pub mod e2e;
+pub mod extras;
 pub mod idle;
 pub mod overload;
 pub mod peer;
@@ -43,6 +44,9 @@ pub enum Scenario {
     /// partitions.
     Drain,
     Latency,
+    /// Key-value puts and gets against `kv_apply_v1`'s own ceiling, lock cycles, timer
+    /// firing delay.
+    Extras,
     Idle,
     Peer,
     /// Not in the default list: e2e through 1, 2 and 3 brokers on one PostgreSQL.

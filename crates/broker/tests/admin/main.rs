@@ -11,6 +11,7 @@ mod auth;
 mod browser;
 mod cli;
 mod cli_extras;
+mod cli_reads;
 mod configure;
 mod connection_slots;
 mod docs_cites;
