@@ -36,6 +36,7 @@
 mod admin;
 mod consume;
 pub mod ephemeral;
+mod hot_urls;
 mod json_scan;
 mod json_write;
 pub mod kv;
@@ -125,6 +126,7 @@ pub struct Queen {
     http: reqwest::Client,
     token: Option<String>,
     retry_429: u32,
+    hot: hot_urls::HotUrls,
 }
 
 impl Queen {
@@ -144,6 +146,7 @@ impl Queen {
     pub fn with_client(url: impl Into<String>, http: reqwest::Client) -> Self {
         let base = url.into().trim_end_matches('/').to_string();
         Self {
+            hot: hot_urls::HotUrls::new(&base),
             base,
             http,
             token: None,
@@ -188,7 +191,9 @@ impl Queen {
             acknowledgments: acks,
             consumer_group: group,
         };
-        let req = self.request(Method::POST, "/api/v1/ack/batch").json(&body);
+        let req = self
+            .request(Method::POST, crate::hot_urls::ACK_BATCH)
+            .json(&body);
         expect_json(req.send().await?).await
     }
 
@@ -229,7 +234,10 @@ impl Queen {
 
     /// A request to `path` (starting with `/`) on this broker, carrying the token if any.
     pub(crate) fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let req = self.http.request(method, format!("{}{}", self.base, path));
+        let req = match self.hot.get(path) {
+            Some(url) => self.http.request(method, url.clone()),
+            None => self.http.request(method, format!("{}{}", self.base, path)),
+        };
         match &self.token {
             Some(token) => req.bearer_auth(token),
             None => req,

@@ -193,7 +193,7 @@ impl Queen {
     /// (`success: false`), reading nothing else of its answer.
     pub async fn ack_refs(&self, acks: &[AckRef<'_>], group: Option<&str>) -> Result<usize> {
         let req = self
-            .request(Method::POST, "/api/v1/ack/batch")
+            .request(Method::POST, crate::hot_urls::ACK_BATCH)
             .header(CONTENT_TYPE, "application/json")
             .body(ack_body(acks, group));
         let resp = req.send().await?;

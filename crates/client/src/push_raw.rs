@@ -139,7 +139,7 @@ impl QueueRef {
         let resp = queen
             .send_push(|| {
                 queen
-                    .request(Method::POST, "/api/v1/push")
+                    .request(Method::POST, crate::hot_urls::PUSH)
                     .header(CONTENT_TYPE, "application/json")
                     .body(body.clone())
             })

@@ -190,7 +190,11 @@ impl QueueRef {
         };
         let resp = self
             .queen
-            .send_push(|| self.queen.request(Method::POST, "/api/v1/push").json(&body))
+            .send_push(|| {
+                self.queen
+                    .request(Method::POST, crate::hot_urls::PUSH)
+                    .json(&body)
+            })
             .await?;
         let results: Vec<PushResult> = expect_json(resp).await?;
         check_len(results, items.len())
@@ -218,7 +222,7 @@ impl QueueRef {
             .queen
             .send_push(|| {
                 self.queen
-                    .request(Method::POST, "/api/v1/push")
+                    .request(Method::POST, crate::hot_urls::PUSH)
                     .header(CONTENT_TYPE, PUSH_CONTENT_TYPE)
                     .body(body.clone())
             })

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use queen_client::{AckStatus, ConsumeOptions, Error, PushItem, Queen};
+use queen_client::{AckRef, AckStatus, ConsumeOptions, Error, PushItem, Queen, RawPush};
 use serde_json::json;
 
 /// The examples `cargo test` built for this package, beside the test binary's directory.
@@ -69,6 +69,7 @@ async fn examples_and_consume_loop_against_a_real_broker() {
         stop_ends_a_waiting_loop(&sdk).await;
         a_transaction_under_a_foreign_lease_is_rejected(&sdk).await;
         framed_pops_read_like_json_pops(&sdk).await;
+        lean_push_pop_and_ack_round_trip(&sdk).await;
         examples
     };
     let outcome = tokio::time::timeout(Duration::from_secs(300), scenarios).await;
@@ -79,6 +80,48 @@ async fn examples_and_consume_loop_against_a_real_broker() {
     assert_eq!(produced, "queued 100\n");
     assert_eq!(moved, "moved 100\n");
     assert_eq!(handled, "handled 100 failed 0\n");
+}
+
+/// The lean paths (`RawPush`, `PopBody::view`, `ack_refs`) against the broker: every message
+/// comes back once with its payload verbatim, the acks take, and a payload that is not JSON
+/// is refused by the broker (the client does not check it).
+async fn lean_push_pop_and_ack_round_trip(sdk: &Queen) {
+    let queue = sdk.queue("sdk-lean").partition("p1");
+    let mut push = RawPush::new(&queue, 5, 16);
+    for i in 0..5 {
+        let id = format!("lean-{i}");
+        push.item(Some(&id), |out| {
+            out.extend_from_slice(format!(r#"{{"i": {i}, "s": "a\"b"}}"#).as_bytes())
+        });
+    }
+    let tally = queue.push_raw(push).await.expect("push");
+    assert_eq!((tally.queued, tally.total()), (5, 5), "{tally:?}");
+
+    let popper = queue.clone().batch(10).wait(false);
+    let body = popper.pop_body().await.expect("pop").expect("a batch");
+    let view = body.view().expect("view");
+    assert_eq!(view.messages.len(), 5);
+    for (i, m) in view.messages.iter().enumerate() {
+        assert_eq!(m.transaction_id, format!("lean-{i}"));
+        let data: serde_json::Value = serde_json::from_slice(m.data).expect("payload");
+        assert_eq!(data, json!({"i": i, "s": "a\"b"}));
+        assert_eq!(m.delivery_attempt, Some(1));
+    }
+    let acks: Vec<AckRef<'_>> = view.messages.iter().map(|m| m.completed()).collect();
+    assert_eq!(sdk.ack_refs(&acks, None).await.expect("ack"), 0);
+    let again = popper.pop_body().await.expect("pop");
+    let left = match &again {
+        Some(body) => body.view().expect("view").messages.len(),
+        None => 0,
+    };
+    assert_eq!(left, 0, "acked messages are not delivered again");
+
+    let mut bad = RawPush::new(&queue, 1, 8);
+    bad.item(None, |out| out.extend_from_slice(b"{not json"));
+    match queue.push_raw(bad).await {
+        Err(Error::Api { status, .. }) => assert_eq!(status.as_u16(), 400),
+        other => panic!("a payload that is not JSON must be refused: {other:?}"),
+    }
 }
 
 async fn push(sdk: &Queen, queue: &str, n: usize) {

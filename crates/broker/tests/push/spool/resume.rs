@@ -38,6 +38,7 @@ async fn pushes_are_stored_again_within_a_second_of_the_database_returning() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = back.elapsed();
+    eprintln!("first push stored directly {took:?} after PostgreSQL took writes again");
     assert!(
         took <= Duration::from_millis(1500),
         "the first push stored directly came {took:?} after PostgreSQL took writes again"
