@@ -1,9 +1,11 @@
 """Streams under a broker kill (docs/wire.md §24, issue 37): the official client's `Stream` runs
 a token-bucket gate from one queue to another while its broker is killed with SIGKILL and
-started again on the same data directory (same port). Every source message reaches the sink
-exactly once, the source is fully acked, and the gate's persisted per-partition state counts
-exactly the messages that passed it — the cycle (state, sink pushes, source ack) commits
-atomically and once, whatever the kill cut.
+started again on the same data directory (same port). The kill lands right after the broker
+committed a cycle whose answer the client then never gets; the SDK retries that cycle against
+the restarted broker, which answers it from its cycle memory (`replayed`). Every source message
+reaches the sink exactly once and in order, the source is fully acked, and the gate's persisted
+per-partition state counts exactly the messages that passed it — the cycle (state, sink pushes,
+source ack) commits atomically and once, whatever the kill cut.
 
 The test owns its broker (`OwnBroker`): the pass's broker cannot be killed under the other
 tests. It runs the binary compat/run.sh built (QUEEN_BROKER_BIN, else target/debug/queen)."""
@@ -114,6 +116,38 @@ class OwnBroker:
         return logs[-1].read_text(errors="replace")[-3000:] if logs else ""
 
 
+class CutCycle:
+    """Wraps the SDK's streams HTTP client (an httpx.AsyncClient): once `after` sink pushes
+    were committed, the next cycle is sent, committed by the broker, and then the broker is
+    killed and the answer dropped (a transport error), as if the kill had cut the response.
+    Records the answer the SDK's retry then gets for that same cycle."""
+
+    def __init__(self, inner, broker, after):
+        self.inner, self.broker, self.after = inner, broker, after
+        self.pushed = 0
+        self.killed = asyncio.Event()
+        self.cut_body = None
+        self.retried_answer = None
+
+    async def post(self, url, json=None, **kw):
+        resp = await self.inner.post(url, json=json, **kw)
+        if not url.endswith("/streams/v1/cycle") or resp.status_code != 200:
+            return resp
+        if self.cut_body is not None and json == self.cut_body and self.retried_answer is None:
+            self.retried_answer = resp.json()
+        elif not self.killed.is_set():
+            self.pushed += len(json.get("push_items") or [])
+            if self.pushed >= self.after:
+                self.cut_body = json
+                await self.broker.kill9()
+                self.killed.set()
+                raise httpx.ReadError("answer lost: the broker was killed")
+        return resp
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
 async def _fill(client, src):
     """One push per message, each partition in order a few milliseconds apart (the runner
     orders a batch by (createdAt, id); see test_streams._fill_source), partitions at once."""
@@ -153,16 +187,18 @@ async def test_token_bucket_gate_under_a_broker_kill_delivers_each_message_once(
                                   on_error=lambda err, ctx: errors.append((str(err), ctx)))
         # The SDK's streams HTTP client retries a cycle on network errors 3 times (~0.7 s):
         # less than a reboot. Stretch it (its own `retry_attempts` knob, backoff capped at
-        # 5 s) so a cycle whose answer the kill cut is retried against the restarted broker,
-        # which must answer it from its cycle memory instead of applying it twice.
+        # 5 s) so a cycle the kill cut is retried against the restarted broker.
         runner.http.retry_attempts = 40
+        cut = CutCycle(runner.http._client, broker, after=TOTAL // 3)
+        runner.http._client = cut
 
-        # Mid-run: a third of the messages passed the gate (as the client counts them).
-        await _wait_for(lambda: runner.metrics().get("pushItemsTotal", 0) >= TOTAL // 3, 60,
-                        "a third of the source to pass the gate")
-        passed_at_kill = runner.metrics()["pushItemsTotal"]
-        await broker.kill9()
-        await asyncio.sleep(1.0)  # the runner's pops and cycles fail meanwhile
+        # Mid-run (a third of the messages committed through the gate) the broker is killed
+        # right after it committed a cycle whose answer then never reaches the client, which
+        # retries it against the restarted broker: it must be answered from the cycle memory
+        # (`replayed`), not applied twice.
+        await _wait_for(lambda: cut.killed.is_set(), 60, "a third of the source to pass the gate")
+        passed_at_kill = cut.pushed
+        await asyncio.sleep(1.0)  # the runner's pops and the cut cycle's retries fail meanwhile
         await broker.start()
 
         # Read the sink (acked pops of one group) until every id arrived, then a quiet look.
@@ -178,6 +214,8 @@ async def test_token_bucket_gate_under_a_broker_kill_delivers_each_message_once(
         runner = None
 
         assert passed_at_kill < TOTAL, "the kill came after the stream had finished"
+        assert cut.retried_answer is not None, "the cut cycle was never answered after the kill"
+        assert cut.retried_answer.get("replayed") is True, cut.retried_answer
         assert broker.killed == [-signal.SIGKILL], broker.killed
         ids = [m["data"]["id"] for m in got]
         missing = {f"{p}-{i}" for p in range(PARTITIONS) for i in range(PER_PARTITION)} - set(ids)
