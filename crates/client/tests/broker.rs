@@ -3,6 +3,9 @@
 //! next queue, the worker consumes them there), then the consume loop's nack, lease renewal,
 //! limit and stop, and a rejected transaction.
 
+mod common;
+
+use common::Broker;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,17 +45,8 @@ fn run(name: &str, url: &str, queue: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_and_consume_loop_against_a_real_broker() {
-    let queen = queen_launch::locate_queen(None).expect("queen binary");
-    let dir = std::env::temp_dir().join(format!("queen-sdk-examples-{}", std::process::id()));
-    let port = queen_launch::free_port().expect("port");
-    let log = dir.with_extension("log");
-    let env = [("QUEEN_DATA_DIR".to_string(), dir.display().to_string())];
-    let mut child = queen_launch::spawn_broker(&queen, port, &env, &log).expect("spawn");
-    let url = format!("http://127.0.0.1:{port}");
-    let boot = queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await;
-    if let Err(e) = boot {
-        panic!("{e}: {}", queen_launch::log_tail(&log, 30));
-    }
+    let broker = Broker::start("examples").await;
+    let url = broker.url.clone();
 
     let sdk = Queen::new(&url);
     let examples = tokio::task::spawn_blocking(move || {
@@ -73,9 +67,7 @@ async fn examples_and_consume_loop_against_a_real_broker() {
         examples
     };
     let outcome = tokio::time::timeout(Duration::from_secs(300), scenarios).await;
-    queen_launch::terminate(&mut child, Duration::from_secs(20));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&log);
+    broker.stop();
     let (produced, moved, handled) = outcome.expect("scenarios finished within 300 s");
     assert_eq!(produced, "queued 100\n");
     assert_eq!(moved, "moved 100\n");

@@ -3,6 +3,9 @@
 //! payloads byte for byte, acks and nacks with their typed outcomes until the retry budget
 //! drops a message, the gauges, a malformed ack, reset and delete.
 
+mod common;
+
+use common::Broker;
 use std::time::Duration;
 
 use queen_client::ephemeral::{AckOutcome, EphemeralAck, EphemeralOptions, EphemeralPop, Policy};
@@ -11,22 +14,11 @@ use serde_json::value::RawValue;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ephemeral_queue_round_trip_against_a_real_broker() {
-    let queen = queen_launch::locate_queen(None).expect("queen binary");
-    let dir = std::env::temp_dir().join(format!("queen-sdk-ephemeral-{}", std::process::id()));
-    let port = queen_launch::free_port().expect("port");
-    let log = dir.with_extension("log");
-    let env = [("QUEEN_DATA_DIR".to_string(), dir.display().to_string())];
-    let mut child = queen_launch::spawn_broker(&queen, port, &env, &log).expect("spawn");
-    let url = format!("http://127.0.0.1:{port}");
-    let boot = queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await;
-    if let Err(e) = boot {
-        panic!("{e}: {}", queen_launch::log_tail(&log, 30));
-    }
+    let broker = Broker::start("ephemeral").await;
+    let url = broker.url.clone();
     let outcome =
         tokio::time::timeout(Duration::from_secs(120), round_trip(&Queen::new(&url))).await;
-    queen_launch::terminate(&mut child, Duration::from_secs(20));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&log);
+    broker.stop();
     outcome.expect("the round trip finished within 120 s");
 }
 

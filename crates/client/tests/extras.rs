@@ -5,6 +5,9 @@
 //! offset (fetch, its errors, the partition listing), and the `kv` and `timers` riders of a
 //! transaction.
 
+mod common;
+
+use common::Broker;
 use std::time::Duration;
 
 use queen_client::kv::{Expiry, KvOp, KvOutcome, KvReason, KvResult, KvVerdict};
@@ -16,17 +19,8 @@ use serde_json::{json, Number, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_kv_locks_timers_and_reads_against_a_real_broker() {
-    let queen = queen_launch::locate_queen(None).expect("queen binary");
-    let dir = std::env::temp_dir().join(format!("queen-sdk-extras-{}", std::process::id()));
-    let port = queen_launch::free_port().expect("port");
-    let log = dir.with_extension("log");
-    let env = [("QUEEN_DATA_DIR".to_string(), dir.display().to_string())];
-    let mut child = queen_launch::spawn_broker(&queen, port, &env, &log).expect("spawn");
-    let url = format!("http://127.0.0.1:{port}");
-    let boot = queen_launch::wait_healthy(&url, &mut child, queen_launch::BOOT_TIMEOUT).await;
-    if let Err(e) = boot {
-        panic!("{e}: {}", queen_launch::log_tail(&log, 30));
-    }
+    let broker = Broker::start("extras").await;
+    let url = broker.url.clone();
     let sdk = Queen::new(&url);
     let scenarios = async {
         kv_operations_answer_typed_verdicts(&sdk).await;
@@ -37,9 +31,7 @@ async fn typed_kv_locks_timers_and_reads_against_a_real_broker() {
         riders_share_the_fate_of_their_transaction(&sdk).await;
     };
     let outcome = tokio::time::timeout(Duration::from_secs(240), scenarios).await;
-    queen_launch::terminate(&mut child, Duration::from_secs(20));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&log);
+    broker.stop();
     outcome.expect("scenarios finished within 240 s");
 }
 
