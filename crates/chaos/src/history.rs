@@ -1,6 +1,6 @@
 //! The recorded history of a run: every push answer, every delivery (with its lease and the
 //! times around the pop), every ack and lease-extend answer, every HTTP status, and every
-//! injected fault. Times are microseconds since the run started, on one monotonic clock, so
+//! injected fault, and every key-value operation with its invocation and completion. Times are microseconds since the run started, on one monotonic clock, so
 //! the checker can order events that happened in different tasks. With `--keep` the log is
 //! written as `history.json` beside the broker logs, for diagnosing what the checker reports.
 
@@ -99,6 +99,35 @@ pub struct FaultRec {
     pub detail: String,
 }
 
+/// A key-value write as sent: `value` is unique in the run, `expect` the version it required
+/// (0: absent; `None`: unconditional).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvWrite {
+    pub value: String,
+    pub expect: Option<i64>,
+}
+
+/// What a key-value operation answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum KvAnswer {
+    /// The write applied and got this version.
+    Applied(i64),
+    /// A get's row, or the row a refused write found: version (0 = absent) and value.
+    Observed { version: i64, value: Option<String> },
+    /// No answer (transport error, 5xx): a write may or may not have applied.
+    Unknown,
+}
+
+/// One key-value operation: a get (`write` = `None`) or a put.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvRec {
+    pub key: String,
+    pub write: Option<KvWrite>,
+    pub invoked: Micros,
+    pub completed: Micros,
+    pub answer: KvAnswer,
+}
+
 #[derive(Default, Serialize)]
 pub struct Log {
     pub pushes: Vec<PushRec>,
@@ -107,6 +136,7 @@ pub struct Log {
     pub extends: Vec<ExtendRec>,
     pub http: Vec<HttpRec>,
     pub faults: Vec<FaultRec>,
+    pub kv: Vec<KvRec>,
     #[serde(skip)]
     next_call: u64,
 }
@@ -164,6 +194,10 @@ impl History {
             at,
             detail: detail.into(),
         });
+    }
+
+    pub fn kv(&self, rec: KvRec) {
+        self.log.lock().unwrap().kv.push(rec);
     }
 
     pub fn fault(&self, rec: FaultRec) {

@@ -1,4 +1,4 @@
-//! The run's table: what was pushed and delivered, duplicates by cause, faults injected, and
+//! The run's table: what was pushed and delivered, key-value operations by outcome, duplicates by cause, faults injected, and
 //! violations per property with their first pieces of evidence.
 
 use std::collections::BTreeMap;
@@ -46,6 +46,9 @@ pub fn render(profile: &str, secs: f64, faults: &[FaultRec], verdict: &Verdict) 
         "nacks superseded by lease-less acks",
         s.nacks_superseded.to_string(),
     );
+    for (kind, n) in &s.kv {
+        row(kind, n.to_string());
+    }
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in faults {
         *kinds.entry(f.kind).or_default() += 1;

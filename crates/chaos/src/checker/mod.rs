@@ -8,6 +8,7 @@
 
 mod acks;
 mod delivery;
+mod kv;
 mod leases;
 mod refusals;
 
@@ -18,7 +19,7 @@ use anyhow::Result;
 use crate::history::Log;
 
 /// The properties, in report order.
-pub const PROPERTIES: [&str; 12] = [
+pub const PROPERTIES: [&str; 13] = [
     "lost",
     "first deliveries out of offset order",
     "redelivered after a successful ack",
@@ -31,6 +32,7 @@ pub const PROPERTIES: [&str; 12] = [
     "dlq budget",
     "5xx outside an outage",
     "fault not recovered",
+    kv::PROPERTY,
 ];
 
 #[derive(Debug, Clone)]
@@ -96,6 +98,8 @@ pub struct Stats {
     pub nacks_superseded: usize,
     pub http: BTreeMap<String, usize>,
     pub tolerated_5xx: usize,
+    /// Key-value operations by outcome.
+    pub kv: BTreeMap<&'static str, usize>,
 }
 
 pub struct Verdict {
@@ -119,6 +123,7 @@ pub fn check(log: &Log, db: &DbState, groups: &[&str], retry_limit: u32) -> Verd
     acks::nacks_not_skipped(log, db, &mut v, &mut stats);
     acks::dead_letters(log, db, retry_limit, &mut v);
     acks::server_errors(log, &mut v, &mut stats);
+    kv::linearizable(log, &mut v, &mut stats);
     for a in &log.acks {
         *stats.acks.entry(a.status).or_default() += 1;
     }
@@ -139,5 +144,7 @@ fn deliveries_by_key(log: &Log) -> HashMap<(&str, &str, i64), Vec<usize>> {
     map
 }
 
+#[cfg(test)]
+mod kv_tests;
 #[cfg(test)]
 mod tests;

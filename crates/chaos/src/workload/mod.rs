@@ -1,10 +1,12 @@
 //! The mixed workload: queues configured with a small lease and retry budget (one with the
 //! dedup window, one without), three groups per queue (queue mode, a named group subscribed
 //! to `all`, one to `new` registered before the first push), producers retrying under stable
-//! transactionIds and consumers choosing a behaviour per batch. Every answer goes to the
+//! transactionIds, consumers choosing a behaviour per batch, and key-value workers racing
+//! compare-and-set writes over the push phase. Every answer goes to the
 //! [`History`]; nothing here judges it.
 
 mod consumer;
+pub mod kv;
 mod producer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -168,8 +170,15 @@ pub async fn run(ctx: Arc<Ctx>) -> Result<()> {
     for p in 0..ctx.profile.producers {
         producers.push(tokio::spawn(producer::run(ctx.clone(), p)));
     }
+    let keys = Arc::new(kv::keys());
+    let kv_workers: Vec<_> = (0..kv::WORKERS)
+        .map(|w| tokio::spawn(kv::run(ctx.clone(), keys.clone(), w)))
+        .collect();
     for p in producers {
         p.await.context("producer task")?;
+    }
+    for w in kv_workers {
+        w.await.context("kv task")?;
     }
     ctx.producers_done.store(true, Ordering::Relaxed);
     for c in consumers {
