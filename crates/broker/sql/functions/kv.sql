@@ -282,6 +282,12 @@ DECLARE
     v_i int;
     v_r jsonb;
 BEGIN
+    -- A standby answers reads from its replay position, which may lag what the primary
+    -- acknowledged: refuse as unavailable (25006), never a stale version.
+    IF pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'the key-value store is read on the primary only; this server is in recovery'
+            USING ERRCODE = '25006';
+    END IF;
     FOR v_lock IN
         SELECT DISTINCT hashtext(p_tenant || E'\x01' || (e->>'ns') || E'\x01' || (e->>'key'))
         FROM jsonb_array_elements(p_ops) AS t(e)

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use queen_broker::spool::QUARANTINE_FILE;
 use reqwest::StatusCode;
+use serde_json::json;
 
 use super::{drain, ids, push, statuses, wait_no_spool_files, wait_stored};
 use crate::common;
@@ -25,6 +26,10 @@ async fn a_node_turned_standby_then_primary_again_loses_nothing() {
     })
     .await;
     let mut want = ids(&push(&b, "sb", &[("p", "primary-0")]).await);
+    let get = json!({"operations": [{"op": "get", "ns": "sb", "key": "k"}]});
+    let put =
+        json!({"operations": [{"op": "put", "ns": "sb", "key": "k", "value": 1, "forever": true}]});
+    assert_eq!(b.post("/api/v1/kv", &put).await.0, StatusCode::OK);
 
     // Demoted: the node restarts in recovery, a hot standby.
     node.stop().await;
@@ -51,6 +56,10 @@ async fn a_node_turned_standby_then_primary_again_loses_nothing() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.headers().contains_key("retry-after"));
+    // A key-value read would be stale on a standby (the history checker saw versions go
+    // backwards under failovers): unavailable, like a write.
+    let (status, body) = b.post("/api/v1/kv", &get).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     let (status, health) = b.get("/health").await;
     assert_eq!(status, StatusCode::OK, "{health}");
     assert_eq!(health["server"]["writable"], false, "{health}");
