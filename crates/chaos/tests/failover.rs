@@ -7,19 +7,11 @@
 //! 5xx outside the failovers. pg_auto_failover comes from scripts/setup.sh (CI runs it
 //! first); without it the tool fails naming the packages, and so does this test.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
-fn queen_bin() -> PathBuf {
-    let chaos = PathBuf::from(env!("CARGO_BIN_EXE_queen-chaos"));
-    let queen = chaos.with_file_name("queen");
-    assert!(
-        queen.is_file(),
-        "{} is missing: run `cargo build -p queen-broker` (or `cargo test --workspace`) first",
-        queen.display()
-    );
-    queen
-}
+use common::queen_bin;
 
 /// The count on the report row named `name` (its first occurrence).
 fn row(report: &str, name: &str) -> Option<u64> {

@@ -4,23 +4,14 @@
 //! list of open findings below. Each entry names the issue item or RELIABILITY.md finding it
 //! waits for; delete the entry when its fix is merged, so a regression fails CI.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
+
+use common::queen_bin;
 
 /// History properties currently violated on `main` (RELIABILITY.md, "Findings").
 const OPEN_HISTORY: &[&str] = &[];
-
-/// The `queen` binary of this build (built by `cargo test --workspace`; alone, build it first).
-fn queen_bin() -> PathBuf {
-    let chaos = PathBuf::from(env!("CARGO_BIN_EXE_queen-chaos"));
-    let queen = chaos.with_file_name("queen");
-    assert!(
-        queen.is_file(),
-        "{} is missing: run `cargo build -p queen-broker` (or `cargo test --workspace`) first",
-        queen.display()
-    );
-    queen
-}
 
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_queen-chaos"))

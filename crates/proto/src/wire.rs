@@ -12,3 +12,8 @@ pub const PUSH_CONTENT_TYPE: &str = "application/x-queen-push";
 
 /// Preferred Content-Type of the framed pop answer (`QPF1`).
 pub const POP_FRAMES_CONTENT_TYPE: &str = "application/x-queen-pop";
+
+/// Bytes of rows the key-value `getMany` and `getPrefix` operations of one call may answer
+/// together (each answers its first row whatever its size); past it they answer `truncated`.
+/// A transaction's `kv` rider gets the same budget.
+pub const KV_READ_BUDGET_BYTES: i64 = 4 * 1024 * 1024;

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
-use queen_client::kv::Expiry;
+use queen_client::kv::{Expiry, KvOp};
 use queen_client::locks::{Acquired, Kept};
 use queen_client::timers::{Schedule, TimerOp};
 use queen_client::Queen;
+use queen_proto::wire::KV_READ_BUDGET_BYTES;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
@@ -26,8 +27,6 @@ const WORKERS: usize = 32;
 /// Keys each worker cycles over.
 const KEYS_PER_WORKER: u64 = 100;
 const NAMESPACE: &str = "bench";
-/// The read budget the broker passes with every call (`store/kv.rs`).
-const READ_BUDGET_BYTES: i64 = 4 * 1024 * 1024;
 /// Timers due per second of the window.
 const TIMERS_PER_S: f64 = 500.0;
 /// Timers per schedule call (the route's most).
@@ -64,14 +63,13 @@ impl KvKind {
         }
     }
 
-    /// The checked operation as the broker hands it to SQL (`http/kv/parse.rs`).
+    /// The operation as the broker reads it and hands it, checked, to SQL.
     fn op(self, key: &str, n: u64) -> Value {
         match self {
-            KvKind::Put => {
-                json!({"op": "put", "ns": NAMESPACE, "key": key, "value": {"n": n}, "forever": true})
-            }
-            KvKind::Get => json!({"op": "get", "ns": NAMESPACE, "key": key}),
+            KvKind::Put => KvOp::put(NAMESPACE, key, json!({ "n": n }), Expiry::Forever),
+            KvKind::Get => KvOp::get(NAMESPACE, key),
         }
+        .to_json()
     }
 }
 
@@ -188,7 +186,7 @@ async fn kv_ceiling(ctx: &Ctx, kind: KvKind, measure: Duration) -> Result<Row> {
             let db = pool.get().await;
             db.query_one(
                 "SELECT queen.kv_apply_v1('', $1::text::jsonb, $2)",
-                &[&ops, &READ_BUDGET_BYTES],
+                &[&ops, &KV_READ_BUDGET_BYTES],
             )
             .await
             .is_ok()

@@ -17,10 +17,7 @@ sql_fns! {
     KvSweepStep = kv_sweep_step_v1(p_max_rows: i32);
 }
 
-/// Bytes of rows the `getMany` and `getPrefix` operations of one call may answer together
-/// (each answers its first row whatever its size); past it they answer `truncated`. The
-/// transaction's rider gets the same budget.
-pub const READ_BUDGET_BYTES: i64 = 4 * 1024 * 1024;
+pub use queen_proto::wire::KV_READ_BUDGET_BYTES as READ_BUDGET_BYTES;
 
 /// A `required` operation whose precondition did not hold: the whole call (and the
 /// transaction it rode in) was rolled back.
