@@ -16,8 +16,9 @@
 //! mailbox of the newest 64 pushed-partition hints (drop-oldest), which a woken wildcard pop
 //! tries with targeted claims before its candidate scan (docs/engine.md §5.2, §8.1). Peer
 //! notifications carry the same hints as `queue\x1fpartition` lines while they fit, and an
-//! ack that released a lease with data behind it as a `queue\x1fpartition\x1fgroup` line
-//! (`wake_released`); the payload format is `wake/payload.rs`. What a peer's notification
+//! ack that released a lease as a `queue\x1fpartition\x1fgroup` line (`wake_released`, with
+//! data behind it; `tell_drained`, without: nothing to wake, but a peer's ring that met the
+//! lease must not wait for its end); the payload format is `wake/payload.rs`. What a peer's notification
 //! names is also handed to a [`PeerObserver`] (the hot-list ring), so other brokers' commits
 //! reach the local caches.
 
@@ -60,8 +61,9 @@ pub struct PeerConnection {
 pub trait PeerObserver: Send + Sync + 'static {
     /// A peer stored messages into the partition.
     fn pushed(&self, queue: &str, partition: &str);
-    /// A peer's ack released the group's lease on the partition with data behind it.
-    fn released(&self, queue: &str, partition: &str, group: &str);
+    /// A peer's ack released the group's lease on the partition; `pending`: with data behind
+    /// the cursor.
+    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool);
     /// Something changed on the queue that the notification could not name.
     fn queue(&self, queue: &str);
     /// Anything may have changed.
@@ -188,11 +190,11 @@ fn remember(mailbox: &mut VecDeque<String>, partition: &str) {
 }
 
 /// One tick's notification to the peers: per marked queue the partitions hinted (empty = the
-/// queue only), and the (queue, partition, group) leases acks released with data behind.
+/// queue only), and the (queue, partition, group, data left behind) leases acks released.
 #[derive(Default)]
 struct PeerBatch {
     queues: HashMap<String, VecDeque<String>>,
-    released: BTreeSet<(String, String, String)>,
+    released: BTreeSet<(String, String, String, bool)>,
     /// Earlier batches were dropped: the peers must treat everything as dirty.
     everything: bool,
 }
@@ -342,6 +344,26 @@ impl WakeGates {
         self.mark(queue, &[], Some((partition, group)));
     }
 
+    /// Tells the peers (only: nothing here is woken) that an ack released `group`'s lease on
+    /// the partition with nothing behind it. A peer's ring that met the lease parked the
+    /// partition until the lease's end; the pushes that come next would not hurry it.
+    pub fn tell_drained(&self, queue: &str, partition: &str, group: &str) {
+        if self.shared.peer_out.is_none() {
+            return;
+        }
+        self.ensure_started();
+        let key = (queue.into(), partition.into(), group.into(), false);
+        let first = {
+            let mut m = lock(&self.shared.marked);
+            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
+            m.peer.released.insert(key);
+            was_idle
+        };
+        if first {
+            self.shared.tick.notify_one();
+        }
+    }
+
     /// Marks `queue` for the next tick, with the pushed `partitions` as hints and the lease a
     /// peer should learn was `released` (partition, group).
     fn mark(&self, queue: &str, partitions: &[&str], released: Option<(&str, &str)>) {
@@ -399,7 +421,7 @@ impl Shared {
             if self.peer_out.is_some() {
                 match released {
                     Some((p, g)) => {
-                        let key = (queue.to_string(), p.to_string(), g.to_string());
+                        let key = (queue.to_string(), p.to_string(), g.to_string(), true);
                         m.peer.released.insert(key);
                     }
                     None => {
@@ -456,20 +478,29 @@ impl Shared {
     fn open_hinted(&self, lines: &[Line<'_>]) {
         if let Some(observer) = self.observer.get() {
             for line in lines {
-                match (line.partition, line.released_group) {
-                    (Some(p), Some(g)) => observer.released(line.queue, p, g),
+                match (line.partition, &line.released) {
+                    (Some(p), Some(r)) => observer.released(line.queue, p, r.group, r.pending),
                     (Some(p), None) => observer.pushed(line.queue, p),
                     (None, _) => observer.queue(line.queue),
                 }
             }
         }
+        // A drained release wakes nothing (the observer readies what it must, and opens
+        // this broker's gate itself).
+        let waking: Vec<&Line<'_>> = lines
+            .iter()
+            .filter(|l| l.released.as_ref().is_none_or(|r| r.pending))
+            .collect();
+        if waking.is_empty() {
+            return;
+        }
         let gates = lock(&self.gates);
-        for line in lines {
+        for line in &waking {
             if let (Some(g), Some(p)) = (gates.get(line.queue), line.partition) {
                 g.hint(p);
             }
         }
-        for line in lines {
+        for line in &waking {
             if let Some(g) = gates.get(line.queue) {
                 g.notify.notify_waiters();
             }
@@ -606,6 +637,8 @@ async fn send_all(session: &PeerConnection, me: Uuid, batch: &PeerBatch) -> Resu
 
 mod payload;
 
+#[cfg(test)]
+use payload::Release;
 use payload::{parse_payload, payloads, Line, PeerWake};
 #[cfg(test)]
 mod tests;

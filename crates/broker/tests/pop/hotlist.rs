@@ -241,6 +241,40 @@ async fn another_brokers_commits_and_acks_reach_this_brokers_ring() {
     assert_eq!(again.txns(), txns("n", 2));
 }
 
+/// A ring that met another broker's lease parks the partition until the lease's end. When
+/// that lease is acked with nothing behind it, the broker holding it tells its peers, so the
+/// next push reaches a pop parked here at once rather than when the 60 s lease would have
+/// run out (the race the bench's `brokers` scenario found: a partition stranded for a lease).
+#[tokio::test]
+async fn a_lease_drained_on_another_broker_frees_the_partition_here() {
+    let (first, second) = peers().await;
+    configure(&first, "drained", json!({ "leaseTime": 60 })).await;
+    let warm = woken_by(&first, "warm", async {
+        push_txns(&second, "warm", "Default", &txns("w", 1)).await;
+    })
+    .await;
+    warm.assert_delivered();
+
+    push_txns(&first, "drained", "p", &txns("a", 1)).await;
+    let held = support::pop(&second, "drained", "batch=10").await;
+    held.assert_delivered();
+    // This broker's cold ring reseeds and finds the partition leased: on its wheel.
+    support::pop(&first, "drained", "batch=10")
+        .await
+        .assert_empty();
+    support::ack_all(&second, "__QUEUE_MODE__", &held).await;
+    tokio::time::sleep(SETTLE).await;
+
+    // The parked pop re-checks only when woken: delivering within its 15 s means the push's
+    // mark readied the partition.
+    let next = woken_by(&first, "drained", async {
+        push_txns(&second, "drained", "p", &txns("b", 1)).await;
+    })
+    .await;
+    next.assert_delivered();
+    assert_eq!(next.txns(), txns("b", 1));
+}
+
 /// `LIKE` patterns of the claim by id and the list claim, as the broker sends them.
 const BY_ID: &str = "SELECT %FROM queen.log_pop_claim_v1(%";
 const LIST: &str = "SELECT %FROM queen.log_pop_list_v1(%";

@@ -570,8 +570,8 @@ impl PeerObserver for HotList {
         self.mark_pushed([(queue, partition)]);
     }
 
-    fn released(&self, queue: &str, partition: &str, group: &str) {
-        self.release_named(queue, partition, group, true);
+    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool) {
+        self.release_named(queue, partition, group, pending);
     }
 
     fn queue(&self, queue: &str) {

@@ -55,8 +55,8 @@ enum State {
         at: Instant,
         since: u64,
     },
-    /// Handed to a claim at `epoch`; `released`: an ack released a lease with data behind it
-    /// meanwhile.
+    /// Handed to a claim at `epoch`; `released`: an ack released a lease meanwhile, so a
+    /// `leased` verdict the claim brings back may name a lease that is already gone.
     InFlight {
         epoch: u64,
         released: bool,
@@ -200,13 +200,15 @@ impl RingState {
         match e.state {
             State::Ready => {}
             State::InFlight { epoch, .. } => {
+                // Even with nothing behind: the claim may have read this lease, and the marks
+                // that come next would only bump the epoch of a wheel entry due at its end.
                 if pending {
                     e.epoch += 1;
-                    e.state = State::InFlight {
-                        epoch,
-                        released: true,
-                    };
                 }
+                e.state = State::InFlight {
+                    epoch,
+                    released: true,
+                };
             }
             State::Wheel { since, .. } => {
                 if pending || e.epoch != since {

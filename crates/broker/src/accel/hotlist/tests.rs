@@ -221,6 +221,26 @@ fn a_release_during_the_claim_beats_the_leased_verdict() {
     assert_eq!(names(&take(&mut r, 16, now)), ["a"]);
 }
 
+/// The race that stranded a partition for a lease's length (bench `brokers`, 2 brokers): a
+/// claim read the lease, the ack released it with nothing behind before the claim reported,
+/// and the pushes that came next only bumped the epoch of a wheel entry due at the old
+/// lease's end.
+#[test]
+fn a_drained_release_during_the_claim_also_beats_the_leased_verdict() {
+    let now = Instant::now();
+    let mut r = seeded(now, &["a"]);
+    let taken = take(&mut r, 16, now);
+    r.release("a", false);
+    let until = now + Duration::from_secs(30);
+    r.check_in(&taken, |_| Some(Verdict::Leased { until }), now);
+    r.mark("a");
+    assert_eq!(
+        names(&take(&mut r, 16, now)),
+        ["a"],
+        "the lease the claim saw is gone: claimable now, not at its end"
+    );
+}
+
 #[test]
 fn a_reseed_readies_what_it_finds_unleased_and_wheels_the_leased() {
     let now = Instant::now();
@@ -345,6 +365,33 @@ async fn acks_find_their_partition_by_id_and_peers_by_name() {
         "forgotten with its queue"
     );
     assert_eq!(list.metrics().rings, 0);
+}
+
+/// A ring that met a peer's lease parks the partition until the lease's end; the peer's
+/// ack that drained it must end that wait, or the pushes after it wait out the lease.
+#[tokio::test]
+async fn a_peers_drained_release_lets_the_next_push_through() {
+    let (list, _gates) = hotlist();
+    let ring = list.ring("q", "g");
+    reseed(&list, &ring, vec![(7, "a".into(), None)]);
+    let Next::Claim(claim) = list.poll(&ring, 16) else {
+        panic!("expected a claim");
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    claim.check_in(&HashMap::from([(
+        "a".to_string(),
+        Verdict::Leased { until },
+    )]));
+    PeerObserver::pushed(&list, "q", "a");
+    assert!(
+        matches!(list.poll(&ring, 16), Next::Empty),
+        "the lease still holds it"
+    );
+    PeerObserver::released(&list, "q", "a", "g", false);
+    assert!(
+        matches!(list.poll(&ring, 16), Next::Claim(_)),
+        "a push arrived while it waited: ready once the lease is gone"
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The peer-wake notification format (docs/engine.md §8.2): one payload per batch of a wake
 //! tick, a sender line, a kind line, then one line per queue, pushed partition
-//! (`queue\x1fpartition`) or released lease (`queue\x1fpartition\x1fgroup`), split below
-//! PostgreSQL's payload limit.
+//! (`queue\x1fpartition`) or released lease (`queue\x1fpartition\x1fgroup`, with data behind
+//! the cursor; `queue\x1fpartition\x1fgroup\x1fdrained`, without), split below PostgreSQL's
+//! payload limit.
 
 use uuid::Uuid;
 
@@ -21,13 +22,24 @@ pub(super) enum PeerWake<'a> {
     All,
 }
 
-/// One line of a wake notification: a queue; with a partition, a push into it; with a group
-/// too, a lease of that group released with data behind it.
+/// The fourth field of a released-lease line whose ack left nothing behind the cursor.
+const DRAINED: &str = "drained";
+
+/// One line of a wake notification: a queue; with a partition, a push into it; with a
+/// release too, a lease on it that an ack released.
 #[derive(Debug, PartialEq)]
 pub(super) struct Line<'a> {
     pub queue: &'a str,
     pub partition: Option<&'a str>,
-    pub released_group: Option<&'a str>,
+    pub released: Option<Release<'a>>,
+}
+
+/// A released lease as a line names it: its group, and whether data was left behind the
+/// cursor (only then is there anything to wake for).
+#[derive(Debug, PartialEq)]
+pub(super) struct Release<'a> {
+    pub group: &'a str,
+    pub pending: bool,
 }
 
 /// The kind line of a wake notification. Other kinds (config invalidation, ring repairs) may
@@ -37,7 +49,8 @@ pub(super) const KIND_WAKE: &str = "wake";
 
 /// Notification payloads for one tick's batch: the sender id, the kind, then one line per
 /// hinted partition (`queue\x1fpartition`), per released lease
-/// (`queue\x1fpartition\x1fgroup`) or per queue without hints (`queue`), split below
+/// (`queue\x1fpartition\x1fgroup`, `\x1fdrained` appended when nothing was left behind) or
+/// per queue without hints (`queue`), split below
 /// PostgreSQL's payload limit. A hint too long for any payload degrades to its queue's line,
 /// and a queue name too long for any payload to an empty line, which means "wake everything"
 /// (as does a batch marked `everything`).
@@ -55,11 +68,14 @@ pub(super) fn payloads(sender: Uuid, batch: &PeerBatch) -> Vec<String> {
     if batch.everything {
         lines.push(String::new());
     }
-    for (queue, partition, group) in &batch.released {
-        if fits(queue.len() + partition.len() + group.len() + 2) {
-            lines.push(format!(
-                "{queue}{PAIR_SEPARATOR}{partition}{PAIR_SEPARATOR}{group}"
-            ));
+    for (queue, partition, group, pending) in &batch.released {
+        let mut line = format!("{queue}{PAIR_SEPARATOR}{partition}{PAIR_SEPARATOR}{group}");
+        if !pending {
+            line.push(PAIR_SEPARATOR);
+            line.push_str(DRAINED);
+        }
+        if fits(line.len()) {
+            lines.push(line);
         } else {
             lines.push(queue_line(queue));
         }
@@ -102,11 +118,18 @@ pub(super) fn parse_payload(payload: &str) -> Option<(Uuid, PeerWake<'_>)> {
     let parsed = lines
         .into_iter()
         .map(|l| {
-            let mut fields = l.splitn(3, PAIR_SEPARATOR);
+            let mut fields = l.splitn(4, PAIR_SEPARATOR);
+            let queue = fields.next().unwrap_or_default();
+            let partition = fields.next();
+            let released = fields.next().map(|group| Release {
+                group,
+                // An unknown marker reads as pending: a needless wake is never wrong.
+                pending: fields.next() != Some(DRAINED),
+            });
             Line {
-                queue: fields.next().unwrap_or_default(),
-                partition: fields.next(),
-                released_group: fields.next(),
+                queue,
+                partition,
+                released,
             }
         })
         .collect();

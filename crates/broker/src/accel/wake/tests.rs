@@ -22,7 +22,7 @@ fn received(me: Uuid, sent: &[String]) -> Vec<(String, Option<String>)> {
             Some((sender, PeerWake::Queues(lines))) => {
                 assert_eq!(sender, me);
                 seen.extend(lines.into_iter().map(|l| {
-                    assert_eq!(l.released_group, None);
+                    assert_eq!(l.released, None);
                     (l.queue.to_string(), l.partition.map(str::to_string))
                 }));
             }
@@ -196,11 +196,13 @@ async fn wakes_of_unpolled_queues_allocate_no_gate() {
 }
 
 #[test]
-fn released_leases_travel_with_their_group() {
+fn released_leases_travel_with_their_group_and_whether_data_was_left() {
     let me = Uuid::now_v7();
     let mut b = batch(&[("orders", &["eu"])]);
     b.released
-        .insert(("orders".into(), "us".into(), "billing".into()));
+        .insert(("orders".into(), "us".into(), "billing".into(), true));
+    b.released
+        .insert(("orders".into(), "za".into(), "billing".into(), false));
     let sent = payloads(me, &b);
     assert_eq!(sent.len(), 1);
     let Some((sender, PeerWake::Queues(mut lines))) = parse_payload(&sent[0]) else {
@@ -208,12 +210,34 @@ fn released_leases_travel_with_their_group() {
     };
     assert_eq!(sender, me);
     lines.sort_by_key(|l| l.partition);
-    let line = |partition, released_group| Line {
+    let line = |partition, released| Line {
         queue: "orders",
         partition: Some(partition),
-        released_group,
+        released,
     };
-    assert_eq!(lines, vec![line("eu", None), line("us", Some("billing"))]);
+    let release = |pending| {
+        Some(Release {
+            group: "billing",
+            pending,
+        })
+    };
+    assert_eq!(
+        lines,
+        vec![
+            line("eu", None),
+            line("us", release(true)),
+            line("za", release(false))
+        ]
+    );
+    let odd = format!("{me}\nwake\norders\x1fus\x1fbilling\x1fsomething-new");
+    let Some((_, PeerWake::Queues(lines))) = parse_payload(&odd) else {
+        panic!("unparsed");
+    };
+    assert_eq!(
+        lines,
+        vec![line("us", release(true))],
+        "unknown marker: wake"
+    );
 }
 
 /// Records what the observer is told.
@@ -224,8 +248,9 @@ impl PeerObserver for Seen {
     fn pushed(&self, queue: &str, partition: &str) {
         lock(&self.0).push(format!("pushed {queue}/{partition}"));
     }
-    fn released(&self, queue: &str, partition: &str, group: &str) {
-        lock(&self.0).push(format!("released {queue}/{partition}/{group}"));
+    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool) {
+        let left = if pending { "pending" } else { "drained" };
+        lock(&self.0).push(format!("released {queue}/{partition}/{group} {left}"));
     }
     fn queue(&self, queue: &str) {
         lock(&self.0).push(format!("queue {queue}"));
@@ -240,21 +265,65 @@ async fn peer_lines_reach_the_observer_before_the_gates_open() {
     let gates = WakeGates::new(Uuid::now_v7(), None);
     let seen = Arc::new(Seen::default());
     gates.observe(seen.clone());
-    let line = |queue, partition, released_group| Line {
+    let line = |queue, partition, released| Line {
         queue,
         partition,
-        released_group,
+        released,
+    };
+    let release = |pending| {
+        Some(Release {
+            group: "g",
+            pending,
+        })
     };
     gates.shared.open_hinted(&[
         line("q", Some("p"), None),
-        line("q", Some("p"), Some("g")),
+        line("q", Some("p"), release(true)),
+        line("q", Some("p"), release(false)),
         line("r", None, None),
     ]);
     gates.shared.open_all();
     assert_eq!(
         *lock(&seen.0),
-        vec!["pushed q/p", "released q/p/g", "queue r", "everything"]
+        vec![
+            "pushed q/p",
+            "released q/p/g pending",
+            "released q/p/g drained",
+            "queue r",
+            "everything"
+        ]
     );
+}
+
+#[tokio::test]
+async fn a_drained_release_alone_wakes_no_parked_pop() {
+    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gate = gates.gate("q");
+    let any = gates.any_gate();
+    let (woken, any_woken) = (gate.notified(), any.notified());
+    tokio::pin!(woken, any_woken);
+    woken.as_mut().enable();
+    any_woken.as_mut().enable();
+    let drained = Line {
+        queue: "q",
+        partition: Some("p"),
+        released: Some(Release {
+            group: "g",
+            pending: false,
+        }),
+    };
+    gates.shared.open_hinted(&[drained]);
+    let quiet = tokio::time::timeout(Duration::from_millis(50), &mut woken).await;
+    assert!(
+        quiet.is_err(),
+        "nothing to claim: the queue's pops stay parked"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(10), &mut any_woken)
+            .await
+            .is_err()
+    );
+    assert!(gate.take_hints().is_empty(), "and no hint was left");
 }
 
 /// A peer link that never connects: the peer session stays down.

@@ -380,23 +380,25 @@ async fn hand_off(
 
 /// A lease of `ack`'s (partition, group) was released; `pending_on`: the queue, when data is
 /// left behind the cursor. The ring learns it (a nack redelivers at once instead of at the
-/// lease's end; a drained partition leaves the ring), and with data pending the queue's
-/// parked pops wake, here and, naming the lease when this broker knows its partition, on
-/// the peers; a partition it does not know marks the queue's rings for a reseed instead.
+/// lease's end; a drained partition leaves the ring), and so do the peers' rings when this
+/// broker knows the partition's name (a ring that met the lease would otherwise hold the
+/// partition until the lease's end). With data pending the queue's parked pops wake, here
+/// and on the peers; a partition this broker does not know marks the rings for a reseed.
 pub(crate) fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
     let pid = ack.partition_id.get();
     let named = state
         .hotlist
         .released(pid, &ack.group, pending_on.is_some());
-    let Some(queue) = pending_on else {
-        return;
-    };
-    match named {
-        Some((queue, partition)) => state.wake.wake_released(&queue, &partition, &ack.group),
-        None => {
+    match (named, pending_on) {
+        (Some((queue, partition)), Some(_)) => {
+            state.wake.wake_released(&queue, &partition, &ack.group)
+        }
+        (Some((queue, partition)), None) => state.wake.tell_drained(&queue, &partition, &ack.group),
+        (None, Some(queue)) => {
             state.hotlist.dirty(queue);
             state.wake.wake_queue(queue);
         }
+        (None, None) => {}
     }
 }
 
