@@ -284,7 +284,7 @@ pub async fn replay(
         blob: &seg.blob,
         encrypted,
     };
-    state.commit_effects().committed(&[written], &[push]);
+    state.push.effects.committed(&[written], &[push]);
     Ok(Replayed {
         partition_id: pid,
         offset: base_offset,

@@ -98,7 +98,7 @@ pub async fn seek(
         ));
     }
     // A cursor may have moved backwards, which no mark describes: the ring starts cold.
-    st.hotlist.drop_rings(queue, Some(group));
+    st.pop.hotlist.drop_rings(queue, Some(group));
     if verdict.rewound {
         match partition {
             Some(p) => st.wake.wake_partitions([(queue, p)]),
@@ -134,7 +134,7 @@ pub async fn delete(
     // Recreated cursors may start below the deleted ones: parked pops must look again, and
     // the rings (which also remember the registration) start cold.
     for name in &verdict.queues {
-        st.hotlist.drop_rings(name, Some(group));
+        st.pop.hotlist.drop_rings(name, Some(group));
         st.wake.wake_queue(name);
     }
     Ok(verdict.deleted_partitions)

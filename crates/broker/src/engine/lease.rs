@@ -33,7 +33,7 @@ pub async fn extend(
     let renewal = store::renew_lease(&db, lease_id.as_str(), seconds, tenant.id()).await?;
     if renewal.renewed > 0 {
         let lease = Duration::from_secs(seconds.unsigned_abs().into());
-        state.ack_registry.extend(lease_id.as_str(), lease);
+        state.ack.registry.extend(lease_id.as_str(), lease);
     }
     Ok(renewal)
 }

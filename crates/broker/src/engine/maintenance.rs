@@ -8,8 +8,9 @@
 use crate::engine::tenant::Tenant;
 use tokio::time::Instant;
 
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
+use crate::spool::Spool;
 use crate::store::maintenance::{self as sql, FlagRow};
 
 pub use crate::accel::maintenance::Flags;
@@ -34,9 +35,9 @@ pub struct SpoolState {
     pub healthy: bool,
 }
 
-/// What this broker's spool holds now (no database read).
-pub fn spool_state(st: &Engine) -> SpoolState {
-    match &st.spool {
+/// What this broker's spool (`None`: off) holds now (no database read).
+pub fn spool_state(spool: Option<&Spool>) -> SpoolState {
+    match spool {
         None => SpoolState::default(),
         Some(spool) => {
             let held = spool.held();
@@ -62,7 +63,7 @@ fn flags_of(row: FlagRow) -> Flags {
 /// starved pool must not stall every push and pop); only a broker that never read the flags
 /// waits. `None` when they cannot be learnt by `until` (another refresh, or a free connection,
 /// takes longer). An unreachable database is an error for which `is_unavailable()` holds.
-pub async fn cached(st: &Engine, until: Instant) -> Result<Option<Flags>> {
+pub async fn cached(st: &Shared, until: Instant) -> Result<Option<Flags>> {
     let cache = &st.maintenance;
     if let Some(flags) = cache.fresh() {
         return Ok(Some(flags));
@@ -90,29 +91,36 @@ pub async fn cached(st: &Engine, until: Instant) -> Result<Option<Flags>> {
     Ok(Some(flags))
 }
 
-/// The flags as PostgreSQL holds them now (the cache takes them too), with the spool's state.
-pub async fn status(st: &Engine) -> Result<Status> {
+/// The flags as PostgreSQL holds them now (the cache takes them too), with the state of this
+/// broker's `spool`.
+pub async fn status(st: &Shared, spool: Option<&Spool>) -> Result<Status> {
     let row = sql::flags(&st.store.conn().await?).await?;
-    Ok(with_spool(st, flags_of(row)))
+    Ok(with_spool(st, spool, flags_of(row)))
 }
 
 /// Sets one flag. This broker acts on the new value at once; the others within a second.
 /// The flags hold up every tenant's pushes or pops, so only the default tenant (the
 /// operator's tokens, README "Tenants") may set them.
-pub async fn set(st: &Engine, key: FlagKey, on: bool, tenant: &Tenant) -> Result<Status> {
+pub async fn set(
+    st: &Shared,
+    spool: Option<&Spool>,
+    key: FlagKey,
+    on: bool,
+    tenant: &Tenant,
+) -> Result<Status> {
     if !tenant.is_default() {
         return Err(Error::Forbidden(
             "maintenance is broker-wide: only a token without a tenant claim may set it".into(),
         ));
     }
     let row = sql::set(&st.store.conn().await?, key, on).await?;
-    Ok(with_spool(st, flags_of(row)))
+    Ok(with_spool(st, spool, flags_of(row)))
 }
 
-fn with_spool(st: &Engine, flags: Flags) -> Status {
+fn with_spool(st: &Shared, spool: Option<&Spool>, flags: Flags) -> Status {
     st.maintenance.set(flags);
     Status {
         flags,
-        spool: spool_state(st),
+        spool: spool_state(spool),
     }
 }

@@ -1,9 +1,10 @@
 //! The request logic between HTTP and PostgreSQL, one module per concept (the same names as in
 //! `http/` and `store/`): push, pop, ack, lease, DLQ, transaction, queues, groups, resources,
 //! messages and traces; and the retention loop, the one background task of the engine that
-//! deletes (`retention/`). Every function takes the broker's [`Engine`] context, which this
-//! module assembles from the store, the accelerators and the push path's writer: the concepts
-//! depend on the context, the context on none of them.
+//! deletes (`retention/`). This module assembles the broker's [`Engine`]: the part every
+//! concept shares ([`Shared`], `context.rs`) and the state of each concept that owns
+//! accelerators, built by that concept (`pop/state.rs`, `push/state.rs`, `ack/state.rs`).
+//! A concept's functions take its own state, which derefs to the shared part.
 
 pub mod ack;
 mod context;
@@ -38,26 +39,63 @@ pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::hotlist::HotListSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
 pub use crate::store::server::ServerView;
-pub use context::{Counters, Engine, Inner, RetentionCounters, RetentionSnapshot};
+pub use context::{Counters, RetentionCounters, RetentionSnapshot, Shared};
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
-use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::hotlist::{HotList, HotListConfig};
 use crate::accel::one_flight::OneFlight;
-use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
 use crate::spool::{self, Spool};
 use crate::store::migrations::{self, SchemaError};
+use crate::store::resources::MetricsSample;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
-use push::commit::CommitEffects;
-use push::flush::SegmentWriter;
+use ack::AckState;
+use pop::PopState;
+use push::PushState;
 use wake::StorePeerLink;
+
+/// Cheap to clone: one `Arc` around the shared part and each concept's state. The HTTP floor
+/// holds it and hands each concept its own state; field access through it reaches the shared
+/// part (`engine.store`), a concept's state is named (`engine.push`).
+#[derive(Clone)]
+pub struct Engine(Arc<Inner>);
+
+pub struct Inner {
+    pub shared: Arc<Shared>,
+    pub pop: Arc<PopState>,
+    pub push: Arc<PushState>,
+    pub ack: Arc<AckState>,
+    /// The queue samples of `/metrics/prometheus`, one flight per tenant, each serving
+    /// `QUEEN_METRICS_CACHE_MS` (engine/resources.rs); a failed read keeps its cause.
+    pub metrics_samples:
+        OneFlight<queen_proto::tenant::Tenant, Result<Arc<MetricsSample>, Arc<str>>>,
+    /// What this broker's retention loop did (engine/retention/).
+    pub retention: RetentionCounters,
+    /// Wakes this broker's timer wheel when a timer due sooner than its longest sleep is
+    /// scheduled here (engine/timer_wheel/).
+    pub timer_wheel: Arc<tokio::sync::Notify>,
+}
+
+impl Deref for Engine {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Deref for Inner {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
 
 impl Engine {
     /// Builds the pool on `pg` (no connection yet), applies the schema when configured, opens
@@ -77,10 +115,6 @@ impl Engine {
     }
 
     fn assemble(cfg: Config, store: Store, spool: Option<Spool>) -> Self {
-        let dedup_cache = Arc::new(DedupCache::new(
-            cfg.dedup_cache,
-            Limits::with_budget_mb(cfg.dedup_cache_mb),
-        ));
         let broker_id = uuid::Uuid::now_v7();
         let peer = cfg
             .peer_wake_on()
@@ -98,93 +132,67 @@ impl Engine {
             cfg.db_pool_size,
             cfg.admission_push_cap,
         ));
-        let counters = Arc::new(Counters::default());
-        let encryption = Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref()));
-        let effects = CommitEffects {
-            dedup: dedup_cache.clone(),
-            wake: wake.clone(),
-            hotlist: hotlist.clone(),
-            counters: counters.clone(),
-        };
-        let spool = spool.map(Arc::new);
-        let segment_writer = SegmentWriter::new(
-            store.clone(),
-            cfg.zstd_level,
-            effects,
-            encryption.clone(),
-            spool.clone(),
-        );
-        let push_fusion = PushFusion::start(
-            FusionConfig {
-                shards: cfg.fusion_shards,
-                bundle_max: cfg.bundle_max,
-                bundle_max_bytes: cfg.bundle_max_bytes,
-                pipeline: cfg.push_pipeline,
-                ..FusionConfig::default()
-            },
-            Arc::new(segment_writer),
-            admission.clone(),
-        );
         let ack_registry = Arc::new(AckRegistry::new(
             cfg.ack_registry,
             cfg.ack_registry_mb.saturating_mul(1 << 20),
         ));
-        let ack_fusion = cfg.ack_fusion.then(|| {
-            ack::fusion::start(
-                store.clone(),
-                admission.clone(),
-                cfg.ack_fusion_shards as usize,
-            )
-        });
         let metrics_samples = OneFlight::new(Duration::from_millis(cfg.metrics_cache_ms));
-        Engine::from_inner(Inner {
+        let shared = Arc::new(Shared {
+            encryption: Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref())),
             cfg,
             store,
             wake,
-            pop: Default::default(),
-            maintenance: Default::default(),
-            spool,
-            hotlist,
             admission,
-            push_fusion,
-            dedup_cache,
-            encryption,
-            ack_registry,
-            ack_fusion,
-            counters,
-            flow: Default::default(),
+            maintenance: Default::default(),
+            counters: Arc::new(Counters::default()),
             telemetry: Telemetry::start(),
-            metrics_samples,
-            retention: RetentionCounters::default(),
-            timer_wheel: Arc::new(tokio::sync::Notify::new()),
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),
-        })
+        });
+        Engine(Arc::new(Inner {
+            pop: Arc::new(PopState::new(
+                shared.clone(),
+                hotlist.clone(),
+                ack_registry.clone(),
+            )),
+            push: Arc::new(PushState::start(shared.clone(), hotlist.clone(), spool)),
+            ack: Arc::new(AckState::start(shared.clone(), ack_registry, hotlist)),
+            shared,
+            metrics_samples,
+            retention: RetentionCounters::default(),
+            timer_wheel: Arc::new(tokio::sync::Notify::new()),
+        }))
     }
 
     /// Starts the background work that needs the whole engine: the spool's drain
     /// (`push/replay.rs`) and the timer wheel (`timer_wheel/`). Await the handles after
     /// [`Engine::begin_shutdown`].
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks: Vec<_> = push::replay::spawn(self).into_iter().collect();
+        let mut tasks: Vec<_> = push::replay::spawn(&self.push).into_iter().collect();
         tasks.push(timer_wheel::start(self));
         tasks
     }
 
-    /// Ack fusion's counters; `None` when it is off.
-    pub fn ack_fusion_metrics(&self) -> Option<AckFusionSnapshot> {
-        self.ack_fusion.as_ref().map(|f| f.metrics())
+    /// Whether the database answers the health probe within a few seconds.
+    pub async fn database_up(&self) -> bool {
+        self.store.ping().await
     }
 
-    /// What a push path touches after a commit (engine/push/commit.rs).
-    pub fn commit_effects(&self) -> CommitEffects {
-        CommitEffects {
-            dedup: self.dedup_cache.clone(),
-            wake: self.wake.clone(),
-            hotlist: self.hotlist.clone(),
-            counters: self.counters.clone(),
-        }
+    /// Which PostgreSQL server the broker's connections reach and when that last changed, for
+    /// `/health` (docs/engine.md §12.5).
+    pub fn database_server(&self) -> crate::store::server::ServerView {
+        self.store.servers().view()
+    }
+
+    /// The connection pool's size and use, for `/metrics`.
+    pub fn pool_status(&self) -> deadpool_postgres::Status {
+        self.store.pool().status()
+    }
+
+    /// Wakes every parked long-poll so the HTTP drain does not wait for their deadlines.
+    pub fn begin_shutdown(&self) {
+        self.closing.send_replace(true);
     }
 }
 

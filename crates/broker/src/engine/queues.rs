@@ -122,7 +122,7 @@ pub async fn configure(
     state
         .encryption
         .learn(&row.name, row.flag("encryption_enabled"));
-    state.hotlist.dirty(&queue);
+    state.pop.hotlist.dirty(&queue);
     Ok(row)
 }
 
@@ -134,7 +134,6 @@ pub async fn delete(state: &Engine, queue: &str, tenant: &Tenant) -> Result<Opti
     let deleted = queues::delete(&conn, queue).await?;
     if deleted.is_some() {
         state.pop.forget(queue);
-        state.hotlist.forget(queue);
     }
     Ok(deleted)
 }

@@ -173,7 +173,7 @@ pub async fn commit(
                 // wake. Whether data is pending behind the batch is not known here, so it is
                 // assumed: a partition the ring dropped as drained would not be served again.
                 if let (true, Some(false), Some(ack)) = (release, acked, &cycle.ack) {
-                    crate::engine::ack::released(state, ack, Some(&source));
+                    crate::engine::ack::released(&state.ack, ack, Some(&source));
                 }
                 CycleOutcome::Committed(answer)
             }

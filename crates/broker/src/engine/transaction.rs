@@ -169,7 +169,7 @@ pub async fn run(
         }
     }
     if pushes_any {
-        spool::refuse_transaction(state).await?;
+        spool::refuse_transaction(&state.push).await?;
     }
     lend_leases(&mut req);
 
@@ -193,7 +193,7 @@ pub async fn run(
         .map(|(members, planned)| {
             let first = members[0].1;
             let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-            let cover = ack::cover::proven_cover(state, &group, &planned.fence, tenant);
+            let cover = ack::cover::proven_cover(&state.ack, &group, &planned.fence, tenant);
             WireAck {
                 partition_id: first.partition_id.get(),
                 group: &first.group,
@@ -306,12 +306,12 @@ pub async fn run(
             "log_transaction_wire_v1 committed a non-queued push: {bad:?}"
         ));
     }
-    state.commit_effects().committed(&pushes, &committed.pushes);
+    state.push.effects.committed(&pushes, &committed.pushes);
 
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {
         let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-        let outcomes = ack::conclude(state, &db, &group, verdict).await?;
+        let outcomes = ack::conclude(&state.ack, &db, &group, verdict).await?;
         for ((index, a), outcome) in members.iter().zip(outcomes) {
             results.insert(
                 *index,
@@ -375,7 +375,7 @@ fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
     let mut any = false;
     for ack in acks.iter_mut() {
         if ack.cover.take().is_some() {
-            state.ack_registry.refused();
+            state.ack.registry.refused();
             any = true;
         }
     }

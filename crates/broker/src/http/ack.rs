@@ -113,7 +113,7 @@ async fn answer(
             parsed.map(|ack| valid.push(ack)).err()
         })
         .collect();
-    let mut applied = ack::acknowledge(st, &valid, tenant).await?.into_iter();
+    let mut applied = ack::acknowledge(&st.ack, &valid, tenant).await?.into_iter();
     let rendered: Vec<AckAnswer<'_>> = items
         .iter()
         .zip(refusals)

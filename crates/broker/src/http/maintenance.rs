@@ -21,7 +21,9 @@ pub fn routes() -> Router<Engine> {
 }
 
 async fn get_push(State(st): State<Engine>) -> Result<Json<Value>> {
-    Ok(Json(push_body(&maintenance::status(&st).await?)))
+    Ok(Json(push_body(
+        &maintenance::status(&st, st.push.spool.as_deref()).await?,
+    )))
 }
 
 async fn set_push(
@@ -31,12 +33,14 @@ async fn set_push(
 ) -> Result<Json<Value>> {
     let on = enabled(&body)?;
     Ok(Json(push_body(
-        &maintenance::set(&st, FlagKey::Push, on, &tenant).await?,
+        &maintenance::set(&st, st.push.spool.as_deref(), FlagKey::Push, on, &tenant).await?,
     )))
 }
 
 async fn get_pop(State(st): State<Engine>) -> Result<Json<Value>> {
-    Ok(Json(pop_body(&maintenance::status(&st).await?)))
+    Ok(Json(pop_body(
+        &maintenance::status(&st, st.push.spool.as_deref()).await?,
+    )))
 }
 
 async fn set_pop(
@@ -46,7 +50,7 @@ async fn set_pop(
 ) -> Result<Json<Value>> {
     let on = enabled(&body)?;
     Ok(Json(pop_body(
-        &maintenance::set(&st, FlagKey::Pop, on, &tenant).await?,
+        &maintenance::set(&st, st.push.spool.as_deref(), FlagKey::Pop, on, &tenant).await?,
     )))
 }
 

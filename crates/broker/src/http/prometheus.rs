@@ -85,9 +85,9 @@ fn read_broker(st: &Engine, s: &Scrape) {
     );
     s.gauge(&t::POOL_MAX, &[], pool.max_size as f64);
     s.gauge(&t::POOL_WAITING, &[], pool.waiting as f64);
-    let dedup = st.dedup_cache.metrics();
+    let dedup = st.push.dedup_cache.metrics();
     read_dedup(&dedup, s);
-    let hints = &st.pop.stats;
+    let hints = &st.pop.cache.stats;
     for (accelerator, hits, misses) in [
         ("dedup_cache", dedup.vouched_pushes, dedup.full_probe_pushes),
         (

@@ -1,6 +1,7 @@
 //! The floors of the broker run one way (docs/architecture.md "Floors"): this test reads every
 //! `crate::…` path in `src/` and fails on an arrow a floor may not take, and on a loop between
-//! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`).
+//! the concept modules of one floor (say `engine::ack` ↔ `engine::dlq`); and a concept that owns
+//! a state (pop, push, ack) names neither the whole `Engine` nor another concept's state.
 //!
 //! `main → server → http → engine → {accel, store, spool}`, with `proto` (another crate) below
 //! all of them; `config`, `error`, `log_limit`, `queue_options` and `telemetry` are leaves any floor may use and
@@ -363,6 +364,65 @@ fn every_arrow_points_down() {
 fn no_loop_between_the_concepts_of_a_floor() {
     let loops = concept_loops(&sources());
     assert!(loops.is_empty(), "loops:\n{}", loops.join("\n"));
+}
+
+/// The concepts that own a state (docs/architecture.md "The engine context") and its type.
+const CONCEPT_STATES: &[(&str, &str)] = &[
+    ("pop", "PopState"),
+    ("push", "PushState"),
+    ("ack", "AckState"),
+];
+
+/// Where a concept with a state names the whole engine or another concept's state: each
+/// `file: name` found. Such a concept's functions take its own state and the shared part.
+fn reaches_beyond_its_state(files: &[(Vec<String>, String)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (module, code) in files {
+        let Some((_, own)) = CONCEPT_STATES
+            .iter()
+            .find(|(c, _)| module.len() > 1 && module[0] == "engine" && module[1] == *c)
+        else {
+            continue;
+        };
+        let forbidden = CONCEPT_STATES
+            .iter()
+            .map(|(_, s)| *s)
+            .filter(|s| s != own)
+            .chain(["Engine", "Inner"]);
+        let words: BTreeSet<&str> = code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .collect();
+        for name in forbidden {
+            if words.contains(name) {
+                bad.push(format!("{}: {name}", module.join("::")));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn a_concept_with_a_state_reaches_only_its_state_and_the_shared_part() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let files: Vec<(Vec<String>, String)> = files
+        .iter()
+        .map(|f| {
+            let code = code_only(&std::fs::read_to_string(f).expect("read source"));
+            (module_of(f), code)
+        })
+        .collect();
+    let bad = reaches_beyond_its_state(&files);
+    assert!(bad.is_empty(), "beyond their state:\n{}", bad.join("\n"));
+    let planted = vec![(
+        vec!["engine".to_string(), "ack".to_string(), "x".to_string()],
+        "fn f(st: &Engine, p: &PopState, a: &AckState) {}".to_string(),
+    )];
+    assert_eq!(
+        reaches_beyond_its_state(&planted),
+        ["engine::ack::x: PopState", "engine::ack::x: Engine"],
+        "the check sees a planted reach"
+    );
 }
 
 #[test]

@@ -54,7 +54,7 @@ async fn a_failing_post_commit_step_never_fails_committed_frames() {
     let writer = SegmentWriter::new(
         state.store.clone(),
         3,
-        state.commit_effects(),
+        state.push.effects.clone(),
         state.encryption.clone(),
         None,
     );

@@ -23,7 +23,7 @@ use queen_proto::tenant::{tenant_of, Tenant, SEPARATOR};
 use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn, PlannedGroup};
 use crate::accel::ack_fusion::FusedAck;
 use crate::accel::ack_registry::{AckRegistry, Cover, Delivered, TxnHash};
-use crate::engine::Engine;
+use crate::engine::ack::AckState;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::ack::{self as store, AckVerdict, CoverRow};
@@ -99,12 +99,12 @@ fn delivered(
 /// Otherwise the group takes the hash path, and the registry drops the entry that path makes
 /// doubtful.
 pub fn proven_cover(
-    state: &Engine,
+    state: &AckState,
     group: &[&Ack],
     fence: &[[u8; 16]],
     tenant: &Tenant,
 ) -> Option<Cover> {
-    let registry = &state.ack_registry;
+    let registry = &state.registry;
     let first = group.first()?;
     if !registry.enabled() {
         return None;
@@ -128,7 +128,7 @@ pub fn proven_cover(
 /// group must take the hash path (no cover, or PostgreSQL refused it, or a flush was refused
 /// and nothing committed). A lost connection is an error: the cover may have committed.
 pub(super) async fn try_cover(
-    state: &Engine,
+    state: &AckState,
     conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
@@ -149,7 +149,7 @@ pub(super) async fn try_cover(
         return Ok(None);
     };
     if !verdict.ok {
-        state.ack_registry.refused();
+        state.registry.refused();
         return Ok(None);
     }
     let settled = settle_and_wake(state, &verdict, group);
@@ -163,7 +163,7 @@ pub(super) async fn try_cover(
 /// Per group: `None` when not tried here (fusion off, or the cursor is shared), else what
 /// [`try_cover`] answers (`Ok(None)`: take the hash path).
 pub(super) async fn fused_covers(
-    state: &Engine,
+    state: &AckState,
     groups: &[Vec<&Ack>],
     planned: &[PlannedGroup],
     tenant: &Tenant,
@@ -176,7 +176,7 @@ pub(super) async fn fused_covers(
     let attempts = groups.iter().zip(planned).map(|(group, plan)| {
         let alone = sharing.get(&cursor(group)) == Some(&1);
         async move {
-            if state.ack_fusion.is_none() || !alone {
+            if state.fusion.is_none() || !alone {
                 return None;
             }
             // With fusion on the connection is only taken by a group's own SQL: none here.
@@ -194,11 +194,11 @@ pub(super) async fn fused_covers(
 /// committed and the cover was not judged (the statement or flush failed); the group then
 /// takes the hash path, which decides on its own.
 async fn commit(
-    state: &Engine,
+    state: &AckState,
     conn: &mut Conn<'_>,
     row: &CoverRow<'_>,
 ) -> Result<Option<AckVerdict>> {
-    let failure = match &state.ack_fusion {
+    let failure = match &state.fusion {
         Some(fusion) => {
             let fused = FusedAck {
                 partition_id: row.partition_id,

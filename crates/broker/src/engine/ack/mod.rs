@@ -12,6 +12,9 @@
 pub mod cover;
 pub mod fusion;
 pub mod span;
+mod state;
+
+pub use state::AckState;
 
 use std::collections::HashMap;
 
@@ -23,7 +26,6 @@ use deadpool_postgres::{GenericClient, Object};
 use crate::accel::admission::{Lane, Permit};
 use crate::engine::dlq::{self, HandOff, Nack};
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::ack::{self as store, AckVerdict, HashAck};
 use crate::store::db_error::failure_text;
@@ -123,7 +125,11 @@ impl AckOutcome {
 /// lost: a group in flight may have committed before its answer was lost, so its items can be
 /// neither accepted nor refused; the 503 says "unknown", and a retry meets the settled state.
 /// The same holds for a fused flush that loses its connection (docs/engine.md §6.5).
-pub async fn acknowledge(state: &Engine, acks: &[Ack], tenant: &Tenant) -> Result<Vec<AckOutcome>> {
+pub async fn acknowledge(
+    state: &AckState,
+    acks: &[Ack],
+    tenant: &Tenant,
+) -> Result<Vec<AckOutcome>> {
     let mut outcomes = vec![AckOutcome::default(); acks.len()];
     if acks.is_empty() {
         return Ok(outcomes);
@@ -183,14 +189,14 @@ pub async fn acknowledge(state: &Engine, acks: &[Ack], tenant: &Tenant) -> Resul
 /// connection, or once more requests park than the pool is deep, the flush (which needs a
 /// connection from the same pool) could never start.
 struct Conn<'a> {
-    state: &'a Engine,
+    state: &'a AckState,
     held: Option<(Permit, Object)>,
     keep: bool,
 }
 
 impl<'a> Conn<'a> {
-    async fn open(state: &'a Engine) -> Result<Self> {
-        let keep = state.ack_fusion.is_none();
+    async fn open(state: &'a AckState) -> Result<Self> {
+        let keep = state.fusion.is_none();
         let held = match keep {
             true => Some(Self::take(state).await?),
             false => None,
@@ -199,7 +205,7 @@ impl<'a> Conn<'a> {
     }
 
     /// An ack permit (`accel/admission.rs`), then a pooled connection.
-    async fn take(state: &Engine) -> Result<(Permit, Object)> {
+    async fn take(state: &AckState) -> Result<(Permit, Object)> {
         let permit = state.admission.acquire(Lane::Ack).await;
         Ok((permit, state.store.conn().await?))
     }
@@ -224,7 +230,7 @@ impl<'a> Conn<'a> {
 /// One group: the registry's fast path when it proves a cover (unless `try_fast` is false:
 /// the cover was already tried), else the SQL call by hash and its [`conclude`]d outcomes.
 async fn apply_group(
-    state: &Engine,
+    state: &AckState,
     conn: &mut Conn<'_>,
     group: &[&Ack],
     fence: &[[u8; 16]],
@@ -268,7 +274,7 @@ async fn apply_group(
 /// hot-list ring's update and (with data pending) the wake-up of parked pops. Fails only
 /// when the hand-off's outcome is unknown.
 pub async fn conclude(
-    state: &Engine,
+    state: &AckState,
     db: &impl GenericClient,
     group: &[&Ack],
     verdict: &AckVerdict,
@@ -283,7 +289,7 @@ pub async fn conclude(
 
 /// Counts the applied items by status, and the dead letters filed (docs/wire.md §15); a
 /// refused item and a harmless `noop` changed nothing and are not counted.
-fn count(state: &Engine, group: &[&Ack], outcomes: &[AckOutcome]) {
+fn count(state: &AckState, group: &[&Ack], outcomes: &[AckOutcome]) {
     use AckStatus::*;
     for status in [Completed, Failed, Retry, Dlq] {
         let applied = group
@@ -306,7 +312,7 @@ fn count(state: &Engine, group: &[&Ack], outcomes: &[AckOutcome]) {
 
 /// [`settle`], and what the verdict means for the hot-list ring and parked pops: a released
 /// lease (with data pending, a wake-up), and a retryDelay hold's late wake.
-fn settle_and_wake(state: &Engine, verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
+fn settle_and_wake(state: &AckState, verdict: &AckVerdict, group: &[&Ack]) -> Vec<AckOutcome> {
     if verdict.lease_released || verdict.wake_queue.is_some() {
         released(state, group[0], verdict.wake_queue.as_deref());
     }
@@ -336,7 +342,7 @@ fn settle_and_wake(state: &Engine, verdict: &AckVerdict, group: &[&Ack]) -> Vec<
 /// answer was lost, so neither `dlq:true` nor a refusal would be honest; the request's
 /// answer is a 503 (outcome unknown), and the client's retry meets the settled state.
 async fn hand_off(
-    state: &Engine,
+    state: &AckState,
     db: &impl GenericClient,
     verdict: &AckVerdict,
     acks: &[&Ack],
@@ -384,7 +390,7 @@ async fn hand_off(
 /// broker knows the partition's name (a ring that met the lease would otherwise hold the
 /// partition until the lease's end). With data pending the queue's parked pops wake, here
 /// and on the peers; a partition this broker does not know marks the rings for a reseed.
-pub(crate) fn released(state: &Engine, ack: &Ack, pending_on: Option<&str>) {
+pub(crate) fn released(state: &AckState, ack: &Ack, pending_on: Option<&str>) {
     let pid = ack.partition_id.get();
     let named = state
         .hotlist

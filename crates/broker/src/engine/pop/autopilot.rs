@@ -11,8 +11,8 @@
 //! partitions one claim may take and its global budget; the claim itself is the same SQL.
 
 use crate::accel::hotlist::Seat;
+use crate::engine::pop::PopState;
 use crate::engine::pop::{PopRequest, PopShape};
-use crate::engine::Engine;
 
 /// `batch` when the pop sets none (docs/wire.md §7.2).
 pub const DEFAULT_BATCH: i32 = 200;
@@ -83,7 +83,7 @@ pub struct Pilot {
 }
 
 impl Pilot {
-    pub fn new(st: &Engine, req: &PopRequest) -> Self {
+    pub fn new(st: &PopState, req: &PopRequest) -> Self {
         let on = st.cfg.pop_autopilot;
         let seat = match &req.shape {
             PopShape::Wildcard { queue } if on && st.cfg.hotlist => {

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use crate::accel::admission::Permit;
 use crate::accel::hotlist::{candidates_for, Next, ReseedGuard, Verdict, RESEED_PAGE};
 use crate::engine::pop::autopilot::{Pilot, Sizing};
+use crate::engine::pop::PopState;
 use crate::engine::pop::{admit, pop_failed, Claimed, PopAnswer};
-use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::hotlist as store;
 use crate::store::pop::{self as sql, ClaimArgs, ListVerdict};
@@ -32,7 +32,7 @@ use crate::store::pop::{self as sql, ClaimArgs, ListVerdict};
 /// autopilot (`pilot`) sizes the claim from the ring as it stands before each poll; `sizing`
 /// ends as the sizes the claim used.
 pub(super) async fn claim(
-    st: &Engine,
+    st: &PopState,
     queue: &str,
     args: &ClaimArgs<'_>,
     pilot: &Pilot,
@@ -91,7 +91,7 @@ pub(super) async fn claim(
 
 /// Claims `names` in order (see the module doc for the by-id shortcut) and reads the verdicts.
 async fn claim_candidates(
-    st: &Engine,
+    st: &PopState,
     conn: &Object,
     queue: &str,
     names: &[String],

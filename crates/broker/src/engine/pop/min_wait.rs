@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Woke};
+use crate::engine::pop::PopState;
 use crate::engine::pop::{pop_failed, PopRequest};
-use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::pop as sql;
 
@@ -19,7 +19,7 @@ use crate::store::pop as sql;
 /// elapses or the caller's deadline (less the claim margin) passes. A push to the queue
 /// re-evaluates at once.
 pub(super) async fn hold_underfull(
-    st: &Engine,
+    st: &PopState,
     req: &PopRequest,
     queue: &str,
     partition: Option<&str>,

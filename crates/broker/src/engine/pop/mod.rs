@@ -18,6 +18,9 @@ mod hotlist;
 pub mod longpoll;
 mod min_wait;
 mod scan;
+mod state;
+
+pub use state::PopState;
 
 use crate::engine::tenant::{self, Tenant};
 use std::sync::atomic::Ordering::Relaxed;
@@ -39,7 +42,6 @@ use crate::engine::maintenance;
 use crate::engine::pop::autopilot::{Ask, Pilot, Sizing};
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::push::segment::INLINE_BUILD_BYTES;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::db_message;
@@ -167,7 +169,7 @@ enum Tried {
 /// Serves one pop: claims now, or parks (with `wait`) until something is claimed or the
 /// deadline passes. Every wait (pool, maintenance refresh, park) ends by the deadline, and
 /// no claim starts after it.
-pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
+pub async fn pop(st: &PopState, req: &PopRequest) -> Result<PopOutcome> {
     let deadline = Instant::now() + req.timeout;
     let lease_id = LeaseId::mint();
     // `new` means "after this request arrived", however long its first contact waits (a
@@ -198,7 +200,7 @@ pub async fn pop(st: &Engine, req: &PopRequest) -> Result<PopOutcome> {
             claim_cutoff(deadline)
         };
         if !first && Instant::now() >= start_by {
-            st.pop.stats.deadline_margin_skips.fetch_add(1, Relaxed);
+            st.cache.stats.deadline_margin_skips.fetch_add(1, Relaxed);
             return Ok(PopOutcome::Empty);
         }
         first = false;
@@ -250,7 +252,7 @@ struct Fixed<'a> {
 /// (`bounds.0`); `bounds.1` is the pop's deadline. Every permit and connection it takes is
 /// given back when it returns, before the answer is rendered.
 async fn attempt(
-    st: &Engine,
+    st: &PopState,
     req: &PopRequest,
     fixed: &Fixed<'_>,
     hints: &[String],
@@ -258,7 +260,7 @@ async fn attempt(
     closing: &mut watch::Receiver<bool>,
 ) -> Result<Tried> {
     if let Some((queue, partition)) = queue_of(&req.shape) {
-        if let Some(window) = st.pop.min_wait.window(queue) {
+        if let Some(window) = st.cache.min_wait.window(queue) {
             min_wait::hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
         }
     }
@@ -287,7 +289,7 @@ async fn attempt(
         Claimed::OutOfTime => return Ok(Tried::OutOfTime),
     };
     if let (Some((queue, _)), Some(ms)) = (queue_of(&req.shape), answer.min_pop_wait_ms) {
-        st.pop.min_wait.learn(queue, ms);
+        st.cache.min_wait.learn(queue, ms);
     }
     for part in &answer.partitions {
         st.hotlist
@@ -306,7 +308,7 @@ async fn attempt(
     if rendered.messages == 0 {
         return Ok(Tried::Nothing);
     }
-    st.pop
+    st.cache
         .deliveries
         .record(delivered, Utc::now().timestamp_micros());
     Ok(Tried::Delivered(rendered))
@@ -317,7 +319,7 @@ async fn attempt(
 /// stored in it right after the render, before the answer leaves. `autopilot`: the sizes to
 /// echo.
 async fn render_answer(
-    st: &Engine,
+    st: &PopState,
     answer: PopAnswer,
     req: &PopRequest,
     lease_id: &LeaseId,
@@ -371,7 +373,7 @@ async fn render_answer(
 
 /// A pop permit, then a pooled connection (always in that order), both before `start_by`;
 /// `None` when either comes too late.
-async fn admit(st: &Engine, start_by: Instant) -> Result<Option<(Permit, Object)>> {
+async fn admit(st: &PopState, start_by: Instant) -> Result<Option<(Permit, Object)>> {
     let Some(permit) = st.admission.acquire_before(Lane::Pop, start_by).await else {
         return Ok(None);
     };
@@ -421,7 +423,7 @@ fn subscription_args(sub: &Subscription, arrived: DateTime<Utc>) -> (&'static st
 /// Pop maintenance mode (`engine/maintenance.rs`: cached, re-read at most every 500 ms), or
 /// `None` when it cannot be learnt before `until` (the refresh by another request, or a free
 /// connection, takes longer): the caller then must not claim.
-async fn maintenance_on(st: &Engine, until: Instant) -> Result<Option<bool>> {
+async fn maintenance_on(st: &PopState, until: Instant) -> Result<Option<bool>> {
     let flags = maintenance::cached(st, until).await.map_err(pop_failed)?;
     Ok(flags.map(|f| f.pop))
 }

@@ -11,14 +11,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use deadpool_postgres::GenericClient;
 use tokio::time::Instant;
 
+use crate::engine::pop::PopState;
 use crate::engine::pop::{admit, pop_failed, Claimed, PopAnswer, PopRequest, PopShape};
-use crate::engine::Engine;
 use crate::error::Result;
 use crate::store::pop::{self as sql, ClaimArgs};
 
 /// One claim on the SQL candidate path, started only before `start_by`.
 pub(super) async fn claim(
-    st: &Engine,
+    st: &PopState,
     req: &PopRequest,
     hints: &[String],
     args: &ClaimArgs<'_>,
@@ -66,7 +66,7 @@ pub(super) async fn claim(
 /// candidate scan. `None` when they delivered nothing: the caller then runs the wildcard pop,
 /// the backstop for missed wakes and older backlog, so a stale hint never hides work.
 async fn claim_hinted(
-    st: &Engine,
+    st: &PopState,
     db: &impl GenericClient,
     queue: &str,
     hints: &[String],
@@ -76,10 +76,10 @@ async fn claim_hinted(
         .await
         .map_err(pop_failed)?;
     if answer.partitions.is_empty() {
-        st.pop.stats.hint_fallthroughs.fetch_add(1, Relaxed);
+        st.cache.stats.hint_fallthroughs.fetch_add(1, Relaxed);
         return Ok(None);
     }
-    st.pop.stats.hint_claims.fetch_add(1, Relaxed);
+    st.cache.stats.hint_claims.fetch_add(1, Relaxed);
     Ok(Some(answer))
 }
 

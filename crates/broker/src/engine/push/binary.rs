@@ -39,9 +39,9 @@ use queen_proto::push_bin::{GroupBody, PushEnvelope, PushGroup};
 use crate::accel::admission::Lane;
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::push::commit::write_failed;
+use crate::engine::push::PushState;
 use crate::engine::push::{self, check_item, spool, PushItem, PushResult};
 use crate::engine::tenant::{self, Tenant};
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::push::{SegmentResult, SegmentWrite};
 
@@ -125,7 +125,7 @@ pub fn decode_group(group: PushGroup) -> Result<DecodedGroup> {
 /// `producer_sub` (`None` with auth off); results come back in wire order. A bad item refuses the whole request (400)
 /// before anything is written.
 pub async fn push_envelope(
-    state: &Engine,
+    state: &PushState,
     env: PushEnvelope,
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
@@ -206,7 +206,7 @@ pub async fn push_envelope(
 /// SQL refused (duplicate, encrypt or full: nothing of them was written). A database failure fails
 /// the groups' items, as it does on the fusion path.
 async fn store_as_sent(
-    state: &Engine,
+    state: &PushState,
     groups: &[DecodedGroup],
     direct: &[usize],
     starts: &[usize],
@@ -237,7 +237,7 @@ async fn store_as_sent(
     let written = async {
         let _permit = state.admission.acquire(Lane::Push).await;
         let conn = state.store.conn().await?;
-        let written = state.commit_effects().write(&conn, &writes).await;
+        let written = state.effects.write(&conn, &writes).await;
         state.store.charge(&conn, SegmentWrite::load(&writes));
         written
     }
@@ -252,7 +252,7 @@ async fn store_as_sent(
             return Ok(Vec::new());
         }
     };
-    state.commit_effects().committed(&writes, &written);
+    state.effects.committed(&writes, &written);
 
     let mut refused = Vec::new();
     for (&g, result) in direct.iter().zip(written) {
@@ -276,7 +276,7 @@ async fn store_as_sent(
 /// The `direct` groups' items whose write failed because PostgreSQL could not be reached go to
 /// the disk spool instead (`push/spool.rs`).
 async fn rescue_as_sent(
-    state: &Engine,
+    state: &PushState,
     groups: &[DecodedGroup],
     direct: &[usize],
     starts: &[usize],

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::accel::flow::Rates;
 
-use crate::engine::Engine;
+use crate::engine::push::PushState;
 use crate::error::{Error, Result};
 
 /// How much faster than this broker delivers it may take pushes while saturated: a little, so
@@ -33,12 +33,12 @@ const MAX_RETRY_AFTER_SECS: u64 = 30;
 
 /// Admits a push of `announced` body bytes, or refuses it with
 /// [`Error::Overloaded`]. A budget of 0 turns the door off.
-pub fn admit(state: &Engine, announced: usize) -> Result<()> {
+pub fn admit(state: &PushState, announced: usize) -> Result<()> {
     let budget = Duration::from_millis(state.cfg.push_wait_budget_ms);
     if budget.is_zero() {
         return Ok(());
     }
-    let wait = state.push_fusion.backlog().expected_wait(announced);
+    let wait = state.fusion.backlog().expected_wait(announced);
     let mut share = refused_share(wait, budget);
     if share < 1.0 && wait > budget / 2 {
         let c = &state.counters;

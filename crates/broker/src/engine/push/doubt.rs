@@ -10,7 +10,7 @@
 use queen_proto::hash::txn_hash;
 
 use crate::engine::push::flush::OriginalIds;
-use crate::engine::Engine;
+use crate::engine::push::PushState;
 use crate::error::Result;
 use crate::spool::SpoolGroup;
 use crate::store::push::txn_offsets;
@@ -18,7 +18,7 @@ use crate::store::push::txn_offsets;
 /// `groups` without the messages PostgreSQL holds already, for the groups that are in doubt
 /// (every group when `all`); the count of messages dropped. Groups left empty go.
 pub async fn without_stored(
-    st: &Engine,
+    st: &PushState,
     groups: &[SpoolGroup],
     all: bool,
 ) -> Result<(Vec<SpoolGroup>, u64)> {

@@ -20,6 +20,9 @@ pub mod flush;
 pub mod replay;
 pub mod segment;
 pub mod spool;
+mod state;
+
+pub use state::PushState;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,7 +34,6 @@ use uuid::Uuid;
 
 use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
 use crate::engine::tenant::{self, Tenant};
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 
 /// The partition of an item that names none.
@@ -160,7 +162,7 @@ struct Prepared {
 /// is stamped with `producer_sub` (the caller's validated identity, `None` with auth off) and
 /// lands in `tenant`'s queues (names qualified once checked, `engine/tenant.rs`).
 pub async fn push(
-    state: &Engine,
+    state: &PushState,
     mut items: Vec<PushItem>,
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
@@ -175,7 +177,7 @@ pub async fn push(
 /// [`push`] of items already checked and qualified by their tenant (the binary push's
 /// groups that are not stored as sent).
 pub(crate) async fn push_qualified(
-    state: &Engine,
+    state: &PushState,
     items: Vec<PushItem>,
     producer_sub: Option<Arc<str>>,
 ) -> Result<Vec<PushResult>> {
@@ -201,7 +203,7 @@ pub(crate) async fn push_qualified(
 
 /// Stores `items` in PostgreSQL with no spool decision: the spool's own drain
 /// (`push/replay.rs`), whose items were checked when they were pushed.
-pub(crate) async fn store(state: &Engine, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
+pub(crate) async fn store(state: &PushState, items: Vec<PushItem>) -> Result<Vec<PushResult>> {
     for (index, item) in items.iter().enumerate() {
         check_named(index, tenant::local(&item.queue), item)?;
     }
@@ -274,10 +276,10 @@ impl Prepared {
     }
 
     /// Hands each group to push fusion and settles the leaders with its outcomes.
-    async fn submit(&mut self, state: &Engine) {
+    async fn submit(&mut self, state: &PushState) {
         let submissions = self.groups.iter_mut().map(|g| {
             let frames = std::mem::take(&mut g.frames);
-            state.push_fusion.submit(&g.queue, &g.partition, frames)
+            state.fusion.submit(&g.queue, &g.partition, frames)
         });
         let outcomes = futures::future::join_all(submissions).await;
         for (group, outcomes) in self.groups.iter().zip(outcomes) {

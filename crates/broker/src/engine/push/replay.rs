@@ -20,6 +20,7 @@
 //! - **Shutdown.** The task ends when the broker starts closing, after the round in progress;
 //!   what it did not drain stays on disk for the next start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -28,8 +29,8 @@ use tokio::time::Instant;
 
 use crate::accel::push_fusion::FrameOutcome;
 use crate::engine::maintenance;
+use crate::engine::push::PushState;
 use crate::engine::push::{self, doubt, PushItem, PushResult};
-use crate::engine::Engine;
 use crate::spool::{Batch, Spool, SpoolGroup};
 
 /// Consecutive refused rounds after which the refused messages are quarantined.
@@ -44,7 +45,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Starts the drain of the broker's spool (none without a spool). It ends when the broker
 /// starts closing; await the handle to know the round in progress is done.
-pub fn spawn(st: &Engine) -> Option<JoinHandle<()>> {
+pub fn spawn(st: &Arc<PushState>) -> Option<JoinHandle<()>> {
     let spool_held = st.spool.as_ref()?.held();
     if spool_held.records > 0 {
         tracing::info!(
@@ -68,7 +69,7 @@ enum Round {
     Refused,
 }
 
-async fn run(st: Engine) {
+async fn run(st: Arc<PushState>) {
     let Some(spool) = st.spool.as_ref() else {
         return;
     };
@@ -130,7 +131,7 @@ struct Drain {
 }
 
 /// One round: check the flag, read a batch, store it, commit it to the spool.
-async fn round(st: &Engine, spool: &Spool, drain: &mut Drain) -> Round {
+async fn round(st: &PushState, spool: &Spool, drain: &mut Drain) -> Round {
     let until = Instant::now() + Duration::from_secs(1);
     match maintenance::cached(st, until).await {
         Ok(Some(flags)) if !flags.push => {}

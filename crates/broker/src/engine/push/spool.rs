@@ -30,7 +30,7 @@ use uuid::Uuid;
 use crate::accel::push_fusion::{Failure, FrameOutcome, FusionFrame, LaneFlush};
 use crate::engine::maintenance;
 use crate::engine::push::PushResult;
-use crate::engine::Engine;
+use crate::engine::push::PushState;
 use crate::error::{Error, Result};
 use crate::spool::{record, Spool, SpoolError, When};
 
@@ -60,7 +60,7 @@ pub fn frame_of(f: &FusionFrame) -> Frame<'_> {
 
 /// Whether pushes go to the spool now (rules 1–3 above). The database being unreachable is an
 /// answer (yes), not an error.
-pub async fn engaged(st: &Engine) -> Result<bool> {
+pub async fn engaged(st: &PushState) -> Result<bool> {
     if st.spool.as_ref().is_some_and(|s| s.is_holding()) {
         return Ok(true);
     }
@@ -68,7 +68,7 @@ pub async fn engaged(st: &Engine) -> Result<bool> {
 }
 
 /// Push maintenance is on, or PostgreSQL cannot be reached to say.
-async fn push_maintenance(st: &Engine) -> Result<bool> {
+async fn push_maintenance(st: &PushState) -> Result<bool> {
     match maintenance::cached(st, Instant::now() + FLAG_WAIT).await {
         Ok(flags) => Ok(flags.is_some_and(|f| f.push)),
         Err(e) if e.is_unavailable() => Ok(true),
@@ -79,7 +79,7 @@ async fn push_maintenance(st: &Engine) -> Result<bool> {
 /// Spools the groups `outgoing` builds when the rules above say so: `true` once they are on
 /// disk (answer `buffered`), `false` when the push goes to PostgreSQL. `outgoing` runs only
 /// when the push is spooled.
-pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -> Result<bool> {
+pub async fn divert<'a>(st: &PushState, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -> Result<bool> {
     let Some(spool) = &st.spool else {
         // No spool: maintenance refuses the push; an outage is the write's to report.
         let flags = maintenance::cached(st, Instant::now() + FLAG_WAIT).await;
@@ -115,7 +115,7 @@ pub async fn divert<'a>(st: &Engine, outgoing: impl Fn() -> Vec<Outgoing<'a>>) -
 /// gives item `i`'s payload and trace id; every item was stamped with `producer_sub`). If the
 /// spool refuses them they stay failed.
 pub async fn rescue(
-    st: &Engine,
+    st: &PushState,
     results: &mut [PushResult],
     producer_sub: Option<&str>,
     item: impl Fn(usize) -> (Bytes, Option<Uuid>),
@@ -270,7 +270,7 @@ fn fail_fresh(
 /// A transaction carrying pushes while pushes are being spooled: refused with 503, since its
 /// pushes could neither join the spool (a transaction is all or nothing with its acks) nor
 /// overtake it.
-pub async fn refuse_transaction(st: &Engine) -> Result<()> {
+pub async fn refuse_transaction(st: &PushState) -> Result<()> {
     let holding = st.spool.as_ref().is_some_and(|s| s.is_holding());
     // An unreachable database refuses the transaction by itself.
     let maintenance = match maintenance::cached(st, Instant::now() + FLAG_WAIT).await {

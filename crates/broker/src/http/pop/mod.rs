@@ -133,7 +133,7 @@ async fn serve(
         params,
         Duration::from_millis(st.cfg.default_timeout_ms),
     )?;
-    Ok(match pop::pop(st, &req).await? {
+    Ok(match pop::pop(&st.pop, &req).await? {
         PopOutcome::Empty => StatusCode::NO_CONTENT.into_response(),
         PopOutcome::Delivered(r) => {
             let content_type = if pop_framed::is_framed(&r.body) {

@@ -30,7 +30,7 @@ pub(super) async fn push(
     // `_inflated` holds the body's share of the in-flight budget until it is answered.
     let (env, _inflated) = parse_binary(st, budget, body, "push", parse_push).await?;
     let counts_only = env.counts_only();
-    let results = push_envelope(st, env, producer.0, tenant).await?;
+    let results = push_envelope(&st.push, env, producer.0, tenant).await?;
     require_stored(&results)?;
     if counts_only {
         return Ok((StatusCode::CREATED, Json(counts(&results))).into_response());

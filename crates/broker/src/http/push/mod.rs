@@ -33,12 +33,12 @@ async fn push_json(
 ) -> Result<Response> {
     // The door is asked once the body has arrived: refusing with the body unread would have
     // the connection closed under a client still sending it.
-    door::admit(&st, body.len())?;
+    door::admit(&st.push, body.len())?;
     if is_binary(&headers) {
         return binary::push(&st, &budget, body, producer, &tenant).await;
     }
     let items = parse::parse_items(&body)?;
-    let results = push::push(&st, items, producer.0, &tenant).await?;
+    let results = push::push(&st.push, items, producer.0, &tenant).await?;
     push::require_stored(&results)?;
     Ok(render::created(&results))
 }
