@@ -48,7 +48,7 @@ pub async fn start(cfg: Config, pg: tokio_postgres::Config) -> anyhow::Result<Ru
         crate::listener::serve(listener, app, &cfg, stopping).await;
     });
     let mut background = state.start_background();
-    background.push(crate::engine::retention::start(&state));
+    background.push(crate::engine::retention::start(&state.retention));
     tracing::info!(%addr, "queen-rs listening");
     Ok(RunningServer {
         addr,

@@ -14,7 +14,8 @@ use serde_json::value::RawValue;
 
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::build_segment;
-use crate::engine::Engine;
+use crate::engine::push::PushState;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::ack::AckVerdict;
 use crate::store::dlq::{self as store, DeadLetter, ReplayVerdict, ReplayWrite};
@@ -137,7 +138,7 @@ pub fn reason<'a>(poison_txn: &str, nacks: &[Nack<'a>]) -> &'a str {
 /// that are encryption envelopes are opened; one that cannot be opened (another key, a
 /// corrupt envelope) is answered as JSON null with its `payload_error`, the rest untouched.
 /// Only `tenant`'s dead letters are listed, with the queue names its client knows.
-pub async fn list(state: &Engine, filter: &DlqFilter<'_>, tenant: &Tenant) -> Result<DlqPage> {
+pub async fn list(state: &Shared, filter: &DlqFilter<'_>, tenant: &Tenant) -> Result<DlqPage> {
     let queue = filter
         .queue
         .map(|q| tenant::qualify(tenant, "queue", q))
@@ -165,7 +166,7 @@ pub async fn list(state: &Engine, filter: &DlqFilter<'_>, tenant: &Tenant) -> Re
 
 /// Deletes the dead letters of `queue` (of `group` only, if given); answers how many went.
 pub async fn purge(
-    state: &Engine,
+    state: &Shared,
     queue: &str,
     group: Option<&str>,
     tenant: &Tenant,
@@ -179,7 +180,7 @@ pub async fn purge(
 /// message that was never dead-lettered has none).
 /// An address on another tenant's partition has none.
 pub async fn delete(
-    state: &Engine,
+    state: &Shared,
     partition_id: &str,
     transaction_id: &str,
     tenant: &Tenant,
@@ -206,7 +207,7 @@ pub struct Replayed {
 /// has no dead letter, including when a concurrent replay took it first.
 /// An address on another tenant's partition has none.
 pub async fn replay(
-    state: &Engine,
+    state: &PushState,
     partition_id: &str,
     transaction_id: &str,
     tenant: &Tenant,
@@ -284,7 +285,7 @@ pub async fn replay(
         blob: &seg.blob,
         encrypted,
     };
-    state.push.effects.committed(&[written], &[push]);
+    state.effects.committed(&[written], &[push]);
     Ok(Replayed {
         partition_id: pid,
         offset: base_offset,

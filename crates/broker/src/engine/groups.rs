@@ -8,7 +8,8 @@
 use crate::engine::tenant::{self, Tenant};
 use chrono::{DateTime, Utc};
 
-use crate::engine::Engine;
+use crate::engine::pop::PopState;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::groups as store;
 
@@ -43,14 +44,14 @@ pub fn parse_timestamp(field: &str, text: &str) -> Result<DateTime<Utc>> {
 }
 
 /// Every (group, queue) pair of `tenant`'s queues, by group then queue.
-pub async fn list(st: &Engine, tenant: &Tenant) -> Result<Vec<GroupQueueRow>> {
+pub async fn list(st: &Shared, tenant: &Tenant) -> Result<Vec<GroupQueueRow>> {
     let mut rows = store::groups(&st.store, tenant.id()).await?;
     local_rows(&mut rows, |r| &mut r.queue);
     Ok(rows)
 }
 
 /// Every partition of every queue of `tenant` that `group` is on; 404 when it is on none.
-pub async fn detail(st: &Engine, group: &str, tenant: &Tenant) -> Result<Vec<GroupPartitionRow>> {
+pub async fn detail(st: &Shared, group: &str, tenant: &Tenant) -> Result<Vec<GroupPartitionRow>> {
     let mut partitions = store::group(&st.store, group, tenant.id()).await?;
     local_rows(&mut partitions, |r| &mut r.queue);
     if partitions.is_empty() {
@@ -60,7 +61,7 @@ pub async fn detail(st: &Engine, group: &str, tenant: &Tenant) -> Result<Vec<Gro
 }
 
 pub async fn lagging(
-    st: &Engine,
+    st: &Shared,
     min_lag_seconds: i64,
     tenant: &Tenant,
 ) -> Result<Vec<LaggingRow>> {
@@ -79,7 +80,8 @@ fn local_rows<R>(rows: &mut [R], queue: impl Fn(&mut R) -> &mut String) {
 
 /// Seeks `group` on `tenant`'s `queue` (one partition, or all of them); answers how many cursors moved.
 pub async fn seek(
-    st: &Engine,
+    st: &Shared,
+    pop: &PopState,
     group: &str,
     queue: &str,
     partition: Option<&str>,
@@ -98,7 +100,7 @@ pub async fn seek(
         ));
     }
     // A cursor may have moved backwards, which no mark describes: the ring starts cold.
-    st.pop.hotlist.drop_rings(queue, Some(group));
+    pop.cursors_moved(queue, group);
     if verdict.rewound {
         match partition {
             Some(p) => st.wake.wake_partitions([(queue, p)]),
@@ -111,7 +113,8 @@ pub async fn seek(
 /// Deletes `group`'s cursors (on `queue`, or on every queue of `tenant`) and, with `delete_metadata`, its
 /// registrations, so the same name starts fresh on its next pop. Answers the cursors deleted.
 pub async fn delete(
-    st: &Engine,
+    st: &Shared,
+    pop: &PopState,
     group: &str,
     queue: Option<&str>,
     delete_metadata: bool,
@@ -134,7 +137,7 @@ pub async fn delete(
     // Recreated cursors may start below the deleted ones: parked pops must look again, and
     // the rings (which also remember the registration) start cold.
     for name in &verdict.queues {
-        st.pop.hotlist.drop_rings(name, Some(group));
+        pop.cursors_moved(name, group);
         st.wake.wake_queue(name);
     }
     Ok(verdict.deleted_partitions)
@@ -143,7 +146,7 @@ pub async fn delete(
 /// Moves the stored subscription timestamp of every registration of `group` with `tenant`; answers how
 /// many were updated (404 when none).
 pub async fn set_subscription(
-    st: &Engine,
+    st: &Shared,
     group: &str,
     timestamp: DateTime<Utc>,
     tenant: &Tenant,

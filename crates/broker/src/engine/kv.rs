@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::accel::admission::Lane;
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::Result;
 pub use crate::store::kv::{KvLost, READ_BUDGET_BYTES};
 
@@ -33,7 +33,7 @@ pub type KvOutcome = std::result::Result<Vec<Value>, KvLost>;
 /// Applies checked operations (`http/kv/parse.rs`) for `tenant`, all in one transaction. A
 /// call is a short write like an ack, so it takes a permit of the ack lane of the admission
 /// limiter: key-value traffic holds no more connections than the lane allows.
-pub async fn apply(state: &Engine, tenant: &Tenant, ops: &[Value]) -> Result<KvOutcome> {
+pub async fn apply(state: &Shared, tenant: &Tenant, ops: &[Value]) -> Result<KvOutcome> {
     let _permit = state.admission.acquire(Lane::Ack).await;
     let db = state.store.conn().await?;
     crate::store::kv::apply(&db, tenant.id(), ops, READ_BUDGET_BYTES).await

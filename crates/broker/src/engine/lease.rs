@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::accel::admission::Lane;
-use crate::engine::Engine;
+use crate::engine::ack::AckState;
 use queen_proto::tenant::Tenant;
 use queen_proto::LeaseId;
 
@@ -19,7 +19,7 @@ pub const DEFAULT_SECONDS: i64 = 60;
 /// Renews every live lease of `lease_id` on `tenant`'s partitions to at least now + `seconds`
 /// (default 60, at least 1).
 pub async fn extend(
-    state: &Engine,
+    state: &AckState,
     lease_id: &LeaseId,
     seconds: Option<i64>,
     tenant: &Tenant,
@@ -33,7 +33,7 @@ pub async fn extend(
     let renewal = store::renew_lease(&db, lease_id.as_str(), seconds, tenant.id()).await?;
     if renewal.renewed > 0 {
         let lease = Duration::from_secs(seconds.unsigned_abs().into());
-        state.ack.registry.extend(lease_id.as_str(), lease);
+        state.registry.extend(lease_id.as_str(), lease);
     }
     Ok(renewal)
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::engine::kv;
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 
 /// The key-value namespace of the permits.
@@ -107,7 +107,7 @@ pub fn permit_key(name: &str, slot: u32) -> String {
 }
 
 /// Runs each operation on its own (they are independent), in order.
-pub async fn run(state: &Engine, tenant: &Tenant, ops: &[LockOp]) -> Result<Vec<LockVerdict>> {
+pub async fn run(state: &Shared, tenant: &Tenant, ops: &[LockOp]) -> Result<Vec<LockVerdict>> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
         out.push(run_one(state, tenant, op).await?);
@@ -115,7 +115,7 @@ pub async fn run(state: &Engine, tenant: &Tenant, ops: &[LockOp]) -> Result<Vec<
     Ok(out)
 }
 
-async fn run_one(state: &Engine, tenant: &Tenant, op: &LockOp) -> Result<LockVerdict> {
+async fn run_one(state: &Shared, tenant: &Tenant, op: &LockOp) -> Result<LockVerdict> {
     match op {
         LockOp::Acquire {
             name,
@@ -163,7 +163,7 @@ async fn run_one(state: &Engine, tenant: &Tenant, op: &LockOp) -> Result<LockVer
 }
 
 async fn acquire(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     name: &str,
     ttl_seconds: u64,
@@ -215,7 +215,7 @@ async fn acquire(
 /// A renew by the token's holder, or by the permit's owner sending an older token again (its
 /// last renew's answer was lost), rewrites the row with a new version; it keeps `since`.
 async fn renew(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     name: &str,
     token: i64,
@@ -265,7 +265,7 @@ async fn renew(
 }
 
 /// Every live permit of `name`, by slot.
-async fn holders(state: &Engine, tenant: &Tenant, name: &str) -> Result<Vec<Holder>> {
+async fn holders(state: &Shared, tenant: &Tenant, name: &str) -> Result<Vec<Holder>> {
     let page = kv_one(
         state,
         tenant,
@@ -311,7 +311,7 @@ fn version(verdict: &Value) -> Result<i64> {
 }
 
 /// One key-value operation of its own call (never `required`, so never rolled back).
-async fn kv_one(state: &Engine, tenant: &Tenant, op: Value) -> Result<Value> {
+async fn kv_one(state: &Shared, tenant: &Tenant, op: Value) -> Result<Value> {
     match kv::apply(state, tenant, std::slice::from_ref(&op)).await? {
         Ok(mut results) => results
             .pop()

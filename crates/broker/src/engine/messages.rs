@@ -14,7 +14,7 @@ use uuid::Uuid;
 use queen_proto::frame;
 use queen_proto::{segment, txn_hash, PartitionId};
 
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::messages::{self as store, MessageRow};
 
@@ -28,7 +28,7 @@ const UNINDEXED_SCAN_SEGMENTS: i32 = 32;
 /// checks the partition's tenant before it locates anything, so no segment of another tenant
 /// is read, decompressed or opened here.
 pub async fn detail(
-    st: &Engine,
+    st: &Shared,
     partition_id: &str,
     transaction_id: &str,
     tenant: &Tenant,
@@ -43,7 +43,7 @@ pub async fn detail(
 
 /// The message at an address on one of `tenant`'s partitions.
 async fn locate(
-    st: &Engine,
+    st: &Shared,
     partition_id: &str,
     transaction_id: &str,
     tenant: &Tenant,
@@ -70,7 +70,7 @@ async fn locate(
 
 /// The newest offset holding `transaction_id` among the partition's unindexed segments.
 async fn scan_unindexed(
-    st: &Engine,
+    st: &Shared,
     pid: i64,
     transaction_id: &str,
     tenant: &str,
@@ -107,7 +107,7 @@ pub struct MessageDetail {
 
 /// The frame at the row's offset with the row's state; `None` when that frame carries another
 /// transactionId (a hash collision).
-fn decode(st: &Engine, row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>> {
+fn decode(st: &Shared, row: MessageRow, transaction_id: &str) -> Result<Option<MessageDetail>> {
     let raw = decompress(&row.blob, row.base)?;
     let frames = frame::decode_all(&raw).map_err(|e| corrupt(row.base, e))?;
     let frame = usize::try_from(row.offset - row.base)

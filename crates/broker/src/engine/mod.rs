@@ -39,7 +39,8 @@ pub use crate::accel::dedup_cache::DedupSnapshot;
 pub use crate::accel::hotlist::HotListSnapshot;
 pub use crate::accel::pop_cache::PopSnapshot;
 pub use crate::store::server::ServerView;
-pub use context::{Counters, RetentionCounters, RetentionSnapshot, Shared};
+pub use context::{Counters, Shared};
+pub use retention::{RetentionCounters, RetentionSnapshot, RetentionState};
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -53,7 +54,6 @@ use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
 use crate::config::Config;
 use crate::spool::{self, Spool};
 use crate::store::migrations::{self, SchemaError};
-use crate::store::resources::MetricsSample;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 use ack::AckState;
@@ -74,13 +74,9 @@ pub struct Inner {
     pub ack: Arc<AckState>,
     /// The queue samples of `/metrics/prometheus`, one flight per tenant, each serving
     /// `QUEEN_METRICS_CACHE_MS` (engine/resources.rs); a failed read keeps its cause.
-    pub metrics_samples:
-        OneFlight<queen_proto::tenant::Tenant, Result<Arc<MetricsSample>, Arc<str>>>,
+    pub metrics_samples: resources::MetricsSamples,
     /// What this broker's retention loop did (engine/retention/).
-    pub retention: RetentionCounters,
-    /// Wakes this broker's timer wheel when a timer due sooner than its longest sleep is
-    /// scheduled here (engine/timer_wheel/).
-    pub timer_wheel: Arc<tokio::sync::Notify>,
+    pub retention: Arc<RetentionState>,
 }
 
 impl Deref for Engine {
@@ -149,6 +145,7 @@ impl Engine {
             started: Instant::now(),
             broker_id,
             closing: tokio::sync::watch::Sender::new(false),
+            timer_wheel: tokio::sync::Notify::new(),
         });
         Engine(Arc::new(Inner {
             pop: Arc::new(PopState::new(
@@ -158,10 +155,9 @@ impl Engine {
             )),
             push: Arc::new(PushState::start(shared.clone(), hotlist.clone(), spool)),
             ack: Arc::new(AckState::start(shared.clone(), ack_registry, hotlist)),
+            retention: Arc::new(RetentionState::new(shared.clone())),
             shared,
             metrics_samples,
-            retention: RetentionCounters::default(),
-            timer_wheel: Arc::new(tokio::sync::Notify::new()),
         }))
     }
 
@@ -170,8 +166,16 @@ impl Engine {
     /// [`Engine::begin_shutdown`].
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks: Vec<_> = push::replay::spawn(&self.push).into_iter().collect();
-        tasks.push(timer_wheel::start(self));
+        tasks.push(timer_wheel::start(self.push.clone(), self.ack.clone()));
         tasks
+    }
+
+    /// The states a transaction writes through (`transaction.rs`).
+    pub fn writers(&self) -> transaction::Writers<'_> {
+        transaction::Writers {
+            push: &self.push,
+            ack: &self.ack,
+        }
     }
 
     /// Whether the database answers the health probe within a few seconds.

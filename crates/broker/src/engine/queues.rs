@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use queen_proto::Name;
 
 use crate::engine::encryption::KEY_VARIABLE;
-use crate::engine::Engine;
+use crate::engine::pop::PopState;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::queue_options::{self, invalid, OPTIONS};
 use crate::store::queues;
@@ -95,7 +96,8 @@ pub fn parse_configure(body: &Value) -> Result<ConfigureRequest> {
 /// queue's hot-list rings reseed on their next pop: a shorter `delayedProcessing` or
 /// `windowBuffer` makes partitions the ring parked until the old horizon visible sooner.
 pub async fn configure(
-    state: &Engine,
+    state: &Shared,
+    pop: &PopState,
     req: &ConfigureRequest,
     tenant: &Tenant,
 ) -> Result<QueueRow> {
@@ -122,18 +124,23 @@ pub async fn configure(
     state
         .encryption
         .learn(&row.name, row.flag("encryption_enabled"));
-    state.pop.hotlist.dirty(&queue);
+    pop.reconfigured(&queue);
     Ok(row)
 }
 
 /// Deletes `tenant`'s queue and everything it owns; `None` when it does not exist, else the number
 /// of partitions deleted.
-pub async fn delete(state: &Engine, queue: &str, tenant: &Tenant) -> Result<Option<i32>> {
+pub async fn delete(
+    state: &Shared,
+    pop: &PopState,
+    queue: &str,
+    tenant: &Tenant,
+) -> Result<Option<i32>> {
     let queue: &str = &tenant::qualify(tenant, "queue", queue)?;
     let conn = state.store.conn().await?;
     let deleted = queues::delete(&conn, queue).await?;
     if deleted.is_some() {
-        state.pop.forget(queue);
+        pop.forget(queue);
     }
     Ok(deleted)
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::engine::encryption::Encryption;
 use crate::engine::tenant::{self, Tenant};
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::reads::{self as store, ChangedRow, FetchAsk, FetchRows};
 
@@ -71,7 +71,7 @@ pub struct Fetched {
 
 /// `POST /api/v1/fetch`: each entry's records from its offset, index-aligned.
 pub async fn fetch(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     entries: &[FetchEntry],
     call_max_bytes: i64,
@@ -220,7 +220,7 @@ pub struct Changed {
 
 /// `POST /api/v1/partitions/changed`: each listing, and the safe time read before them.
 pub async fn changed(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     asks: &[ChangedAsk],
 ) -> Result<(Vec<Changed>, DateTime<Utc>)> {

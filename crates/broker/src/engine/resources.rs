@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use crate::accel::admission::Lane;
+use crate::accel::one_flight::OneFlight;
 use crate::engine::tenant::{self, Tenant};
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::queues::QueueRow;
 use crate::store::resources as store;
@@ -29,7 +30,7 @@ pub struct QueueDetail {
 }
 
 /// Every queue of `tenant`, by name, with the names its client knows.
-pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<Vec<QueueSummary>> {
+pub async fn queues(st: &Shared, tenant: &Tenant) -> Result<Vec<QueueSummary>> {
     let mut queues = store::queues(&st.store, None, tenant.id()).await?;
     queues.iter_mut().for_each(local_summary);
     Ok(queues)
@@ -37,7 +38,7 @@ pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<Vec<QueueSummary>> {
 
 /// `tenant`'s queue `name` with the partitions of `page`; 404 when it has none of that name.
 pub async fn queue(
-    st: &Engine,
+    st: &Shared,
     name: &str,
     page: PartitionPage<'_>,
     tenant: &Tenant,
@@ -79,7 +80,7 @@ pub async fn queue(
 }
 
 /// Pending messages of one group on one of `tenant`'s queues, per partition (default group: queue mode).
-pub async fn depth(st: &Engine, name: &str, group: &str, tenant: &Tenant) -> Result<Vec<DepthRow>> {
+pub async fn depth(st: &Shared, name: &str, group: &str, tenant: &Tenant) -> Result<Vec<DepthRow>> {
     let name = tenant::qualify(tenant, "queue", name)?;
     let rows = store::queue_depth(&st.store, &name, group).await?;
     if rows.is_empty() {
@@ -89,7 +90,7 @@ pub async fn depth(st: &Engine, name: &str, group: &str, tenant: &Tenant) -> Res
 }
 
 /// The counts over `tenant`'s queues.
-pub async fn overview(st: &Engine, tenant: &Tenant) -> Result<Overview> {
+pub async fn overview(st: &Shared, tenant: &Tenant) -> Result<Overview> {
     store::overview(&st.store, tenant.id()).await
 }
 
@@ -100,12 +101,20 @@ fn local_summary(q: &mut QueueSummary) {
     }
 }
 
+/// The queue samples of `/metrics/prometheus`, one flight per tenant, each serving
+/// `QUEEN_METRICS_CACHE_MS`; a failed read keeps its cause.
+pub type MetricsSamples = OneFlight<Tenant, Result<Arc<MetricsSample>, Arc<str>>>;
+
 /// The queue sample of a Prometheus scrape over `tenant`'s queues, capped at
 /// `QUEEN_METRICS_MAX_QUEUES` queues and as many (queue, group) pairs; `Err` is the cause of a
 /// failed read. Its cost grows with the database, so it is one flight per tenant, its answer
 /// serves every scrape for `QUEEN_METRICS_CACHE_MS`, and the read takes an admission permit
 /// of the pop lane (a read of the log, like a pop) before its connection.
-pub async fn metrics_sample(st: &Engine, tenant: &Tenant) -> Result<Arc<MetricsSample>, Arc<str>> {
+pub async fn metrics_sample(
+    st: &Shared,
+    samples: &MetricsSamples,
+    tenant: &Tenant,
+) -> Result<Arc<MetricsSample>, Arc<str>> {
     let limit = i32::try_from(st.cfg.metrics_max_queues).unwrap_or(i32::MAX);
     let read = || async {
         let _permit = st.admission.acquire(Lane::Pop).await;
@@ -114,7 +123,7 @@ pub async fn metrics_sample(st: &Engine, tenant: &Tenant) -> Result<Arc<MetricsS
             .map(Arc::new)
             .map_err(|e| Arc::from(e.chain()))
     };
-    st.metrics_samples.get(tenant, read).await
+    samples.get(tenant, read).await
 }
 
 fn queue_not_found() -> Error {

@@ -13,8 +13,10 @@ use uuid::Uuid;
 use crate::engine::ack::{Ack, AckStatus};
 use crate::engine::push::PushItem;
 use crate::engine::tenant::Tenant;
-use crate::engine::transaction::{self, OpResult, RollbackReason, TxnOp, TxnOutcome, TxnRequest};
-use crate::engine::Engine;
+use crate::engine::transaction::{
+    self, OpResult, RollbackReason, TxnOp, TxnOutcome, TxnRequest, Writers,
+};
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 pub use crate::store::streams::{Registration, StateFilter};
 
@@ -39,7 +41,7 @@ pub enum Registered {
 }
 
 /// Registers (or finds) a query of `tenant`.
-pub async fn register(state: &Engine, tenant: &Tenant, r: &Registration<'_>) -> Result<Registered> {
+pub async fn register(state: &Shared, tenant: &Tenant, r: &Registration<'_>) -> Result<Registered> {
     let db = state.store.conn().await?;
     let answer = crate::store::streams::register(&db, tenant.id(), r).await?;
     if answer["conflict"] == true {
@@ -55,7 +57,7 @@ pub async fn register(state: &Engine, tenant: &Tenant, r: &Registration<'_>) -> 
 /// The state rows of `query`'s `partition` matching `filter`; 404 for a query that is not
 /// `tenant`'s.
 pub async fn state_get(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     query: Uuid,
     partition: &str,
@@ -117,7 +119,7 @@ pub enum CycleOutcome {
 /// Commits `cycle` for `tenant`: its state ops, sink pushes and source ack in one PostgreSQL
 /// transaction, once.
 pub async fn commit(
-    state: &Engine,
+    state: Writers<'_>,
     tenant: &Tenant,
     producer: Option<Arc<str>>,
     cycle: Cycle,
@@ -173,7 +175,7 @@ pub async fn commit(
                 // wake. Whether data is pending behind the batch is not known here, so it is
                 // assumed: a partition the ring dropped as drained would not be served again.
                 if let (true, Some(false), Some(ack)) = (release, acked, &cycle.ack) {
-                    crate::engine::ack::released(&state.ack, ack, Some(&source));
+                    crate::engine::ack::released(state.ack, ack, Some(&source));
                 }
                 CycleOutcome::Committed(answer)
             }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::timers::{self as store, TimerVerdict};
 
@@ -176,7 +176,7 @@ pub fn outcomes(ops: &[TimerOp], verdicts: Vec<TimerVerdict>) -> Vec<TimerOutcom
 }
 
 /// Tells this broker's wheel about timers it may have to fire before its next look.
-pub fn committed(state: &Engine, ops: &[TimerOp]) {
+pub fn committed(state: &Shared, ops: &[TimerOp]) {
     let soon = ops.iter().any(|op| match op {
         TimerOp::Schedule(s) => s.delay_ms < WHEEL_MAX_SLEEP_MS,
         _ => false,
@@ -188,7 +188,7 @@ pub fn committed(state: &Engine, ops: &[TimerOp]) {
 
 /// `POST /api/v1/timers` and the cancel route: the operations in one statement.
 pub async fn apply(
-    state: &Engine,
+    state: &Shared,
     ops: Vec<TimerOp>,
     tenant: &Tenant,
 ) -> Result<Vec<TimerOutcome>> {
@@ -201,7 +201,7 @@ pub async fn apply(
 
 /// The pending timer `key` of `queue`.
 pub async fn peek(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     queue: &str,
     key: &str,
@@ -212,7 +212,7 @@ pub async fn peek(
 
 /// A page of `queue`'s pending timers after `after`: the rows and whether more follow.
 pub async fn list(
-    state: &Engine,
+    state: &Shared,
     tenant: &Tenant,
     queue: &str,
     after: Option<&str>,

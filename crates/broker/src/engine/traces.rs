@@ -6,7 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::traces::{self as store, TraceRow};
 
@@ -22,7 +22,7 @@ pub struct TraceEvent {
 
 /// Stores a trace event in `queen.message_traces`; answers the trace's id. 404 when the
 /// partition is another tenant's (`admin_trace_v1`).
-pub async fn record_trace(st: &Engine, ev: TraceEvent, tenant: &Tenant) -> Result<Uuid> {
+pub async fn record_trace(st: &Shared, ev: TraceEvent, tenant: &Tenant) -> Result<Uuid> {
     let group = ev
         .consumer_group
         .as_deref()

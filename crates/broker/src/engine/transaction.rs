@@ -11,6 +11,7 @@
 //! wheel's fire, engine/timer_wheel/fire.rs) rides the same call.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use queen_proto::frame::{Frame, ENCRYPTED};
@@ -19,16 +20,18 @@ use queen_proto::LeaseId;
 use uuid::Uuid;
 
 use crate::accel::admission::Lane;
+use crate::engine::ack::AckState;
 use crate::engine::ack::{self, Ack, AckOutcome};
 use crate::engine::encryption::Encryption;
 use crate::engine::kv::KvLost;
 use crate::engine::push::commit::after_commit_trouble;
 use crate::engine::push::segment::{build_segment, BuiltSegment, INLINE_BUILD_BYTES};
 use crate::engine::push::spool;
+use crate::engine::push::PushState;
 use crate::engine::push::{check_item, partition_or_default, transaction_id_or_id, PushItem};
 use crate::engine::tenant::{self, Tenant};
 use crate::engine::timers::{self, TimerOp, TimerOutcome};
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::ack::PurgedSpan;
 use crate::store::push::{SegmentResult, SegmentWrite};
@@ -146,11 +149,27 @@ struct PlannedSegment {
     frames: Vec<(Uuid, String, PushItem)>,
 }
 
+/// What a transaction writes through: the push concept's state (the spool's refusal, segments,
+/// the commit's effects) and the ack concept's (covers and their verdicts). It derefs to the
+/// part both share.
+#[derive(Clone, Copy)]
+pub struct Writers<'a> {
+    pub push: &'a PushState,
+    pub ack: &'a AckState,
+}
+
+impl Deref for Writers<'_> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        self.push
+    }
+}
+
 /// Applies `req` atomically for `tenant` (its queue names qualified, its acks refused on other
 /// tenants' partitions); its pushed messages carry `producer_sub` (the caller's validated
 /// identity, `None` with auth off).
 pub async fn run(
-    state: &Engine,
+    state: Writers<'_>,
     mut req: TxnRequest,
     producer_sub: Option<Arc<str>>,
     tenant: &Tenant,
@@ -169,7 +188,7 @@ pub async fn run(
         }
     }
     if pushes_any {
-        spool::refuse_transaction(&state.push).await?;
+        spool::refuse_transaction(state.push).await?;
     }
     lend_leases(&mut req);
 
@@ -193,7 +212,7 @@ pub async fn run(
         .map(|(members, planned)| {
             let first = members[0].1;
             let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-            let cover = ack::cover::proven_cover(&state.ack, &group, &planned.fence, tenant);
+            let cover = ack::cover::proven_cover(state.ack, &group, &planned.fence, tenant);
             WireAck {
                 partition_id: first.partition_id.get(),
                 group: &first.group,
@@ -223,7 +242,7 @@ pub async fn run(
         for seg in &mut plan.segments {
             seg.encrypted = state.encryption.wants(&seg.queue);
         }
-        let (planned, built) = build_segments(state, plan).await?;
+        let (planned, built) = build_segments(&state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
         let answered = store::transaction_wire(
@@ -241,7 +260,7 @@ pub async fn run(
             Ok(committed) => break (plan, built, committed),
             Err(refusal) => refusal,
         };
-        if matches!(refusal, WireRefusal::RejectedAck(_)) && uncover(state, &mut wire_acks) {
+        if matches!(refusal, WireRefusal::RejectedAck(_)) && uncover(state.ack, &mut wire_acks) {
             // A cover PostgreSQL refused (the lease or the batch changed since the pop) rolled
             // the bundle back; the hash form is the authority, so the bundle runs again with it.
             continue;
@@ -311,7 +330,7 @@ pub async fn run(
     let mut results = plan.results;
     for (members, verdict) in ack_groups.iter().zip(&committed.acks) {
         let group: Vec<&Ack> = members.iter().map(|(_, a)| *a).collect();
-        let outcomes = ack::conclude(&state.ack, &db, &group, verdict).await?;
+        let outcomes = ack::conclude(state.ack, &db, &group, verdict).await?;
         for ((index, a), outcome) in members.iter().zip(outcomes) {
             results.insert(
                 *index,
@@ -340,7 +359,7 @@ pub async fn run(
                 verdict,
             }),
     );
-    timers::committed(state, &req.timers);
+    timers::committed(&state, &req.timers);
     let timer_outcomes = timers::outcomes(&req.timers, committed.timers);
     ordered.extend(
         timer_outcomes
@@ -371,11 +390,11 @@ fn segment_writes<'a>(plan: &'a PushPlan, built: &'a [BuiltSegment]) -> Vec<Segm
 
 /// Turns the bundle's positional acks back into the hash form; whether there were any. Each
 /// counts as a refused hit: the rollback does not say which ack was refused.
-fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
+fn uncover(state: &AckState, acks: &mut [WireAck<'_>]) -> bool {
     let mut any = false;
     for ack in acks.iter_mut() {
         if ack.cover.take().is_some() {
-            state.ack.registry.refused();
+            state.registry.refused();
             any = true;
         }
     }
@@ -384,7 +403,7 @@ fn uncover(state: &Engine, acks: &mut [WireAck<'_>]) -> bool {
 
 /// One segment per planned (queue, partition). Compression is CPU-bound, so a large bundle
 /// (the body limit allows tens of MiB) builds on the blocking pool, not on an async worker.
-async fn build_segments(state: &Engine, plan: PushPlan) -> Result<(PushPlan, Vec<BuiltSegment>)> {
+async fn build_segments(state: &Shared, plan: PushPlan) -> Result<(PushPlan, Vec<BuiltSegment>)> {
     let bytes: usize = plan
         .segments
         .iter()

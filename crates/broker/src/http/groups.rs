@@ -111,7 +111,7 @@ async fn delete_group(
 ) -> Result<Json<Value>> {
     let group = Name::parse("consumerGroup", &group)?;
     let delete_metadata = q.delete_metadata()?;
-    let deleted = groups::delete(&st, &group, None, delete_metadata, &tenant).await?;
+    let deleted = groups::delete(&st, &st.pop, &group, None, delete_metadata, &tenant).await?;
     Ok(Json(deleted_body(&group, None, deleted, delete_metadata)))
 }
 
@@ -123,7 +123,8 @@ async fn delete_group_on_queue(
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let delete_metadata = q.delete_metadata()?;
-    let deleted = groups::delete(&st, &group, Some(&queue), delete_metadata, &tenant).await?;
+    let deleted =
+        groups::delete(&st, &st.pop, &group, Some(&queue), delete_metadata, &tenant).await?;
     Ok(Json(deleted_body(
         &group,
         Some(&queue),
@@ -183,7 +184,7 @@ async fn seek_queue(
 ) -> Result<Json<Value>> {
     let (group, queue) = group_queue(&group, &queue)?;
     let target = SeekBody::target(&body)?;
-    let updated = groups::seek(&st, &group, &queue, None, target, &tenant).await?;
+    let updated = groups::seek(&st, &st.pop, &group, &queue, None, target, &tenant).await?;
     Ok(Json(seeked_body(&group, &queue, None, target, updated)))
 }
 
@@ -196,7 +197,16 @@ async fn seek_partition(
     let (group, queue) = group_queue(&group, &queue)?;
     let partition = Name::parse("partition", &partition)?;
     let target = SeekBody::target(&body)?;
-    let updated = groups::seek(&st, &group, &queue, Some(&partition), target, &tenant).await?;
+    let updated = groups::seek(
+        &st,
+        &st.pop,
+        &group,
+        &queue,
+        Some(&partition),
+        target,
+        &tenant,
+    )
+    .await?;
     Ok(Json(seeked_body(
         &group,
         &queue,

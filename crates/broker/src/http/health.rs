@@ -80,7 +80,7 @@ async fn metrics(State(st): State<Engine>, CallerTenant(tenant): CallerTenant) -
         "admission": render_admission(&st.admission.metrics()),
         "wake": { "gates": st.wake.gate_count() },
         "dedupCache": render_dedup(&st.push.dedup_cache.metrics()),
-        "retention": render_retention(&st.retention.snapshot()),
+        "retention": render_retention(&st.retention.counters.snapshot()),
         "spool": render_spool(&maintenance::spool_state(st.push.spool.as_deref())),
         "ackRegistry": render_ack_registry(&st.ack.registry.metrics()),
         "ackFusion": render_ack_fusion(st.ack.fusion_metrics().as_ref()),

@@ -26,7 +26,7 @@ async fn extend_lease(
 ) -> Result<Json<Value>> {
     let lease_id = LeaseId::parse("leaseId", &lease_id)?;
     let seconds = requested_seconds(&body)?;
-    let renewal = lease::extend(&st, &lease_id, seconds, &tenant).await?;
+    let renewal = lease::extend(&st.ack, &lease_id, seconds, &tenant).await?;
     let expiry = renewal.expires_at.clone();
     Ok(Json(json!({
         "leaseId": lease_id.as_str(),

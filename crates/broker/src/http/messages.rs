@@ -46,7 +46,7 @@ async fn replay(
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_id("transactionId", &transaction_id)?;
-    let done = dlq::replay(&st, &partition_id, &transaction_id, &tenant).await?;
+    let done = dlq::replay(&st.push, &partition_id, &transaction_id, &tenant).await?;
     Ok(Json(json!({
         "success": true,
         "partitionId": done.partition_id.to_string(),

@@ -64,7 +64,7 @@ fn read_broker(st: &Engine, s: &Scrape) {
         st.counters.segments_prepared.load(Relaxed),
     );
     s.counter(&t::PG_STATEMENTS, &[], t::statements_sent());
-    let retention = st.retention.snapshot();
+    let retention = st.retention.counters.snapshot();
     s.counter(
         &t::RETENTION_DELETED_MESSAGES,
         &[],
@@ -129,7 +129,7 @@ fn named(stored: &str) -> [(&'static str, &str); 2] {
 /// Totals, the busiest queues and the groups furthest behind over `tenant`'s queues, from
 /// PostgreSQL.
 async fn read_queues(st: &Engine, tenant: &Tenant, s: &Scrape) {
-    let sample = match resources::metrics_sample(st, tenant).await {
+    let sample = match resources::metrics_sample(st, &st.metrics_samples, tenant).await {
         Ok(sample) => sample,
         Err(cause) => {
             if let Some(suppressed) = SAMPLE_FAILURES.admit(&cause) {

@@ -29,7 +29,7 @@ async fn configure(
 ) -> Result<Json<Value>> {
     let body: Value = json_body(&body)?;
     let req = queues::parse_configure(&body)?;
-    let q = queues::configure(&st, &req, &tenant).await?;
+    let q = queues::configure(&st, &st.pop, &req, &tenant).await?;
     Ok(Json(json!({
         "configured": true,
         "queueId": q.id.to_string(),
@@ -49,7 +49,7 @@ async fn delete_queue(
     Path(queue): Path<String>,
 ) -> Result<Json<Value>> {
     let queue = Name::parse("queue", &queue)?;
-    match queues::delete(&st, &queue, &tenant).await? {
+    match queues::delete(&st, &st.pop, &queue, &tenant).await? {
         Some(partitions) => Ok(Json(json!({
             "deleted": true,
             "queue": queue.as_str(),

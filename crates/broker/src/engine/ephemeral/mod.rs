@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::accel::admission::Lane;
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::store::ephemeral as store;
 pub use crate::store::ephemeral::{Deleted, PushAnswer};
@@ -93,7 +93,7 @@ fn gate_key(tenant: &Tenant, queue: &str) -> String {
 /// Declares `queue` with `options` (checked by [`options::parse`]): whether it was new, and
 /// the options now in force.
 pub async fn configure(
-    st: &Engine,
+    st: &Shared,
     tenant: &Tenant,
     queue: &str,
     options: &Value,
@@ -111,7 +111,7 @@ pub async fn configure(
 /// Appends `payloads` (checked JSON texts) to the ring (`queue`, `partition`), all or nothing,
 /// and wakes the queue's parked pops when they were stored.
 pub async fn push(
-    st: &Engine,
+    st: &Shared,
     tenant: &Tenant,
     queue: &str,
     partition: &str,
@@ -138,7 +138,7 @@ pub async fn push(
 
 /// Applies `acks` for `group`: their outcomes, in order. A nack wakes the queue's parked pops.
 pub async fn ack(
-    st: &Engine,
+    st: &Shared,
     tenant: &Tenant,
     queue: &str,
     group: &str,
@@ -183,21 +183,21 @@ pub async fn ack(
 }
 
 /// Drops every message, lease and cursor of `queue` (the declaration stays): how many messages.
-pub async fn reset(st: &Engine, tenant: &Tenant, queue: &str) -> Result<i64> {
+pub async fn reset(st: &Shared, tenant: &Tenant, queue: &str) -> Result<i64> {
     let _permit = st.admission.acquire(Lane::Ack).await;
     let db = st.store.conn().await?;
     store::reset(&db, tenant.id(), queue).await
 }
 
 /// Deletes `queue`'s contents and declaration.
-pub async fn delete(st: &Engine, tenant: &Tenant, queue: &str) -> Result<Deleted> {
+pub async fn delete(st: &Shared, tenant: &Tenant, queue: &str) -> Result<Deleted> {
     let _permit = st.admission.acquire(Lane::Ack).await;
     let db = st.store.conn().await?;
     store::delete(&db, tenant.id(), queue).await
 }
 
 /// The tenant's queues' gauges (at most [`MAX_QUEUES_LISTED`]) and whether more exist.
-pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<(Vec<Value>, bool)> {
+pub async fn queues(st: &Shared, tenant: &Tenant) -> Result<(Vec<Value>, bool)> {
     let db = st.store.conn().await?;
     let most = i32::try_from(MAX_QUEUES_LISTED + 1).unwrap_or(i32::MAX);
     let mut rows = store::queues(&db, tenant.id(), &options::defaults(), most).await?;
@@ -210,7 +210,7 @@ pub async fn queues(st: &Engine, tenant: &Tenant) -> Result<(Vec<Value>, bool)> 
 /// `ttlSeconds`, swept in batches of `batch` queues until one comes back short, so an idle
 /// queue's expired messages are dropped too.
 pub async fn sweep_expired(
-    st: &Engine,
+    st: &Shared,
     batch: i32,
     closing: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
@@ -225,7 +225,7 @@ pub async fn sweep_expired(
 }
 
 /// One queue's gauges, rings and cursors; `None` when it is neither declared nor live.
-pub async fn depth(st: &Engine, tenant: &Tenant, queue: &str) -> Result<Option<Value>> {
+pub async fn depth(st: &Shared, tenant: &Tenant, queue: &str) -> Result<Option<Value>> {
     let db = st.store.conn().await?;
     store::depth(&db, tenant.id(), queue, &options::defaults()).await
 }

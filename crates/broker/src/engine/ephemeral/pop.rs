@@ -12,7 +12,7 @@ use super::{gate_key, options, MessageId};
 use crate::accel::admission::Lane;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
 use crate::engine::tenant::Tenant;
-use crate::engine::Engine;
+use crate::engine::Shared;
 use crate::error::Result;
 use crate::store::ephemeral::{self as store, PopAnswer, PopCall};
 
@@ -42,7 +42,7 @@ pub struct Delivered {
 }
 
 /// Pops for `tenant`: the delivered messages, oldest first (none when the poll timed out).
-pub async fn pop(st: &Engine, tenant: &Tenant, req: &PopRequest) -> Result<Vec<Delivered>> {
+pub async fn pop(st: &Shared, tenant: &Tenant, req: &PopRequest) -> Result<Vec<Delivered>> {
     let Some(wait) = req.wait else {
         return claim(st, tenant, req, false).await.map(delivered);
     };
@@ -80,7 +80,7 @@ pub async fn pop(st: &Engine, tenant: &Tenant, req: &PopRequest) -> Result<Vec<D
 }
 
 /// One call of `queen.eph_pop_v1`.
-async fn claim(st: &Engine, tenant: &Tenant, req: &PopRequest, window: bool) -> Result<PopAnswer> {
+async fn claim(st: &Shared, tenant: &Tenant, req: &PopRequest, window: bool) -> Result<PopAnswer> {
     let _permit = st.admission.acquire(Lane::Pop).await;
     let db = st.store.conn().await?;
     let call = PopCall {

@@ -36,6 +36,18 @@ impl PopState {
         self.cache.forget(queue);
         self.hotlist.forget(queue);
     }
+
+    /// `queue` was reconfigured (under its stored, tenant-qualified name): its rings reseed on
+    /// their next pop, since a shorter deferral may make parked partitions visible sooner.
+    pub fn reconfigured(&self, queue: &str) {
+        self.hotlist.dirty(queue);
+    }
+
+    /// `group`'s cursors on `queue` may have moved backwards (a seek, a delete), which no mark
+    /// describes: its ring starts cold.
+    pub fn cursors_moved(&self, queue: &str, group: &str) {
+        self.hotlist.drop_rings(queue, Some(group));
+    }
 }
 
 impl Deref for PopState {

@@ -12,14 +12,17 @@
 //! shuts down (the engine's closing signal), giving the lock back on its way out.
 
 mod run;
+mod state;
+
+pub use state::{RetentionCounters, RetentionSnapshot, RetentionState};
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::engine::Engine;
 use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
@@ -30,11 +33,11 @@ use run::RunState;
 static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
 /// Starts the loop; it runs until the engine begins shutting down.
-pub fn start(engine: &Engine) -> JoinHandle<()> {
+pub fn start(engine: &Arc<RetentionState>) -> JoinHandle<()> {
     tokio::spawn(run_loop(engine.clone()))
 }
 
-async fn run_loop(engine: Engine) {
+async fn run_loop(engine: Arc<RetentionState>) {
     let mut closing = engine.closing.subscribe();
     let interval = Duration::from_millis(engine.cfg.retention_interval_ms);
     let mut election = Election::default();
@@ -50,8 +53,8 @@ async fn run_loop(engine: Engine) {
             match run::once(&engine, &mut state, &closing).await {
                 Ok(()) => {
                     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    engine.retention.last_run_ms.store(ms, Relaxed);
-                    engine.retention.runs.fetch_add(1, Relaxed);
+                    engine.counters.last_run_ms.store(ms, Relaxed);
+                    engine.counters.runs.fetch_add(1, Relaxed);
                 }
                 Err(e) => failed(&engine, "retention run failed", &failure_text(&e)),
             }
@@ -71,8 +74,8 @@ async fn pause(closing: &mut watch::Receiver<bool>, d: Duration) -> bool {
 }
 
 /// Counts and logs (rate limited) a failure of the loop; the loop goes on.
-fn failed(engine: &Engine, what: &str, error: &str) {
-    engine.retention.errors.fetch_add(1, Relaxed);
+fn failed(engine: &RetentionState, what: &str, error: &str) {
+    engine.counters.errors.fetch_add(1, Relaxed);
     if let Some(suppressed) = FAILURES.admit(error) {
         tracing::warn!(error = %error, suppressed, "{what}");
     }
@@ -91,7 +94,7 @@ struct Election {
 impl Election {
     /// Whether this broker runs the loop this round: it still holds the lock, or it takes it
     /// now. A connection that fails is dropped (with whatever it held) and reopened next round.
-    async fn am_runner(&mut self, engine: &Engine) -> bool {
+    async fn am_runner(&mut self, engine: &RetentionState) -> bool {
         match self.settle(engine).await {
             Ok(runner) => runner,
             Err(e) => {
@@ -106,7 +109,7 @@ impl Election {
         }
     }
 
-    async fn settle(&mut self, engine: &Engine) -> Result<bool> {
+    async fn settle(&mut self, engine: &RetentionState) -> Result<bool> {
         let lock = match self.lock.take() {
             Some(lock) => lock,
             None => RunnerLock::connect(engine.store.pg_config()).await?,
@@ -120,7 +123,7 @@ impl Election {
         let held = held?;
         self.lock = Some(lock);
         if held && !self.runner {
-            engine.retention.takeovers.fetch_add(1, Relaxed);
+            engine.counters.takeovers.fetch_add(1, Relaxed);
             tracing::info!("this broker now runs the retention loop");
             self.fresh = true;
         }
@@ -128,13 +131,13 @@ impl Election {
         Ok(held)
     }
 
-    fn set_runner(&mut self, engine: &Engine, runner: bool) {
+    fn set_runner(&mut self, engine: &RetentionState, runner: bool) {
         self.runner = runner;
-        engine.retention.runner.store(runner, Relaxed);
+        engine.counters.runner.store(runner, Relaxed);
     }
 
     /// Gives the lock back when the broker stops, so another one takes over at its next try.
-    async fn step_down(mut self, engine: &Engine) {
+    async fn step_down(mut self, engine: &RetentionState) {
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::engine::Engine;
+use crate::engine::retention::RetentionState;
 use crate::error::Result;
 use crate::store::db_error::failure_text;
 use crate::store::retention::{self as store, Due, Phase, Step};
@@ -56,7 +56,7 @@ struct Drained {
 
 /// One run: the three deletion phases, then cleanup and the safety walk when they are due.
 pub(super) async fn once(
-    engine: &Engine,
+    engine: &RetentionState,
     state: &mut RunState,
     closing: &watch::Receiver<bool>,
 ) -> Result<()> {
@@ -130,7 +130,7 @@ impl RunState {
             .retain(|pid, h| h.until > run || touched.contains(pid));
     }
 
-    fn cleanup_due(&self, engine: &Engine) -> bool {
+    fn cleanup_due(&self, engine: &RetentionState) -> bool {
         if !engine.cfg.partition_cleanup_enabled {
             return false;
         }
@@ -141,7 +141,7 @@ impl RunState {
         self.last_cleanup.is_none_or(|t| t.elapsed() >= every)
     }
 
-    fn walk_due(&self, engine: &Engine) -> bool {
+    fn walk_due(&self, engine: &RetentionState) -> bool {
         let every = Duration::from_millis(engine.cfg.retention_safety_walk_ms);
         self.last_walk.is_none_or(|t| t.elapsed() >= every)
     }
@@ -149,7 +149,11 @@ impl RunState {
 
 /// Calls the phase's step on one partition until it is done; `None` when it failed (counted
 /// and logged; the next run tries again).
-async fn drain(engine: &Engine, due: &Due, closing: &watch::Receiver<bool>) -> Option<Drained> {
+async fn drain(
+    engine: &RetentionState,
+    due: &Due,
+    closing: &watch::Receiver<bool>,
+) -> Option<Drained> {
     match drain_steps(engine, due, closing).await {
         Ok(drained) => Some(drained),
         Err(e) => {
@@ -160,7 +164,7 @@ async fn drain(engine: &Engine, due: &Due, closing: &watch::Receiver<bool>) -> O
 }
 
 async fn drain_steps(
-    engine: &Engine,
+    engine: &RetentionState,
     due: &Due,
     closing: &watch::Receiver<bool>,
 ) -> Result<Drained> {
@@ -190,7 +194,7 @@ async fn drain_steps(
         if step.skipped {
             locked_tries += 1;
             if locked_tries >= LOCK_TRIES {
-                engine.retention.lock_skips.fetch_add(1, Relaxed);
+                engine.counters.lock_skips.fetch_add(1, Relaxed);
                 return Ok(Drained {
                     deleted,
                     skipped: deleted == 0,
@@ -212,8 +216,8 @@ async fn drain_steps(
 }
 
 /// Adds one step's deletions to the broker's counters.
-fn count(engine: &Engine, phase: Phase, step: &Step) {
-    let c = &engine.retention;
+fn count(engine: &RetentionState, phase: Phase, step: &Step) {
+    let c = &engine.counters;
     let add = |counter: &AtomicU64, n: i64| {
         counter.fetch_add(u64::try_from(n).unwrap_or(0), Relaxed);
     };
@@ -232,7 +236,7 @@ fn count(engine: &Engine, phase: Phase, step: &Step) {
 
 /// The key-value store's expired rows (docs/engine.md §15), already absent to every reader:
 /// deleted in batches until one comes back short.
-async fn sweep_kv(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()> {
+async fn sweep_kv(engine: &RetentionState, closing: &watch::Receiver<bool>) -> Result<()> {
     let db = engine.store.conn().await?;
     let batch = engine.cfg.retention_batch_size;
     while !*closing.borrow() {
@@ -244,14 +248,14 @@ async fn sweep_kv(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()
 }
 
 /// Partition cleanup: batches until one comes back short.
-async fn cleanup(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()> {
+async fn cleanup(engine: &RetentionState, closing: &watch::Receiver<bool>) -> Result<()> {
     let db = engine.store.conn().await?;
     let idle_s = engine.cfg.partition_cleanup_age().as_secs_f64();
     let batch = engine.cfg.retention_batch_size;
     while !*closing.borrow() {
         let n = store::cleanup_step(&db, idle_s, batch).await?;
         engine
-            .retention
+            .counters
             .partitions_cleaned
             .fetch_add(u64::try_from(n).unwrap_or(0), Relaxed);
         if n < i64::from(batch) {
@@ -262,13 +266,13 @@ async fn cleanup(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()>
 }
 
 /// The watermark safety walk over every partition, in id order.
-async fn walk(engine: &Engine, closing: &watch::Receiver<bool>) -> Result<()> {
+async fn walk(engine: &RetentionState, closing: &watch::Receiver<bool>) -> Result<()> {
     let db = engine.store.conn().await?;
     let mut after = 0;
     while !*closing.borrow() {
         let (last, fixed) = store::watermark_walk_step(&db, after, WALK_BATCH).await?;
         engine
-            .retention
+            .counters
             .watermarks_repaired
             .fetch_add(u64::try_from(fixed).unwrap_or(0), Relaxed);
         match last {

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use crate::engine::push::PushItem;
 use crate::engine::tenant::Tenant;
 use crate::engine::timers::TimerOp;
-use crate::engine::transaction::{self, RollbackReason, TxnOp, TxnOutcome, TxnRequest};
-use crate::engine::Engine;
+use crate::engine::transaction::{self, RollbackReason, TxnOp, TxnOutcome, TxnRequest, Writers};
+use crate::engine::Shared;
 use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
@@ -36,7 +36,7 @@ enum Fired {
 }
 
 /// Fires `claimed`: per tenant in one transaction, else one by one.
-pub async fn fire(state: &Engine, claimed: Vec<Claimed>) {
+pub async fn fire(state: Writers<'_>, claimed: Vec<Claimed>) {
     let mut by_tenant: BTreeMap<String, Vec<Claimed>> = BTreeMap::new();
     for c in claimed {
         by_tenant.entry(c.tenant_id.clone()).or_default().push(c);
@@ -46,7 +46,7 @@ pub async fn fire(state: &Engine, claimed: Vec<Claimed>) {
             Ok(t) => t,
             Err(e) => {
                 for c in &batch {
-                    back_off(state, c, &e.to_string()).await;
+                    back_off(&state, c, &e.to_string()).await;
                 }
                 continue;
             }
@@ -59,17 +59,17 @@ pub async fn fire(state: &Engine, claimed: Vec<Claimed>) {
                 Fired::Done | Fired::Lost => {}
                 Fired::Duplicate => {
                     if let Fired::Failed(e) = delivered(state, &tenant, c).await {
-                        back_off(state, c, &e).await;
+                        back_off(&state, c, &e).await;
                     }
                 }
-                Fired::Failed(e) => back_off(state, c, &e).await,
+                Fired::Failed(e) => back_off(&state, c, &e).await,
             }
         }
     }
 }
 
 /// One transaction: push every timer's message and delete every row.
-async fn attempt(state: &Engine, tenant: &Tenant, batch: &[Claimed]) -> Fired {
+async fn attempt(state: Writers<'_>, tenant: &Tenant, batch: &[Claimed]) -> Fired {
     let req = TxnRequest {
         ops: batch.iter().map(|c| TxnOp::Push(item(c))).collect(),
         timers: batch.iter().map(fire_op).collect(),
@@ -79,7 +79,7 @@ async fn attempt(state: &Engine, tenant: &Tenant, batch: &[Claimed]) -> Fired {
 }
 
 /// Deletes the row of a timer whose message is already stored.
-async fn delivered(state: &Engine, tenant: &Tenant, c: &Claimed) -> Fired {
+async fn delivered(state: Writers<'_>, tenant: &Tenant, c: &Claimed) -> Fired {
     let req = TxnRequest {
         timers: vec![fire_op(c)],
         ..TxnRequest::default()
@@ -128,7 +128,7 @@ fn fire_op(c: &Claimed) -> TimerOp {
 
 /// Drops the claim of a timer that failed to fire and hides it for a while (1 s, doubling
 /// with each failed attempt, at most [`MAX_BACK_OFF_MS`]).
-async fn back_off(state: &Engine, c: &Claimed, error: &str) {
+async fn back_off(state: &Shared, c: &Claimed, error: &str) {
     if let Some(suppressed) = FAILURES.admit(error) {
         tracing::warn!(queue = %c.queue, timer = %c.timer_key, attempts = c.attempts + 1,
                        error = %error, suppressed, "timer fire failed; backing off");

@@ -7,14 +7,18 @@
 //! it at once (`engine::timers::committed`); a timer scheduled through another broker is seen at the
 //! next probe, at most [`WHEEL_MAX_SLEEP_MS`] later. The task ends when the broker shuts down.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 mod fire;
 
+use crate::engine::ack::AckState;
+use crate::engine::push::PushState;
 use crate::engine::timers::WHEEL_MAX_SLEEP_MS;
-use crate::engine::Engine;
+use crate::engine::transaction::Writers;
+use crate::engine::Shared;
 use crate::error::Result;
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::db_error::failure_text;
@@ -31,15 +35,21 @@ pub const CLAIM_MS: i32 = 10_000;
 /// Rate limit of the wheel's failure logs (a database outage fails every turn alike).
 static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
 
-/// Starts the wheel; it runs until the engine begins shutting down.
-pub fn start(engine: &Engine) -> JoinHandle<()> {
-    tokio::spawn(run(engine.clone()))
+/// Starts the wheel, which fires timers through the push and ack states; it runs until the
+/// engine begins shutting down.
+pub fn start(push: Arc<PushState>, ack: Arc<AckState>) -> JoinHandle<()> {
+    tokio::spawn(run(push, ack))
 }
 
-async fn run(engine: Engine) {
+async fn run(push: Arc<PushState>, ack: Arc<AckState>) {
+    let writers = Writers {
+        push: &push,
+        ack: &ack,
+    };
+    let engine: &Shared = &push;
     let mut closing = engine.closing.subscribe();
     while !*closing.borrow() {
-        let sleep_ms = match turn(&engine).await {
+        let sleep_ms = match turn(writers).await {
             Ok(ms) => ms,
             Err(e) => {
                 let text = failure_text(&e);
@@ -59,7 +69,8 @@ async fn run(engine: Engine) {
 }
 
 /// Fires everything due now; answers how long to sleep before the next turn.
-async fn turn(engine: &Engine) -> Result<i64> {
+async fn turn(writers: Writers<'_>) -> Result<i64> {
+    let engine: &Shared = &writers;
     loop {
         let claimed = {
             let db = engine.store.conn().await?;
@@ -72,7 +83,7 @@ async fn turn(engine: &Engine) -> Result<i64> {
         if claimed.is_empty() {
             return Ok(MIN_SLEEP_MS);
         }
-        fire::fire(engine, claimed).await;
+        fire::fire(writers, claimed).await;
         if *engine.closing.borrow() {
             return Ok(0);
         }

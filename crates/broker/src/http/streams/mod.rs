@@ -97,7 +97,7 @@ async fn cycle(
         async {
             let cycle = parse::cycle(&body)?;
             Ok(
-                match streams::commit(&st, &tenant, producer.0, cycle).await? {
+                match streams::commit(st.writers(), &tenant, producer.0, cycle).await? {
                     CycleOutcome::Committed(a) | CycleOutcome::Replayed(a) => a,
                     CycleOutcome::RolledBack { reason, error } => json!({
                         "success": false, "error": error, "reason": reason.as_str(),

@@ -48,7 +48,7 @@ async fn transaction_json(
     };
     let (outcome, counts_only) = match parsed {
         Ok((req, counts_only)) => (
-            transaction::run(&st, req, producer.0, &tenant).await,
+            transaction::run(st.writers(), req, producer.0, &tenant).await,
             counts_only,
         ),
         Err(e) => (Err(e), false),
