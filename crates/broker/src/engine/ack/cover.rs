@@ -1,5 +1,5 @@
 //! The ack registry on the engine floor (docs/engine.md §6.4): what a leasing pop delivered
-//! goes in ([`born`]), and an ack group that covers it exactly comes out as one positional
+//! goes in (`births.rs`), and an ack group that covers it exactly comes out as one positional
 //! cursor advance ([`try_cover`] for plain acks, [`proven_cover`] for the transaction wire)
 //! instead of a hash resolution. The registry itself is `accel/ack_registry.rs`.
 //!
@@ -12,86 +12,27 @@
 //! takes the hash path unchanged; an unknown outcome (a lost connection) is a 503.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use queen_proto::frame::decode_exact;
 use queen_proto::hash::txn_hash;
-use queen_proto::segment;
-use queen_proto::tenant::{tenant_of, Tenant, SEPARATOR};
+use queen_proto::tenant::{Tenant, SEPARATOR};
 
 use super::{count, settle_and_wake, Ack, AckOutcome, AckStatus, Conn, PlannedGroup};
 use crate::accel::ack_fusion::FusedAck;
-use crate::accel::ack_registry::{AckRegistry, Cover, Delivered, TxnHash};
+use crate::accel::ack_registry::{Cover, TxnHash};
 use crate::engine::ack::AckState;
 use crate::error::{Error, Result};
 use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
 use crate::store::ack::{self as store, AckVerdict, CoverRow};
 use crate::store::db_error::failure_text;
-use crate::store::pop::{ClaimedPartition, PopAnswer};
-
-/// Stores in `registry` what a leasing pop's answer delivered under `lease_id`: per claimed
-/// partition whose claimed frames all decode (what the renderers could deliver), its batch
-/// end, frame count and distinct hashes. Runs beside the renderer, before the answer leaves.
-pub fn born(
-    registry: &AckRegistry,
-    answer: &PopAnswer,
-    group: &str,
-    lease_id: &str,
-    max_segment_bytes: usize,
-) {
-    let mut blobs = answer.blobs.as_slice();
-    let now_us = Utc::now().timestamp_micros();
-    for part in &answer.partitions {
-        let (own, rest) = blobs.split_at(part.segments.len().min(blobs.len()));
-        blobs = rest;
-        let Some(until_us) = part.lease_expires_at else {
-            continue;
-        };
-        let Some((hashes, batch_end, frames)) = delivered(part, own, max_segment_bytes) else {
-            continue;
-        };
-        let left = Duration::from_micros(until_us.saturating_sub(now_us).max(0).unsigned_abs());
-        registry.born(Delivered {
-            partition_id: part.partition_id,
-            group: registry_group(tenant_of(&part.queue), group),
-            worker: lease_id.to_string(),
-            batch_end,
-            frames,
-            hashes,
-            lease_until: Instant::now() + left,
-        });
-    }
-}
 
 /// The registry's name for `group` of a partition of `tenant`: an ack by another tenant's
 /// caller names another entry, so it can neither use nor drop this tenant's (the hash path
 /// then refuses it, as for any partition it does not own).
-fn registry_group(tenant: &str, group: &str) -> String {
+pub(super) fn registry_group(tenant: &str, group: &str) -> String {
     match tenant {
         "" => group.to_string(),
         _ => format!("{tenant}{SEPARATOR}{group}"),
     }
-}
-
-/// One claimed partition's hash set, batch end and frame count; `None` when a claimed frame
-/// cannot be decoded (the renderers leave those out, so the client cannot ack them all).
-fn delivered(
-    part: &ClaimedPartition,
-    blobs: &[Vec<u8>],
-    max_segment_bytes: usize,
-) -> Option<(HashSet<TxnHash>, i64, i32)> {
-    let mut hashes = HashSet::new();
-    let (mut frames, mut batch_end) = (0, None);
-    for (seg, blob) in part.segments.iter().zip(blobs).filter(|(s, _)| s.take > 0) {
-        let raw = segment::decompress(blob, max_segment_bytes).ok()?;
-        let decoded = decode_exact(&raw, usize::try_from(seg.msg_count).ok()?).ok()?;
-        let claimed = decoded.get(seg.claimed_range()?)?;
-        hashes.extend(claimed.iter().map(|f| txn_hash(f.transaction_id)));
-        frames += seg.take;
-        batch_end = Some(seg.base + i64::from(seg.start_idx) + i64::from(seg.take) - 1);
-    }
-    Some((hashes, batch_end?, frames))
 }
 
 /// The registry's answer for one ack group (its fence: the request's signals for the same

@@ -9,6 +9,7 @@
 //! commit of ack fusion, which folds many such advances into one transaction; and [`span`],
 //! the positional resolution of a leased batch whose hash-sidecar rows were purged.
 
+pub mod births;
 pub mod cover;
 pub mod fusion;
 pub mod span;

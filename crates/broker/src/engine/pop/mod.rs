@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::Object;
+use queen_proto::frame::Frame;
 use queen_proto::LeaseId;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -36,7 +37,7 @@ use tokio::time::Instant;
 use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{Lane, Permit};
 use crate::accel::deliveries::Delivered;
-use crate::engine::ack::cover::born;
+use crate::engine::ack::births::Births;
 use crate::engine::encryption::Encryption;
 use crate::engine::maintenance;
 use crate::engine::pop::autopilot::{Ask, Pilot, Sizing};
@@ -112,8 +113,37 @@ pub struct PopRequest {
 
 pub use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
 
-/// Turns a claimed answer into the response body (the HTTP floor's renderers).
-pub type Render = fn(&PopAnswer, &RenderContext<'_>) -> Rendered;
+/// Turns a claimed answer into the response body (the HTTP floor's renderers), telling `seen`
+/// each claimed segment it decodes on the way.
+pub type Render = fn(&PopAnswer, &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered;
+
+/// Told what a renderer decoded, segment by segment: the claimed frames of `seg`, or `None`
+/// when they could not be decoded. A leasing pop's ack-registry births listen here, so its
+/// answer is decompressed once (docs/engine.md §6.4).
+pub trait Decoded {
+    fn segment(
+        &mut self,
+        part: &ClaimedPartition,
+        seg: &ClaimedSegment,
+        claimed: Option<&[Frame<'_>]>,
+    );
+}
+
+/// Nobody listens (autoAck pops, the registry off).
+impl Decoded for () {
+    fn segment(&mut self, _: &ClaimedPartition, _: &ClaimedSegment, _: Option<&[Frame<'_>]>) {}
+}
+
+impl Decoded for Births<'_> {
+    fn segment(
+        &mut self,
+        part: &ClaimedPartition,
+        seg: &ClaimedSegment,
+        claimed: Option<&[Frame<'_>]>,
+    ) {
+        self.seen(part, seg, claimed);
+    }
+}
 
 /// Fixed parts of an answer's envelope.
 pub struct RenderContext<'a> {
@@ -348,16 +378,12 @@ async fn render_answer(
             encryption: &encryption,
             autopilot,
         };
-        let rendered = render(&answer, &ctx);
-        if let Some(registry) = registry {
-            born(
-                &registry,
-                &answer,
-                ctx.group,
-                ctx.lease_id,
-                ctx.max_segment_bytes,
-            );
-        }
+        let Some(registry) = registry else {
+            return render(&answer, &ctx, &mut ());
+        };
+        let mut births = Births::new(&registry, ctx.group, ctx.lease_id);
+        let rendered = render(&answer, &ctx, &mut births);
+        births.finish(&answer, ctx.max_segment_bytes);
         rendered
     };
     // Decompressing and rendering a big answer would stall an async worker for milliseconds.

@@ -24,13 +24,16 @@ use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
 use super::{echo_keys, json};
-use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
+use crate::engine::pop::{
+    ClaimedPartition, ClaimedSegment, Decoded, PopAnswer, RenderContext, Rendered,
+};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
 /// (a name over 65 535 bytes, which validation upstream rules out), or hold an encrypted
 /// payload this broker cannot open (a per-message error only JSON can carry), it is rendered
-/// as JSON: the client accepts either.
-pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+/// as JSON: the client accepts either. Only that JSON answer tells `seen` what it decoded: a
+/// framed answer ships most blobs unopened, and the registry decodes what it needs itself.
+pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
     let mut blobs = answer.blobs.iter();
     let mut claims = Vec::with_capacity(answer.partitions.len());
     let mut messages = 0;
@@ -43,7 +46,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
                 claims.push(claim);
             }
             Ok(None) => {}
-            Err(Sealed) => return json::render(answer, ctx),
+            Err(Sealed) => return json::render(answer, ctx, seen),
         }
     }
     let partitions_claimed = claims.len();
@@ -62,7 +65,7 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
         },
         Err(e) => {
             tracing::error!(error = %e, "framed pop answer cannot be encoded; answering JSON");
-            json::render(answer, ctx)
+            json::render(answer, ctx, seen)
         }
     }
 }
@@ -261,7 +264,7 @@ mod tests {
             vec![seg(40, 1, 2, 3), seg(43, 0, 2, 3)],
             vec![zstd_blob.clone(), raw_blob.clone()],
         );
-        let r = render(&a, &ctx("L"));
+        let r = render(&a, &ctx("L"), &mut ());
         assert_eq!((r.messages, r.partitions_claimed), (4, 1));
         assert!(
             r.body.windows(zstd_blob.len()).any(|w| w == zstd_blob),
@@ -282,7 +285,7 @@ mod tests {
     fn a_blob_of_two_zstd_frames_ships_its_claimed_frames_raw() {
         let mut two = segment::compress(&frames(&["a", "b"]), 1);
         two.extend_from_slice(&segment::compress(&frames(&["c"]), 1));
-        let r = render(&answer(vec![seg(0, 1, 2, 3)], vec![two]), &ctx(""));
+        let r = render(&answer(vec![seg(0, 1, 2, 3)], vec![two]), &ctx(""), &mut ());
         assert_eq!(txns(&r.body), ["b", "c"]);
     }
 
@@ -309,7 +312,7 @@ mod tests {
         let mut c = ctx("L");
         c.frames = true;
         c.encryption = &enc;
-        let r = render(&a, &c);
+        let r = render(&a, &c, &mut ());
         let d = decode(&r.body).expect("still framed");
         let data: Vec<String> = d.messages.iter().map(|m| m.data.to_string()).collect();
         assert_eq!(data, ["{\"n\":0}", "1", "{\"n\":0}"]);
@@ -319,7 +322,7 @@ mod tests {
         );
 
         c.encryption = &other;
-        let r = render(&a, &c);
+        let r = render(&a, &c, &mut ());
         let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON instead");
         assert!(v["messages"][0]["payloadError"].is_string(), "{v}");
     }
@@ -332,6 +335,7 @@ mod tests {
         let r = render(
             &answer(vec![seg(0, 0, 1, 1), seg(1, 0, 2, 2)], vec![good, bad]),
             &ctx("L"),
+            &mut (),
         );
         assert_eq!(txns(&r.body), ["a"]);
         assert_eq!(r.messages, 1);

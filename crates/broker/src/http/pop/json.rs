@@ -10,11 +10,13 @@ use queen_proto::frame::{self, Frame};
 use queen_proto::{segment, time};
 
 use super::echo_keys;
-use crate::engine::pop::{ClaimedPartition, ClaimedSegment, PopAnswer, RenderContext, Rendered};
+use crate::engine::pop::{
+    ClaimedPartition, ClaimedSegment, Decoded, PopAnswer, RenderContext, Rendered,
+};
 
-/// Renders the claims of `answer`. Frames that cannot be decoded are logged and left out (the
-/// lease expires and they redeliver).
-pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+/// Renders the claims of `answer`, telling `seen` what each segment decoded to. Frames that
+/// cannot be decoded are logged and left out (the lease expires and they redeliver).
+pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
     let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
     let first = answer.partitions.first();
     out.extend_from_slice(b"{\"success\":true,\"queue\":");
@@ -32,7 +34,11 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     write_str(&mut out, ctx.group);
     out.extend_from_slice(b",\"messages\":[");
 
-    let mut walk = Walk { out, messages: 0 };
+    let mut walk = Walk {
+        out,
+        messages: 0,
+        seen,
+    };
     let mut blobs = answer.blobs.iter();
     let mut partitions_claimed = 0;
     for part in &answer.partitions {
@@ -45,7 +51,9 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
             partitions_claimed += 1;
         }
     }
-    let Walk { mut out, messages } = walk;
+    let Walk {
+        mut out, messages, ..
+    } = walk;
     write!(out, "],\"partitionsClaimed\":{partitions_claimed}")
         .expect("writing to a Vec cannot fail");
     for (key, value) in echo_keys(ctx).into_iter().flatten() {
@@ -62,12 +70,13 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
     }
 }
 
-struct Walk {
+struct Walk<'s> {
     out: Vec<u8>,
     messages: usize,
+    seen: &'s mut dyn Decoded,
 }
 
-impl Walk {
+impl Walk<'_> {
     fn segment(
         &mut self,
         ctx: &RenderContext<'_>,
@@ -77,21 +86,33 @@ impl Walk {
     ) {
         let frames = match segment::decompress(blob, ctx.max_segment_bytes) {
             Ok(frames) => frames,
-            Err(e) => return undecodable(part, seg, &e),
+            Err(e) => return self.undecodable(part, seg, &e),
         };
         let count = usize::try_from(seg.msg_count).unwrap_or(0);
         let decoded = match frame::decode_exact(&frames, count) {
             Ok(decoded) => decoded,
-            Err(e) => return undecodable(part, seg, &e),
+            Err(e) => return self.undecodable(part, seg, &e),
         };
         let Some(slice) = seg.claimed_range().and_then(|range| decoded.get(range)) else {
-            return undecodable(part, seg, &"claimed frames lie outside the segment");
+            return self.undecodable(part, seg, &"claimed frames lie outside the segment");
         };
+        self.seen.segment(part, seg, Some(slice));
         let created_at = time::iso_millis(seg.created_at);
         for (i, f) in slice.iter().enumerate() {
             let offset = seg.base + i64::from(seg.start_idx) + i as i64;
             self.message(ctx, part, f, &created_at, offset);
         }
+    }
+
+    /// A segment that could not be decoded: logged, left out, and reported as such.
+    fn undecodable(
+        &mut self,
+        part: &ClaimedPartition,
+        seg: &ClaimedSegment,
+        e: &dyn std::fmt::Display,
+    ) {
+        self.seen.segment(part, seg, None);
+        undecodable(part, seg, e);
     }
 
     fn message(
@@ -254,12 +275,12 @@ pub(crate) mod tests {
     fn echoes_the_autopilot_sizes_only_when_asked() {
         let answer = claim_of(1, stored(&[frame("a", b"1")]));
         let plain: serde_json::Value =
-            serde_json::from_slice(&render(&answer, &ctx("L")).body).expect("valid JSON");
+            serde_json::from_slice(&render(&answer, &ctx("L"), &mut ()).body).expect("valid JSON");
         assert!(plain.get("autopilot").is_none());
         let mut piloted = ctx("L");
         piloted.autopilot = Some(Sizing::of(400, 100));
         let v: serde_json::Value =
-            serde_json::from_slice(&render(&answer, &piloted).body).expect("valid JSON");
+            serde_json::from_slice(&render(&answer, &piloted, &mut ()).body).expect("valid JSON");
         assert_eq!(
             v["autopilot"],
             serde_json::json!({"partitions": 100, "batch": 400, "waitMs": 0})
@@ -292,7 +313,7 @@ pub(crate) mod tests {
             min_pop_wait_ms: None,
             blobs: vec![stored(&frames)],
         };
-        let r = render(&answer, &ctx("L"));
+        let r = render(&answer, &ctx("L"), &mut ());
         let v: serde_json::Value = serde_json::from_slice(&r.body).expect("valid JSON");
         assert_eq!(r.messages, 2);
         assert_eq!(v["partitionId"], "17");
@@ -322,7 +343,7 @@ pub(crate) mod tests {
         let answer = claim_of(3, stored(&frames));
         let mut c = ctx("L");
         c.encryption = &enc;
-        let r = render(&answer, &c);
+        let r = render(&answer, &c, &mut ());
         let v: serde_json::Value = serde_json::from_slice(&r.body).expect("valid JSON");
         let m = v["messages"].as_array().expect("messages");
         assert_eq!(r.messages, 3);
@@ -337,8 +358,34 @@ pub(crate) mod tests {
     #[test]
     fn a_corrupt_blob_is_left_out() {
         let answer = claim_of(1, vec![1, 2, 3]);
-        let r = render(&answer, &ctx("L"));
+        let mut seen = Seen::default();
+        let r = render(&answer, &ctx("L"), &mut seen);
         assert_eq!(r.messages, 0);
         serde_json::from_slice::<serde_json::Value>(&r.body).expect("still valid JSON");
+        assert_eq!(seen.0, [(0, None)], "reported as undecodable");
+    }
+
+    /// What a walk reported: per segment base, the claimed transactionIds.
+    #[derive(Default)]
+    struct Seen(Vec<(i64, Option<Vec<String>>)>);
+
+    impl Decoded for Seen {
+        fn segment(
+            &mut self,
+            _: &ClaimedPartition,
+            seg: &ClaimedSegment,
+            claimed: Option<&[Frame<'_>]>,
+        ) {
+            let txns = claimed.map(|c| c.iter().map(|f| f.transaction_id.to_string()).collect());
+            self.0.push((seg.base, txns));
+        }
+    }
+
+    #[test]
+    fn the_walk_reports_the_claimed_frames_it_decoded() {
+        let answer = claim_of(2, stored(&[frame("a", b"1"), frame("b", b"2")]));
+        let mut seen = Seen::default();
+        render(&answer, &ctx("L"), &mut seen);
+        assert_eq!(seen.0, [(0, Some(vec!["a".to_string(), "b".to_string()]))]);
     }
 }

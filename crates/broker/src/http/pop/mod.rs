@@ -20,7 +20,8 @@ use serde_json::{json, Map, Value};
 
 use crate::engine::pop::autopilot::{Ask, DEFAULT_BATCH, DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::engine::pop::{
-    self, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered, Subscription,
+    self, Decoded, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered,
+    Subscription,
 };
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -227,11 +228,11 @@ fn parse_request(
 }
 
 /// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON.
-fn render(answer: &PopAnswer, ctx: &RenderContext<'_>) -> Rendered {
+fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
     if ctx.frames {
-        framed::render(answer, ctx)
+        framed::render(answer, ctx, seen)
     } else {
-        json::render(answer, ctx)
+        json::render(answer, ctx, seen)
     }
 }
 
