@@ -372,11 +372,13 @@ pub struct Config {
     #[arg(long, env = "FILE_BUFFER_DIR")]
     pub file_buffer_dir: Option<PathBuf>,
     /// Milliseconds between the drain's looks at a spool it could not replay yet; the first
-    /// step of its backoff, which grows to 5 s while PostgreSQL stays unreachable.
+    /// step of its backoff, which grows to 250 ms while PostgreSQL stays unreachable.
     #[arg(long, env = "FILE_BUFFER_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub file_buffer_flush_ms: u64,
-    /// Messages the drain replays per round (whole spool records, at least one).
-    #[arg(long, env = "FILE_BUFFER_MAX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Messages the drain replays per round (whole spool records, at least one). 1 000, not
+    /// upstream's 100: every push waits in the spool until it is empty, and at 100 a round
+    /// the backlog of a 30 s failover kept direct pushes out for a second (docs/engine.md §4.6).
+    #[arg(long, env = "FILE_BUFFER_MAX_BATCH", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub file_buffer_max_batch: u64,
     /// Messages per spool file; the next append starts a new file, so drained files can be
     /// deleted while the drain goes on.
