@@ -1,5 +1,6 @@
 //! The one mapping from the broker's [`Error`] to HTTP: 4xx for what the caller sent, 5xx (with
-//! the cause logged, identical ones at most once per window) for what went wrong inside. A
+//! the cause logged, identical ones at most once per window: a 500 as an error, a 503 as a
+//! warning) for what went wrong inside. A
 //! database that cannot be reached is a 503 with `Retry-After`: nothing was done, and the same
 //! request will work once it is back.
 
@@ -54,7 +55,12 @@ impl IntoResponse for Error {
             e if status.is_server_error() => {
                 let chain = e.chain();
                 if let Some(suppressed) = INTERNAL_FAILURES.admit(&chain) {
-                    tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
+                    // A 503 is an outage or a refusal to try now, not the broker's own failure.
+                    if status == StatusCode::SERVICE_UNAVAILABLE {
+                        tracing::warn!(error = %chain, sqlstate = e.sqlstate(), suppressed, "unavailable: answered 503");
+                    } else {
+                        tracing::error!(error = %chain, sqlstate = e.sqlstate(), suppressed, "internal failure");
+                    }
                 }
                 json!({ "error": local_text(&e.to_string()) })
             }
