@@ -5,14 +5,18 @@ use crate::engine::tenant::{local, local_text};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use uuid::Uuid;
 
 use crate::engine::push::PushResult;
 
 /// The 201 answer of a push: one element per message, in input order.
 pub(super) fn created(results: &[PushResult]) -> Response {
-    let out: Vec<ItemOut> = results
+    let out: Vec<ItemOut<'_>> = results
         .iter()
         .enumerate()
         .map(|(index, r)| ItemOut::new(index, r))
@@ -20,32 +24,43 @@ pub(super) fn created(results: &[PushResult]) -> Response {
     (StatusCode::CREATED, Json(out)).into_response()
 }
 
-/// One element of the 201 answer (docs/wire.md §5.2).
+/// One element of the 201 answer (docs/wire.md §5.2), borrowing from its result: a push of
+/// many small messages renders one of these per message.
 #[derive(Serialize)]
-struct ItemOut {
+struct ItemOut<'a> {
     index: usize,
-    message_id: String,
-    transaction_id: String,
+    message_id: IdText,
+    transaction_id: &'a str,
     #[serde(rename = "queueName")]
-    queue_name: String,
+    queue_name: &'a str,
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     offset: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    error: Option<Cow<'a, str>>,
 }
 
-impl ItemOut {
-    fn new(index: usize, r: &PushResult) -> Self {
+impl<'a> ItemOut<'a> {
+    fn new(index: usize, r: &'a PushResult) -> Self {
         ItemOut {
             index,
-            message_id: r.message_id().to_string(),
-            transaction_id: r.transaction_id.clone(),
-            queue_name: local(&r.queue).to_string(),
+            message_id: IdText(r.message_id()),
+            transaction_id: &r.transaction_id,
+            queue_name: local(&r.queue),
             status: r.status(),
             offset: r.offset(),
-            error: r.error().map(|e| local_text(e).into_owned()),
+            error: r.error().map(local_text),
         }
+    }
+}
+
+/// A message id written as its hyphenated text straight into the answer, with no `String`.
+struct IdText(Uuid);
+
+impl Serialize for IdText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut text = Uuid::encode_buffer();
+        s.serialize_str(self.0.hyphenated().encode_lower(&mut text))
     }
 }
 
