@@ -3,30 +3,15 @@
 //! a row for every scenario (and for the compared cells, a row with the accelerators off), and
 //! every verified row must have delivered every message exactly once.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-
-/// The `queen` binary of this build. `cargo test --workspace` builds it (the broker package has
-/// integration tests); alone, build it first.
-fn queen_bin() -> PathBuf {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_queen-bench"));
-    let queen = bench.with_file_name("queen");
-    assert!(
-        queen.is_file(),
-        "{} is missing: run `cargo build -p queen-broker` (or `cargo test --workspace`) first",
-        queen.display()
-    );
-    queen
-}
 
 #[test]
 fn tiny_profile_runs_every_scenario_and_verifies_delivery() {
     let out = std::env::temp_dir().join(format!("queen-bench-smoke-{}.json", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
-        .args(["--profile", "tiny", "--compare-accelerators", "--queen-bin"])
-        .arg(queen_bin())
+        .args(["--profile", "tiny", "--compare-accelerators"])
         .arg("--out")
         .arg(&out)
         .output()
@@ -122,14 +107,7 @@ fn tiny_profile_runs_several_brokers_and_counts_instructions() {
         std::process::id()
     ));
     let run = Command::new(env!("CARGO_BIN_EXE_queen-bench"))
-        .args([
-            "--profile",
-            "tiny",
-            "--scenario",
-            "brokers,cost",
-            "--queen-bin",
-        ])
-        .arg(queen_bin())
+        .args(["--profile", "tiny", "--scenario", "brokers,cost"])
         .arg("--out")
         .arg(&out)
         .output()

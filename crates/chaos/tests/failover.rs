@@ -7,11 +7,7 @@
 //! 5xx outside the failovers. pg_auto_failover comes from scripts/setup.sh (CI runs it
 //! first); without it the tool fails naming the packages, and so does this test.
 
-mod common;
-
 use std::process::Command;
-
-use common::queen_bin;
 
 /// The count on the report row named `name` (its first occurrence).
 fn row(report: &str, name: &str) -> Option<u64> {
@@ -25,8 +21,7 @@ fn row(report: &str, name: &str) -> Option<u64> {
 #[test]
 fn small_failover_run_loses_nothing_answered() {
     let out = Command::new(env!("CARGO_BIN_EXE_queen-chaos"))
-        .args(["--small", "--failover", "--queen-bin"])
-        .arg(queen_bin())
+        .args(["--small", "--failover"])
         .output()
         .expect("run queen-chaos");
     let report = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -4,11 +4,7 @@
 //! list of open findings below. Each entry names the issue item or RELIABILITY.md finding it
 //! waits for; delete the entry when its fix is merged, so a regression fails CI.
 
-mod common;
-
 use std::process::Command;
-
-use common::queen_bin;
 
 /// History properties currently violated on `main` (RELIABILITY.md, "Findings").
 const OPEN_HISTORY: &[&str] = &[];
@@ -16,8 +12,6 @@ const OPEN_HISTORY: &[&str] = &[];
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_queen-chaos"))
         .args(args)
-        .arg("--queen-bin")
-        .arg(queen_bin())
         .output()
         .expect("run queen-chaos");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

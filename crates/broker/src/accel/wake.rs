@@ -353,15 +353,9 @@ impl WakeGates {
         }
         self.ensure_started();
         let key = (queue.into(), partition.into(), group.into(), false);
-        let first = {
-            let mut m = lock(&self.shared.marked);
-            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
+        self.shared.update(|m| {
             m.peer.released.insert(key);
-            was_idle
-        };
-        if first {
-            self.shared.tick.notify_one();
-        }
+        });
     }
 
     /// Marks `queue` for the next tick, with the pushed `partitions` as hints and the lease a
@@ -411,14 +405,13 @@ impl Shared {
             }
             None => false,
         };
-        let first = {
-            let mut m = lock(&self.marked);
-            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
+        let peers = self.peer_out.is_some();
+        self.update(|m| {
             if has_gate && !m.local.contains(queue) {
                 m.local.insert(queue.to_string());
             }
             m.any = true;
-            if self.peer_out.is_some() {
+            if peers {
                 match released {
                     Some((p, g)) => {
                         let key = (queue.to_string(), p.to_string(), g.to_string(), true);
@@ -432,6 +425,16 @@ impl Shared {
                     }
                 }
             }
+        });
+    }
+
+    /// Changes what waits for the next tick; the first change after a quiet spell starts the
+    /// ticker at once.
+    fn update(&self, change: impl FnOnce(&mut Marked)) {
+        let first = {
+            let mut m = lock(&self.marked);
+            let was_idle = m.local.is_empty() && !m.any && m.peer.is_empty();
+            change(&mut m);
             was_idle
         };
         if first {
@@ -487,20 +490,21 @@ impl Shared {
         }
         // A drained release wakes nothing (the observer readies what it must, and opens
         // this broker's gate itself).
-        let waking: Vec<&Line<'_>> = lines
-            .iter()
-            .filter(|l| l.released.as_ref().is_none_or(|r| r.pending))
-            .collect();
-        if waking.is_empty() {
+        let waking = || {
+            lines
+                .iter()
+                .filter(|l| l.released.as_ref().is_none_or(|r| r.pending))
+        };
+        if waking().next().is_none() {
             return;
         }
         let gates = lock(&self.gates);
-        for line in &waking {
+        for line in waking() {
             if let (Some(g), Some(p)) = (gates.get(line.queue), line.partition) {
                 g.hint(p);
             }
         }
-        for line in &waking {
+        for line in waking() {
             if let Some(g) = gates.get(line.queue) {
                 g.notify.notify_waiters();
             }
