@@ -16,19 +16,22 @@
 //! - Synchronous answers: [`AckFusion::submit`] resolves only once the flush committed (or
 //!   failed), so a success still means a durable cursor.
 //!
-//! The commit itself is the engine's ([`AckCommitter`], `engine/ack/fusion.rs`): one
-//! `log_ack_multi_v1` call, rows locked in (partition, group) order, verdicts realigned to
-//! the input order. A shard's flush task reports back through a drop guard even if it panics,
-//! so nothing can strand an arrival: there is no backstop tick to run.
+//! The commit itself is the engine's, and this module calls nobody: [`AckFusion::start`]
+//! returns, beside the handle, the [`FusionWork`] queue on which the shard tasks hand out
+//! each flush ([`AckFlush`]). The engine's loop (`engine/ack/fusion.rs`) pulls them, commits
+//! each flush's rows in one `log_ack_multi_v1` call (rows locked in (partition, group) order)
+//! and settles the flush with one verdict per row, which it realigns to the acks. A flush
+//! dropped unsettled (its task panicked) fails its acks and reports back to its shard all the
+//! same, so nothing can strand an arrival: there is no backstop tick to run.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::accel::fusion::FusionWork;
 use crate::accel::fusion::{shard_of, DoneGuard, Failure};
 use crate::log_limit::Tally;
 
@@ -47,14 +50,46 @@ pub struct FusedAck {
     pub frames: i32,
 }
 
-/// Commits the rows of one flush in one transaction and answers one verdict per row, in row
-/// order; `Err` when nothing committed or the outcome is unknown (see [`Failure`]).
-pub trait AckCommitter<V>: Send + Sync + 'static {
-    fn commit(&self, rows: Vec<FusedAck>) -> BoxFuture<'static, Result<Vec<V>, Failure>>;
+/// One flush of a shard, to commit in one transaction: its rows, and the acks they answer.
+/// Holds its shard's one flush in flight until it is settled or dropped.
+pub struct AckFlush<V> {
+    rows: Vec<FusedAck>,
+    arrivals: Vec<Arrival<V>>,
+    /// Each arrival's row.
+    slots: Vec<usize>,
+    stats: Arc<Stats>,
+    /// Reports the flush settled to its shard, after the acks were answered (their replies
+    /// close unanswered when the flush is dropped: `ack flush aborted`).
+    _done: DoneGuard<()>,
+}
+
+impl<V: Clone> AckFlush<V> {
+    /// The folded rows, in first-arrival order.
+    pub fn rows(&self) -> &[FusedAck] {
+        &self.rows
+    }
+
+    /// Answers every ack: `verdicts` holds one verdict per row, in row order; `Err` when
+    /// nothing committed or the outcome is unknown (see [`Failure`]).
+    pub fn settle(mut self, verdicts: Result<Vec<V>, Failure>) {
+        let arrivals = std::mem::take(&mut self.arrivals);
+        self.stats
+            .record(self.rows.len(), arrivals.len(), verdicts.is_ok());
+        for (arrival, &slot) in arrivals.into_iter().zip(&self.slots) {
+            let answer = match &verdicts {
+                Ok(v) => v
+                    .get(slot)
+                    .cloned()
+                    .ok_or_else(|| internal("ack flush returned no verdict")),
+                Err(failure) => Err(failure.clone()),
+            };
+            let _ = arrival.reply.send(answer); // the request may have gone away
+        }
+    }
 }
 
 /// Handle on the shard tasks; cheap to clone. The tasks end when every handle is dropped and
-/// their flushes have settled.
+/// their flushes have settled; the work queue then ends too.
 pub struct AckFusion<V> {
     shards: Arc<[mpsc::UnboundedSender<Arrival<V>>]>,
     stats: Arc<Stats>,
@@ -121,8 +156,10 @@ impl Stats {
 }
 
 impl<V: Clone + Send + 'static> AckFusion<V> {
-    /// Spawns `shards` shard tasks on the current tokio runtime.
-    pub fn start(shards: usize, committer: Arc<dyn AckCommitter<V>>) -> Self {
+    /// Spawns `shards` shard tasks on the current tokio runtime; they hand their flushes out
+    /// on the returned queue.
+    pub fn start(shards: usize) -> (Self, FusionWork<AckFlush<V>>) {
+        let (work_tx, work) = FusionWork::channel();
         let stats = Arc::new(Stats {
             commits: AtomicU64::new(0),
             rows: AtomicU64::new(0),
@@ -133,11 +170,11 @@ impl<V: Clone + Send + 'static> AckFusion<V> {
         let shards = (0..shards.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(Shard::new(committer.clone(), stats.clone()).run(rx));
+                tokio::spawn(Shard::new(work_tx.clone(), stats.clone()).run(rx));
                 tx
             })
             .collect();
-        AckFusion { shards, stats }
+        (AckFusion { shards, stats }, work)
     }
 
     /// Queues `ack` and waits for its flush: its row's verdict, or why the flush failed.
@@ -174,7 +211,7 @@ fn internal(error: &str) -> Failure {
 }
 
 struct Shard<V> {
-    committer: Arc<dyn AckCommitter<V>>,
+    work: mpsc::UnboundedSender<AckFlush<V>>,
     stats: Arc<Stats>,
     pending: Vec<Arrival<V>>,
     in_flight: bool,
@@ -183,10 +220,10 @@ struct Shard<V> {
 }
 
 impl<V: Clone + Send + 'static> Shard<V> {
-    fn new(committer: Arc<dyn AckCommitter<V>>, stats: Arc<Stats>) -> Self {
+    fn new(work: mpsc::UnboundedSender<AckFlush<V>>, stats: Arc<Stats>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Shard {
-            committer,
+            work,
             stats,
             pending: Vec::new(),
             in_flight: false,
@@ -217,29 +254,20 @@ impl<V: Clone + Send + 'static> Shard<V> {
         }
     }
 
-    /// Flushes everything pending as one commit.
+    /// Hands everything pending out as one flush.
     fn launch(&mut self) {
         let arrivals = std::mem::take(&mut self.pending);
         let (rows, slots) = fold(arrivals.iter().map(|a| &a.ack));
         self.in_flight = true;
-        let done = DoneGuard::new((), self.done_tx.clone());
-        let (committer, stats) = (self.committer.clone(), self.stats.clone());
-        tokio::spawn(async move {
-            let row_count = rows.len();
-            let verdicts = committer.commit(rows).await;
-            stats.record(row_count, arrivals.len(), verdicts.is_ok());
-            for (arrival, slot) in arrivals.into_iter().zip(slots) {
-                let answer = match &verdicts {
-                    Ok(v) => v
-                        .get(slot)
-                        .cloned()
-                        .ok_or_else(|| internal("ack flush returned no verdict")),
-                    Err(failure) => Err(failure.clone()),
-                };
-                let _ = arrival.reply.send(answer); // the request may have gone away
-            }
-            drop(done);
-        });
+        let flush = AckFlush {
+            rows,
+            arrivals,
+            slots,
+            stats: self.stats.clone(),
+            _done: DoneGuard::new((), self.done_tx.clone()),
+        };
+        // Unsettled (the engine's loop is gone), the flush fails its acks and reports back.
+        let _ = self.work.send(flush);
     }
 }
 

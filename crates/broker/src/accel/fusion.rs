@@ -1,6 +1,8 @@
 //! What the two fusions (push fusion, `push_fusion.rs`; ack fusion, `ack_fusion.rs`) share:
-//! the choice of a key's shard task, the guard that reports a flush as settled even when its
-//! task panicked, and the shape of a flush that did not commit.
+//! the choice of a key's shard task, the queue on which their shard tasks hand work out to
+//! the engine ([`FusionWork`]: the fusions are called, they never call back), the guard that
+//! reports a work item as settled even when it was dropped unsettled, and the shape of a flush
+//! that did not commit.
 
 use tokio::sync::mpsc;
 
@@ -28,8 +30,26 @@ pub fn shard_of(key: impl IntoIterator<Item = u8>, shards: usize) -> usize {
     (h % shards.max(1) as u64) as usize
 }
 
-/// Sends its value to the shard task when dropped, so a flush is reported settled even if
-/// its task panicked and the shard never waits for it forever.
+/// The work a fusion's shard tasks hand out, pulled by the engine's loop (one per fusion):
+/// the shards decide what goes out and when, the engine does it and settles each item through
+/// the item itself. `None` once every shard task has ended.
+pub struct FusionWork<T>(mpsc::UnboundedReceiver<T>);
+
+impl<T> FusionWork<T> {
+    /// The sending end, one clone per shard task, and this queue.
+    pub(crate) fn channel() -> (mpsc::UnboundedSender<T>, Self) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (tx, FusionWork(rx))
+    }
+
+    /// The next work item.
+    pub async fn next(&mut self) -> Option<T> {
+        self.0.recv().await
+    }
+}
+
+/// Sends its value to the shard task when dropped, so a work item is reported settled even if
+/// the task doing it panicked (or it was never done) and the shard never waits for it forever.
 pub struct DoneGuard<T> {
     value: Option<T>,
     tx: mpsc::UnboundedSender<T>,
@@ -40,6 +60,13 @@ impl<T> DoneGuard<T> {
         DoneGuard {
             value: Some(value),
             tx,
+        }
+    }
+
+    /// Changes what will be reported.
+    pub fn update(&mut self, change: impl FnOnce(&mut T)) {
+        if let Some(value) = self.value.as_mut() {
+            change(value);
         }
     }
 }

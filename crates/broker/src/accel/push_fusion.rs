@@ -18,7 +18,7 @@
 //!   order equals commit order.
 //! - Pipelining (`QUEEN_V2_PUSH_PIPELINE`): while a partition's flush is written, the
 //!   requests queued behind it (once they reach [`STAGE_MIN_BYTES`], up to the byte cap) are
-//!   staged as its next flush and handed to [`BundleWriter::prepare`], which builds and
+//!   staged as its next flush and handed out as [`Work::Prepare`]: the engine builds and
 //!   compresses their segment meanwhile. The staged flush is written after the previous one
 //!   settled, like any other, so the order rules above are unchanged; only the CPU work leaves
 //!   the one-at-a-time path of a hot partition.
@@ -31,9 +31,13 @@
 //!   (from different requests) are written once; later ones copy the first one's outcome as
 //!   `Duplicate`.
 //!
-//! Writing is delegated to a [`BundleWriter`] (the engine builds segments and calls SQL), so
-//! this module is only the scheduler. A shard blocked on admission waits in the push lane
-//! itself (FIFO among shards), so a permit freed by anyone wakes it without a timer.
+//! This module is only the scheduler, and it calls nobody: [`PushFusion::start`] returns,
+//! beside the handle, the [`FusionWork`] queue on which the shard tasks hand out what is due
+//! (`push_fusion/work.rs`: a staged flush to prepare, a bundle to write). The engine's flush
+//! loop (`engine/push/flush.rs`) pulls it, builds segments, calls SQL and settles each item
+//! through the item; an item dropped unsettled reports itself, so nothing strands a request.
+//! A shard blocked on admission waits in the push lane itself (FIFO among shards), so a
+//! permit freed by anyone wakes it without a timer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -44,11 +48,12 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::accel::admission::{Admission, Lane as AdmissionLane, Permit};
-pub use crate::accel::fusion::Failure;
 use crate::accel::fusion::{shard_of, DoneGuard};
+pub use crate::accel::fusion::{Failure, FusionWork};
 pub use backlog::Backlog;
 pub use batch::copy_of;
 use batch::LaneBatch;
+pub use work::{Bundle, Stage, Work};
 
 /// One message waiting to be written.
 #[derive(Debug, Clone)]
@@ -110,32 +115,13 @@ impl Failure {
 pub const STAGE_MIN_BYTES: usize = 64 * 1024;
 
 /// One partition's share of a bundle: frames with distinct hashes, in arrival order, and what
-/// the writer prepared for them while the partition's previous flush was written.
+/// the engine prepared for them ([`Stage::prepared`]) while the partition's previous flush
+/// was written.
 pub struct LaneFlush<P> {
     pub queue: Arc<str>,
     pub partition: Arc<str>,
     pub frames: Arc<[FusionFrame]>,
     pub prepared: Option<P>,
-}
-
-/// Writes bundles.
-pub trait BundleWriter: Send + Sync + 'static {
-    /// What [`BundleWriter::prepare`] hands to the flush (a built segment).
-    type Prepared: Send + 'static;
-
-    /// Work on a staged flush's frames that needs no connection and no order (building and
-    /// compressing its segment); `None` leaves it to `write`.
-    fn prepare(
-        &self,
-        queue: &Arc<str>,
-        frames: Arc<[FusionFrame]>,
-    ) -> BoxFuture<'static, Option<Self::Prepared>>;
-
-    /// Must return, for every lane, exactly one outcome per frame, in order.
-    fn write(
-        &self,
-        lanes: Vec<LaneFlush<Self::Prepared>>,
-    ) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>>;
 }
 
 /// Sizing of the fusion (docs/engine.md §11: `QUEEN_V2_FUSION_SHARDS`, `_MAX_INFLIGHT`,
@@ -168,7 +154,7 @@ impl Default for FusionConfig {
 }
 
 /// Handle on the shard tasks; cheap to clone. The tasks end when every handle is dropped and
-/// their in-flight flushes have settled.
+/// their in-flight flushes have settled; the work queue then ends too.
 #[derive(Clone)]
 pub struct PushFusion {
     shards: Arc<[mpsc::UnboundedSender<Arrival>]>,
@@ -185,21 +171,27 @@ struct Arrival {
 }
 
 impl PushFusion {
-    /// Spawns the shard tasks on the current tokio runtime; each bundle holds a push permit
-    /// of `admission` while it is written.
-    pub fn start<W: BundleWriter>(cfg: FusionConfig, writer: Arc<W>, admission: Admission) -> Self {
+    /// Spawns the shard tasks on the current tokio runtime. They hand their work out on the
+    /// returned queue, preparations of type `P` included; each bundle holds a push permit of
+    /// `admission` until it is settled or dropped.
+    pub fn start<P: Send + 'static>(
+        cfg: FusionConfig,
+        admission: Admission,
+    ) -> (Self, FusionWork<Work<P>>) {
+        let (work_tx, work) = FusionWork::channel();
         let shards = (0..cfg.shards.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let shard = Shard::new(cfg, writer.clone(), admission.clone());
+                let shard = Shard::new(cfg, work_tx.clone(), admission.clone());
                 tokio::spawn(shard.run(rx));
                 tx
             })
             .collect();
-        PushFusion {
+        let fusion = PushFusion {
             shards,
             backlog: Arc::default(),
-        }
+        };
+        (fusion, work)
     }
 
     /// What is pending and how fast it settles, for the push door.
@@ -296,7 +288,7 @@ impl<P> Lane<P> {
     }
 }
 
-/// A staged flush: its requests, and the writer's preparation once `done`.
+/// A staged flush: its requests, and the engine's preparation once `done`.
 struct Staged<P> {
     batch: LaneBatch,
     bytes: usize,
@@ -306,13 +298,13 @@ struct Staged<P> {
 
 type PermitWait = BoxFuture<'static, Permit>;
 
-struct Shard<W: BundleWriter> {
+struct Shard<P> {
     cfg: FusionConfig,
-    writer: Arc<W>,
+    work: mpsc::UnboundedSender<Work<P>>,
     admission: Admission,
     /// Set while ready lanes wait for an admission permit.
     permit_wait: Option<PermitWait>,
-    lanes: HashMap<LaneKey, Lane<W::Prepared>>,
+    lanes: HashMap<LaneKey, Lane<P>>,
     /// Lanes that can launch, oldest first (a key may be stale: checked when taken).
     ready: VecDeque<LaneKey>,
     /// Lanes whose waiting requests may be staged once the current burst is taken.
@@ -321,17 +313,17 @@ struct Shard<W: BundleWriter> {
     preparing: usize,
     done_tx: mpsc::UnboundedSender<Vec<LaneKey>>,
     done_rx: mpsc::UnboundedReceiver<Vec<LaneKey>>,
-    prepared_tx: mpsc::UnboundedSender<(LaneKey, Option<W::Prepared>)>,
-    prepared_rx: mpsc::UnboundedReceiver<(LaneKey, Option<W::Prepared>)>,
+    prepared_tx: mpsc::UnboundedSender<(LaneKey, Option<P>)>,
+    prepared_rx: mpsc::UnboundedReceiver<(LaneKey, Option<P>)>,
 }
 
-impl<W: BundleWriter> Shard<W> {
-    fn new(cfg: FusionConfig, writer: Arc<W>, admission: Admission) -> Self {
+impl<P: Send + 'static> Shard<P> {
+    fn new(cfg: FusionConfig, work: mpsc::UnboundedSender<Work<P>>, admission: Admission) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (prepared_tx, prepared_rx) = mpsc::unbounded_channel();
         Shard {
             cfg,
-            writer,
+            work,
             admission,
             permit_wait: None,
             lanes: HashMap::new(),
@@ -406,7 +398,7 @@ impl<W: BundleWriter> Shard<W> {
         }
     }
 
-    fn prepared(&mut self, key: LaneKey, prepared: Option<W::Prepared>) {
+    fn prepared(&mut self, key: LaneKey, prepared: Option<P>) {
         self.preparing -= 1;
         let Some(lane) = self.lanes.get_mut(&key) else {
             return;
@@ -421,7 +413,7 @@ impl<W: BundleWriter> Shard<W> {
     }
 
     /// Stages the requests waiting behind each in-flight lane of `to_stage`, once they are
-    /// worth building ahead, and hands them to the writer's `prepare`.
+    /// worth building ahead, and hands them out to be prepared.
     fn stage_waiting(&mut self) {
         for key in std::mem::take(&mut self.to_stage) {
             self.stage(key);
@@ -443,7 +435,7 @@ impl<W: BundleWriter> Shard<W> {
         let rest = lane.waiting.split_off(take);
         let taken = std::mem::replace(&mut lane.waiting, rest);
         let batch = LaneBatch::new(key.clone(), taken);
-        let work = self.writer.prepare(&key.0, batch.frames());
+        let stage = Stage::new(key, batch.frames(), self.prepared_tx.clone());
         lane.staged = Some(Staged {
             batch,
             bytes,
@@ -451,12 +443,9 @@ impl<W: BundleWriter> Shard<W> {
             prepared: None,
         });
         self.preparing += 1;
-        let tx = self.prepared_tx.clone();
-        tokio::spawn(async move {
-            // A panicking preparation only means the write builds the segment itself.
-            let prepared = tokio::spawn(work).await.ok().flatten();
-            let _ = tx.send((key, prepared));
-        });
+        // Unprepared (the engine's loop is gone, or drops it), the stage reports itself so,
+        // and the write builds the segment.
+        let _ = self.work.send(Work::Prepare(stage));
     }
 
     /// Launches bundles while permits are free right now; otherwise waits for one.
@@ -482,6 +471,7 @@ impl<W: BundleWriter> Shard<W> {
     /// one bundle holding `permit`.
     fn launch(&mut self, permit: Permit) {
         let mut keys = Vec::new();
+        let mut lanes = Vec::new();
         let mut batches = Vec::new();
         let mut room = self.cfg.bundle_max_bytes;
         while keys.len() < self.cfg.bundle_max.max(1) {
@@ -492,13 +482,15 @@ impl<W: BundleWriter> Shard<W> {
                 self.ready.pop_front();
                 continue;
             };
-            let Some((batch, bytes, partial)) = take_flush(&key, lane, room, keys.is_empty())
+            let Some(((batch, prepared), bytes, partial)) =
+                take_flush(&key, lane, room, keys.is_empty())
             else {
                 break;
             };
             self.ready.pop_front();
             room = room.saturating_sub(bytes);
             lane.in_flight = true;
+            lanes.push(batch.flush(prepared));
             batches.push(batch);
             self.to_stage.push(key.clone());
             keys.push(key);
@@ -511,18 +503,12 @@ impl<W: BundleWriter> Shard<W> {
         }
         self.stage_waiting();
         self.bundles_in_flight += 1;
-        let writer = self.writer.clone();
         let done = DoneGuard::new(keys, self.done_tx.clone());
-        tokio::spawn(async move {
-            let lanes = batches.iter_mut().map(|(b, p)| b.flush(p.take())).collect();
-            let outcomes = writer.write(lanes).await;
-            let mut outcomes = outcomes.into_iter();
-            for (batch, _) in batches {
-                batch.reply(outcomes.next().unwrap_or_default());
-            }
-            drop(done);
-            drop(permit);
-        });
+        // Unsettled (the engine's loop is gone, or drops it), the bundle fails its requests
+        // and reports its partitions settled.
+        let _ = self
+            .work
+            .send(Work::Write(Bundle::new(lanes, batches, done, permit)));
     }
 }
 
@@ -580,3 +566,4 @@ mod backlog;
 mod batch;
 #[cfg(test)]
 mod tests;
+mod work;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use queen_broker::accel::push_fusion::{BundleWriter, FrameOutcome, FusionFrame, LaneFlush};
+use queen_broker::accel::push_fusion::{FrameOutcome, FusionFrame, LaneFlush};
 use queen_broker::engine::push::flush::{Prepared, SegmentWriter};
 use queen_proto::hash::txn_hash;
 use serde_json::{json, Value};
@@ -60,7 +60,7 @@ async fn a_failing_post_commit_step_never_fails_committed_frames() {
     );
     let new = frame("fresh");
     let outcomes = writer
-        .write(vec![
+        .write(&mut [
             lane("faults", "a", vec![frame(&txn)]),
             lane("faults", "b", vec![new.clone()]),
         ])

@@ -1,5 +1,6 @@
-//! Scheduler tests of ack fusion against a recording committer: fire-on-idle, coalescing
-//! behind a flush in flight, folding, verdict realignment and failures.
+//! Scheduler tests of ack fusion, with the flushes it hands out committed by a recorder:
+//! fire-on-idle, coalescing behind a flush in flight, folding, verdict realignment, failures,
+//! and a flush dropped unsettled.
 
 use super::*;
 use std::sync::Mutex;
@@ -13,33 +14,49 @@ struct Row {
     batch_end: i64,
 }
 
-/// Records each flush's rows when it starts, holds every flush until the gate opens, then
-/// answers each row with itself (or `fail` for every row).
+/// Commits flushes as the engine's loop does, each in a task of its own: records each
+/// flush's rows when it starts, holds every flush until the gate opens, then answers each row
+/// with itself (or `fail` for every row).
 struct Recorder {
     flushes: Mutex<Vec<Vec<FusedAck>>>,
     gate: watch::Receiver<bool>,
     fail: Option<Failure>,
 }
 
-impl AckCommitter<Row> for Recorder {
-    fn commit(&self, rows: Vec<FusedAck>) -> BoxFuture<'static, Result<Vec<Row>, Failure>> {
-        self.flushes.lock().unwrap().push(rows.clone());
-        let (mut gate, fail) = (self.gate.clone(), self.fail.clone());
-        Box::pin(async move {
-            let _ = gate.wait_for(|open| *open).await;
-            if let Some(f) = fail {
-                return Err(f);
+impl Recorder {
+    /// Pulls and commits the fusion's flushes until it ends.
+    fn drive(self: Arc<Self>, mut work: FusionWork<AckFlush<Row>>) {
+        tokio::spawn(async move {
+            while let Some(flush) = work.next().await {
+                tokio::spawn(self.clone().commit(flush));
             }
-            Ok(rows
-                .into_iter()
-                .map(|r| Row {
-                    partition_id: r.partition_id,
-                    worker: r.worker,
-                    batch_end: r.batch_end,
-                })
-                .collect())
-        })
+        });
     }
+
+    async fn commit(self: Arc<Self>, flush: AckFlush<Row>) {
+        self.flushes.lock().unwrap().push(flush.rows().to_vec());
+        let _ = self.gate.clone().wait_for(|open| *open).await;
+        let verdicts = match &self.fail {
+            Some(f) => Err(f.clone()),
+            None => Ok(flush.rows().iter().map(row_of).collect()),
+        };
+        flush.settle(verdicts);
+    }
+}
+
+fn row_of(r: &FusedAck) -> Row {
+    Row {
+        partition_id: r.partition_id,
+        worker: r.worker.clone(),
+        batch_end: r.batch_end,
+    }
+}
+
+/// Ack fusion with `shards` shards whose flushes `rec` commits.
+fn started(shards: usize, rec: &Arc<Recorder>) -> AckFusion<Row> {
+    let (fusion, work) = AckFusion::start(shards);
+    rec.clone().drive(work);
+    fusion
 }
 
 fn recorder(fail: Option<Failure>) -> (Arc<Recorder>, watch::Sender<bool>) {
@@ -85,7 +102,7 @@ fn flush_shapes(rec: &Recorder) -> Vec<Vec<(i64, String, i64)>> {
 #[tokio::test]
 async fn an_idle_shard_flushes_at_once_and_arrivals_behind_it_coalesce() {
     let (rec, open) = recorder(None);
-    let fusion = AckFusion::start(1, rec.clone());
+    let fusion = started(1, &rec);
     let first = tokio::spawn({
         let f = fusion.clone();
         async move { f.submit(ack(1, "a", 9)).await }
@@ -147,7 +164,7 @@ async fn a_failed_flush_answers_every_ack_of_it_with_the_failure() {
     };
     let (rec, open) = recorder(Some(lost.clone()));
     open.send_replace(true);
-    let fusion = AckFusion::start(2, rec.clone());
+    let fusion = started(2, &rec);
     let answers = futures::future::join_all((1..=3).map(|pid| {
         let f = fusion.clone();
         async move { f.submit(ack(pid, "w", 1)).await }
@@ -176,4 +193,36 @@ fn folding_keeps_first_arrival_order_and_the_largest_batch() {
         .collect();
     assert_eq!(shape, [(5, "w", 8), (1, "w", 2), (5, "v", 1)]);
     assert_eq!(slots, [0, 1, 0, 2]);
+}
+
+/// The next flush the fusion hands out, within a few seconds.
+async fn next(work: &mut FusionWork<AckFlush<Row>>) -> Option<AckFlush<Row>> {
+    tokio::time::timeout(std::time::Duration::from_secs(5), work.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+#[tokio::test]
+async fn a_flush_dropped_unsettled_fails_its_acks_and_frees_its_shard() {
+    let (fusion, mut work) = AckFusion::<Row>::start(1);
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit(ack(1, "a", 3)).await });
+    let flush = next(&mut work).await.expect("the first flush");
+    let f = fusion.clone();
+    let behind = tokio::spawn(async move { f.submit(ack(1, "a", 5)).await });
+    settle_tasks().await;
+    drop(flush); // as when the task committing it panics
+
+    let answer = first.await.unwrap();
+    assert!(
+        matches!(&answer, Err(f) if !f.unavailable && !f.refused),
+        "{answer:?}"
+    );
+    let Some(flush) = next(&mut work).await else {
+        panic!("the shard still waits for the dropped flush");
+    };
+    let verdicts = flush.rows().iter().map(row_of).collect();
+    flush.settle(Ok(verdicts));
+    assert_eq!(behind.await.unwrap().map(|r| r.batch_end), Ok(5));
 }

@@ -1,15 +1,18 @@
 //! Scheduler tests of push fusion: bundling, one flush in flight per partition, admission,
-//! layer-2 dedup and pipelining, against a recording writer.
+//! layer-2 dedup and pipelining, with the work it hands out done by a recorder; and work
+//! dropped unsettled.
 
 use super::*;
 use crate::accel::admission::Limits;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 use tokio::sync::watch;
 
-/// Records each bundle's shape when its write starts (and each preparation, with the
-/// transactionIds it was given), holds every write until the test opens the gate, then queues
-/// every frame at a running offset.
+/// Does the work as the engine's flush loop does, each bundle in a task of its own: records
+/// each bundle's shape when its write starts (and each preparation, with the transactionIds it
+/// was given), holds every write until the test opens the gate, then queues every frame at a
+/// running offset.
 struct Recorder {
     bundles: Mutex<Vec<Vec<(String, usize)>>>,
     prepared: Mutex<Vec<Vec<String>>>,
@@ -18,60 +21,72 @@ struct Recorder {
     writing: AtomicUsize,
     overlap: AtomicUsize,
     gate: watch::Receiver<bool>,
+    /// Hand each preparation over; otherwise stages are recorded and dropped unprepared.
+    prepare: bool,
 }
 
 fn txns(frames: &[FusionFrame]) -> Vec<String> {
     frames.iter().map(|f| f.transaction_id.clone()).collect()
 }
 
-impl BundleWriter for Arc<Recorder> {
-    type Prepared = Vec<String>;
-
-    fn prepare(
-        &self,
-        _queue: &Arc<str>,
-        frames: Arc<[FusionFrame]>,
-    ) -> BoxFuture<'static, Option<Vec<String>>> {
-        self.prepared.lock().unwrap().push(txns(&frames));
-        Box::pin(async move { Some(txns(&frames)) })
-    }
-
-    fn write(
-        &self,
-        lanes: Vec<LaneFlush<Vec<String>>>,
-    ) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
-        let me = self.clone();
-        Box::pin(async move {
-            if me.writing.fetch_add(1, Ordering::SeqCst) > 0 {
-                me.overlap.fetch_add(1, Ordering::SeqCst);
-            }
-            let shape = lanes
+/// Every frame of every lane queued, at offsets from 0.
+fn queued(lanes: &[LaneFlush<Vec<String>>]) -> Vec<Vec<FrameOutcome>> {
+    lanes
+        .iter()
+        .map(|l| {
+            l.frames
                 .iter()
-                .map(|l| (l.partition.to_string(), l.frames.len()))
-                .collect();
-            me.bundles.lock().unwrap().push(shape);
-            let used = lanes.iter().map(|l| l.prepared.clone()).collect();
-            me.used.lock().unwrap().push(used);
-            let _ = me.gate.clone().wait_for(|open| *open).await;
-            me.writing.fetch_sub(1, Ordering::SeqCst);
-            lanes
-                .iter()
-                .map(|l| {
-                    l.frames
-                        .iter()
-                        .enumerate()
-                        .map(|(i, f)| FrameOutcome::Queued {
-                            message_id: f.message_id,
-                            offset: i as i64,
-                        })
-                        .collect()
+                .enumerate()
+                .map(|(i, f)| FrameOutcome::Queued {
+                    message_id: f.message_id,
+                    offset: i as i64,
                 })
                 .collect()
         })
+        .collect()
+}
+
+impl Recorder {
+    /// Pulls and does the fusion's work until it ends.
+    fn drive(self: Arc<Self>, mut work: FusionWork<Work<Vec<String>>>) {
+        tokio::spawn(async move {
+            while let Some(item) = work.next().await {
+                match item {
+                    Work::Prepare(stage) => {
+                        let txns = txns(&stage.frames);
+                        self.prepared.lock().unwrap().push(txns.clone());
+                        if self.prepare {
+                            stage.prepared(txns);
+                        }
+                    }
+                    Work::Write(bundle) => {
+                        tokio::spawn(self.clone().write(bundle));
+                    }
+                }
+            }
+        });
+    }
+
+    async fn write(self: Arc<Self>, mut bundle: Bundle<Vec<String>>) {
+        if self.writing.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.overlap.fetch_add(1, Ordering::SeqCst);
+        }
+        let lanes = bundle.lanes();
+        let shape = lanes
+            .iter()
+            .map(|l| (l.partition.to_string(), l.frames.len()))
+            .collect();
+        self.bundles.lock().unwrap().push(shape);
+        let used = lanes.iter().map(|l| l.prepared.clone()).collect();
+        self.used.lock().unwrap().push(used);
+        let _ = self.gate.clone().wait_for(|open| *open).await;
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        let outcomes = queued(bundle.lanes());
+        bundle.settle(outcomes);
     }
 }
 
-fn recorder() -> (Arc<Recorder>, watch::Sender<bool>) {
+fn recorder(prepare: bool) -> (Arc<Recorder>, watch::Sender<bool>) {
     let (open, gate) = watch::channel(false);
     let rec = Recorder {
         bundles: Mutex::default(),
@@ -80,6 +95,7 @@ fn recorder() -> (Arc<Recorder>, watch::Sender<bool>) {
         writing: AtomicUsize::new(0),
         overlap: AtomicUsize::new(0),
         gate,
+        prepare,
     };
     (Arc::new(rec), open)
 }
@@ -249,8 +265,18 @@ async fn behind_one_write(
     admission: Admission,
     partition: &'static str,
 ) -> (Arc<Recorder>, watch::Sender<bool>, PushFusion, FirstWrite) {
-    let (rec, open) = recorder();
-    let fusion = PushFusion::start(cfg, Arc::new(rec.clone()), admission);
+    behind_one_write_with(recorder(true), cfg, admission, partition).await
+}
+
+/// [`behind_one_write`] with the given recorder.
+async fn behind_one_write_with(
+    (rec, open): (Arc<Recorder>, watch::Sender<bool>),
+    cfg: FusionConfig,
+    admission: Admission,
+    partition: &'static str,
+) -> (Arc<Recorder>, watch::Sender<bool>, PushFusion, FirstWrite) {
+    let (fusion, work) = PushFusion::start(cfg, admission);
+    rec.clone().drive(work);
     let f = fusion.clone();
     let first = tokio::spawn(async move { f.submit("q", partition, vec![frame("first")]).await });
     first_bundle_started(&rec).await;
@@ -333,6 +359,14 @@ fn big_frame(txn: &str, bytes: usize) -> FusionFrame {
 /// Three 40 KiB requests queue behind a held flush of one partition, with pipelining on or
 /// off; returns the recorder once every request settled in order.
 async fn three_big_requests_behind_a_flush(pipeline: bool) -> Arc<Recorder> {
+    three_big_requests_behind_a_flush_with(recorder(true), pipeline).await
+}
+
+/// [`three_big_requests_behind_a_flush`] with the given recorder.
+async fn three_big_requests_behind_a_flush_with(
+    rec: (Arc<Recorder>, watch::Sender<bool>),
+    pipeline: bool,
+) -> Arc<Recorder> {
     let cfg = FusionConfig {
         shards: 1,
         pipeline,
@@ -340,7 +374,7 @@ async fn three_big_requests_behind_a_flush(pipeline: bool) -> Arc<Recorder> {
         ..FusionConfig::default()
     };
     let admission = Admission::new(Limits::for_pool(32, 8));
-    let (rec, open, fusion, first) = behind_one_write(cfg, admission, "p").await;
+    let (rec, open, fusion, first) = behind_one_write_with(rec, cfg, admission, "p").await;
     let mut tasks = Vec::new();
     for i in 0..3 {
         let f = fusion.clone();
@@ -414,4 +448,72 @@ async fn without_pipelining_nothing_is_prepared() {
         .iter()
         .flatten()
         .all(Option::is_none));
+}
+
+#[tokio::test]
+async fn a_stage_dropped_unprepared_is_written_unprepared() {
+    let flushes = three_big_requests_behind_a_flush_with(recorder(false), true);
+    let rec = tokio::time::timeout(Duration::from_secs(10), flushes)
+        .await
+        .expect("the partition stayed stuck behind its dropped stage");
+    let p = |n| vec![("p".to_string(), n)];
+    assert_eq!(*rec.bundles.lock().unwrap(), vec![p(1), p(2), p(1)]);
+    assert_eq!(rec.prepared.lock().unwrap().len(), 1, "b0+b1 were staged");
+    assert!(
+        rec.used
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .all(Option::is_none),
+        "the staged flush went out without a preparation"
+    );
+}
+
+/// The next work item the fusion hands out, within a few seconds.
+async fn next_work(work: &mut FusionWork<Work<Vec<String>>>) -> Option<Work<Vec<String>>> {
+    tokio::time::timeout(Duration::from_secs(5), work.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+#[tokio::test]
+async fn a_bundle_dropped_unsettled_fails_its_requests_and_frees_its_partition_and_permit() {
+    let cfg = FusionConfig {
+        shards: 1,
+        ..FusionConfig::default()
+    };
+    // One push permit in all: the next bundle goes out only once the dropped one freed it.
+    let admission = Admission::new(Limits {
+        budget: 3,
+        caps: [1, 1, 1],
+        floors: [0; 3],
+    });
+    let (fusion, mut work) = PushFusion::start(cfg, admission);
+    let f = fusion.clone();
+    let first = tokio::spawn(async move { f.submit("q", "p", vec![frame("a")]).await });
+    let Some(Work::Write(bundle)) = next_work(&mut work).await else {
+        panic!("the first request was not handed out as a bundle");
+    };
+    let f = fusion.clone();
+    let behind = tokio::spawn(async move { f.submit("q", "p", vec![frame("b")]).await });
+    settle_tasks().await;
+    drop(bundle); // as when the task writing it panics
+
+    let out = first.await.expect("first");
+    assert!(
+        matches!(&out[..], [FrameOutcome::Failed(f)] if !f.unavailable && !f.refused),
+        "{out:?}"
+    );
+    let Some(Work::Write(mut bundle)) = next_work(&mut work).await else {
+        panic!("the partition (or the permit) stayed taken by the dropped bundle");
+    };
+    assert_eq!(txns(&bundle.lanes()[0].frames), ["b"]);
+    let outcomes = queued(bundle.lanes());
+    bundle.settle(outcomes);
+    assert!(matches!(
+        behind.await.expect("behind")[..],
+        [FrameOutcome::Queued { .. }]
+    ));
 }

@@ -1,6 +1,11 @@
-//! The write side of push fusion: turns a bundle of per-partition frame lists into segments,
-//! appends them with one statement per round (`queen.log_push_multi_v1`, or `log_push_one_v1`
-//! by id for a lone segment: `CommitEffects::write`), and settles every frame.
+//! The write side of push fusion: [`run`] is the loop that pulls the work push fusion's
+//! shard tasks hand out (`accel/push_fusion.rs` schedules and calls nobody) and does each item
+//! in a task of its own. A bundle ([`Work::Write`]) of per-partition frame lists becomes
+//! segments, appended with one statement per round (`queen.log_push_multi_v1`, or
+//! `log_push_one_v1` by id for a lone segment: `CommitEffects::write`), and the bundle is
+//! settled with every frame's outcome; a staged flush ([`Work::Prepare`]) gets its segment
+//! built ahead. A task that panics drops its item, which then reports itself to the fusion
+//! (failed requests, an unprepared stage): nothing strands.
 //!
 //! A segment the SQL probe reports as `duplicate` wrote nothing; its duplicate frames settle
 //! with the original's id (read back from the covering segment) and the survivors are
@@ -8,8 +13,8 @@
 //! its queue's `maxSize` has no room for as failed and resends the rest; one refused as
 //! `encrypt` (plaintext for an encrypted queue) is sealed from then on and resent, once. So
 //! every round but a lane's one `encrypt` settles at least one frame, and the loop ends. The
-//! partitions of a bundle stay "in flight" in the fusion until this returns, so no other flush
-//! of them interleaves.
+//! partitions of a bundle stay "in flight" in the fusion until it is settled, so no other
+//! flush of them interleaves.
 //!
 //! A lane staged while its partition's previous flush was written (accel/push_fusion.rs,
 //! pipelining) arrives with its segment built by [`SegmentWriter::prepare`]; the first round
@@ -31,12 +36,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
 use queen_proto::ZERO_UUID;
 use uuid::Uuid;
 
-use crate::accel::push_fusion::{BundleWriter, Failure, FrameOutcome, FusionFrame, LaneFlush};
+use crate::accel::push_fusion::{
+    Failure, FrameOutcome, FusionFrame, FusionWork, LaneFlush, Stage, Work,
+};
 use crate::engine::encryption::{no_key, Encryption};
 use crate::engine::push::commit::{after_commit_trouble, write_failed, CommitEffects};
 use crate::engine::push::dedup::verified_offsets;
@@ -51,8 +57,23 @@ use crate::store::Store;
 /// How often the coalescing summary is logged (when there was traffic).
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
+/// Does push fusion's work until its shard tasks have all ended: each item in a task of its
+/// own, so bundles of different shards are written concurrently (as many as admission lets
+/// the fusion hand out).
+pub async fn run(writer: Arc<SegmentWriter>, mut work: FusionWork<Work<Prepared>>) {
+    while let Some(item) = work.next().await {
+        let writer = writer.clone();
+        match item {
+            Work::Prepare(stage) => tokio::spawn(async move { writer.prepare(stage).await }),
+            Work::Write(mut bundle) => tokio::spawn(async move {
+                let outcomes = writer.write(bundle.lanes()).await;
+                bundle.settle(outcomes);
+            }),
+        };
+    }
+}
+
 /// Writes fusion bundles to PostgreSQL.
-#[derive(Clone)]
 pub struct SegmentWriter {
     store: Store,
     zstd_level: i32,
@@ -60,7 +81,7 @@ pub struct SegmentWriter {
     encryption: Arc<Encryption>,
     /// The broker's disk spool (none when `FILE_BUFFER_ENABLED` is off).
     spool: Option<Arc<Spool>>,
-    summary: Arc<Summary>,
+    summary: Summary,
 }
 
 /// Commits, and segments and messages sent, since the last summary: how well fusion coalesces
@@ -101,27 +122,30 @@ impl SegmentWriter {
             effects,
             encryption,
             spool,
-            summary: Arc::new(summary),
+            summary,
         }
     }
 
-    async fn write_bundle(self, mut lanes: Vec<LaneFlush<Prepared>>) -> Vec<Vec<FrameOutcome>> {
+    /// Writes a bundle's lanes (taking their preparations) and returns, for every lane, one
+    /// outcome per frame, in order.
+    pub async fn write(&self, lanes: &mut [LaneFlush<Prepared>]) -> Vec<Vec<FrameOutcome>> {
         let mut settled: Vec<Vec<Option<FrameOutcome>>> =
             lanes.iter().map(|l| vec![None; l.frames.len()]).collect();
         let mut prepared: Vec<Option<Prepared>> =
             lanes.iter_mut().map(|l| l.prepared.take()).collect();
+        let lanes = &*lanes;
         if let Some(spool) = &self.spool {
-            spool::join_held(spool, &lanes, &mut settled).await;
+            spool::join_held(spool, lanes, &mut settled).await;
         }
         let mut sent = false;
         let written = self
-            .settle(&lanes, &mut prepared, &mut settled, &mut sent)
+            .settle(lanes, &mut prepared, &mut settled, &mut sent)
             .await;
         if let Err(e) = written {
             // Only frames of rounds that did not commit are still unsettled.
             let failed = write_failed(&e, "push flush", lanes.len());
             if let Some(spool) = self.spool.as_ref().filter(|_| e.is_unavailable()) {
-                spool::rescue_lanes(spool, &lanes, &mut settled, sent).await;
+                spool::rescue_lanes(spool, lanes, &mut settled, sent).await;
             }
             for slot in settled.iter_mut().flatten().filter(|s| s.is_none()) {
                 *slot = Some(failed.clone());
@@ -278,29 +302,20 @@ pub struct Prepared {
     segment: BuiltSegment,
 }
 
-impl BundleWriter for SegmentWriter {
-    type Prepared = Prepared;
-
-    fn prepare(
-        &self,
-        queue: &Arc<str>,
-        frames: Arc<[FusionFrame]>,
-    ) -> BoxFuture<'static, Option<Prepared>> {
-        let sealed = self.encryption.wants(queue);
+impl SegmentWriter {
+    /// Builds a staged flush's segment ahead of its write. Dropping the stage unprepared
+    /// leaves the build to the write: when the queue wants sealing and this broker has no
+    /// key (the write refuses these frames), or when the build fails (the write redoes and
+    /// reports it).
+    async fn prepare(&self, stage: Stage<Prepared>) {
+        let sealed = self.encryption.wants(&stage.queue);
         if sealed && !self.encryption.has_key() {
-            return Box::pin(async { None }); // the write refuses these frames
+            return;
         }
-        let seal = sealed.then(|| (self.encryption.clone(), queue.clone()));
-        let level = self.zstd_level;
-        Box::pin(async move {
-            // A failed build is redone, and reported, by the write.
-            let segment = build_off_loop(frames, level, seal).await.ok()?;
-            Some(Prepared { sealed, segment })
-        })
-    }
-
-    fn write(&self, lanes: Vec<LaneFlush<Prepared>>) -> BoxFuture<'static, Vec<Vec<FrameOutcome>>> {
-        Box::pin(self.clone().write_bundle(lanes))
+        let seal = sealed.then(|| (self.encryption.clone(), stage.queue.clone()));
+        if let Ok(segment) = build_off_loop(stage.frames.clone(), self.zstd_level, seal).await {
+            stage.prepared(Prepared { sealed, segment });
+        }
     }
 }
 

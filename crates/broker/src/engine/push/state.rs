@@ -1,5 +1,5 @@
-//! What the push concept owns beside the shared part: push fusion and its writer (docs/engine.md
-//! §4.3), the dedup cache (§4.2), the disk spool (§4.6), the intake and drain rates its door
+//! What the push concept owns beside the shared part: push fusion and the flush loop that
+//! writes what it hands out (docs/engine.md §4.3), the dedup cache (§4.2), the disk spool (§4.6), the intake and drain rates its door
 //! reads, and the effects of a commit, which it hands to every write path (the flush, the
 //! binary groups, transactions and DLQ replays).
 
@@ -11,7 +11,7 @@ use crate::accel::flow::Flow;
 use crate::accel::hotlist::HotList;
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
 use crate::engine::push::commit::CommitEffects;
-use crate::engine::push::flush::SegmentWriter;
+use crate::engine::push::flush::{self, SegmentWriter};
 use crate::engine::Shared;
 use crate::spool::Spool;
 
@@ -32,8 +32,8 @@ pub struct PushState {
 }
 
 impl PushState {
-    /// The push state over `shared`, starting push fusion with its writer; `hotlist` is marked
-    /// by every commit.
+    /// The push state over `shared`, starting push fusion and the flush loop that does its
+    /// work (`flush.rs`); `hotlist` is marked by every commit.
     pub fn start(shared: Arc<Shared>, hotlist: HotList, spool: Option<Spool>) -> Self {
         let cfg = &shared.cfg;
         let dedup_cache = Arc::new(DedupCache::new(
@@ -54,7 +54,7 @@ impl PushState {
             shared.encryption.clone(),
             spool.clone(),
         );
-        let fusion = PushFusion::start(
+        let (fusion, work) = PushFusion::start(
             FusionConfig {
                 shards: cfg.fusion_shards,
                 bundle_max: cfg.bundle_max,
@@ -62,9 +62,9 @@ impl PushState {
                 pipeline: cfg.push_pipeline,
                 ..FusionConfig::default()
             },
-            Arc::new(writer),
             shared.admission.clone(),
         );
+        tokio::spawn(flush::run(Arc::new(writer), work));
         PushState {
             shared,
             fusion,
