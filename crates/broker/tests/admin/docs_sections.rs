@@ -5,7 +5,8 @@
 //! heading or its start, and names exactly one heading (whitespace and line breaks count as one
 //! space). A heading is not changed once written, so a citation stays true; a heading renamed
 //! or removed, or a new one that makes a short citation ambiguous, fails here with every place
-//! that cites it.
+//! that cites it. A finding of RELIABILITY.md is cited by its number alone
+//! (`RELIABILITY.md F1`), which must start one of its headings (`F1 — …`).
 //!
 //! BENCHMARKS.md also keeps its anchors stable: every heading is unique (no `-1` suffixes that
 //! renumber when a section arrives above), every section of its History is dated and the newest
@@ -69,6 +70,18 @@ fn quoted_after(rest: &str) -> Option<String> {
     Some(collapse(&lines.join(" ")))
 }
 
+/// The finding number after a document's name at `rest` (`RELIABILITY.md F1` → `F1`), if any.
+fn finding_after(rest: &str) -> Option<&str> {
+    let rest = rest.strip_prefix(' ')?;
+    let digits = rest.strip_prefix('F')?;
+    let n = digits.len()
+        - digits
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .len();
+    let after = digits[n..].chars().next();
+    (n > 0 && !after.is_some_and(char::is_alphanumeric)).then(|| &rest[..n + 1])
+}
+
 /// Why `cite` does not name exactly one of `heads`; `None` when it does.
 fn unresolved(cite: &str, heads: &[String]) -> Option<String> {
     let named: Vec<&String> = heads.iter().filter(|h| h.starts_with(cite)).collect();
@@ -84,10 +97,13 @@ fn broken_cites(shown: &str, text: &str, docs: &[(&str, Vec<String>)]) -> Vec<St
     let mut bad = Vec::new();
     for (name, heads) in docs {
         for (at, _) in text.match_indices(name) {
-            let Some(cite) = quoted_after(&text[at + name.len()..]) else {
-                continue;
+            let rest = &text[at + name.len()..];
+            let (cite, start) = match (quoted_after(rest), finding_after(rest)) {
+                (Some(quoted), _) => (quoted.clone(), quoted),
+                (None, Some(finding)) => (finding.to_string(), format!("{finding} ")),
+                (None, None) => continue,
             };
-            if let Some(why) = unresolved(&cite, heads) {
+            if let Some(why) = unresolved(&start, heads) {
                 let line = text[..at].matches('\n').count() + 1;
                 bad.push(format!("{shown}:{line}: {name} \"{cite}\": {why}"));
             }
@@ -197,7 +213,7 @@ fn benchmarks_anchors_are_stable() {
 #[test]
 fn a_planted_bad_citation_is_caught() {
     let doc = "# B\n## Current figures\n## History\n## Overload: the door, 2026-12-06\n\
-               ## Overload: the drain rule, 2026-12-07\n### Tried\n";
+               ## Overload: the drain rule, 2026-12-07\n### Tried\n### F1 — a finding\n";
     let docs = [("B.md", headings(doc))];
     let cites = |text: &str| broken_cites("x", text, &docs);
     assert!(cites("see B.md \"Overload: the door\".").is_empty());
@@ -205,6 +221,11 @@ fn a_planted_bad_citation_is_caught() {
     assert!(cites("(B.md, \"Tried\")").is_empty());
     assert!(cites("/// as in B.md \"Overload: the\n/// drain rule\" shows").is_empty());
     assert!(cites("path: \"B.md\", other: \"Tried\"").is_empty());
+    assert!(cites("(B.md F1). And B.md Findings, B.md FAQ").is_empty());
+    assert_eq!(
+        cites("B.md F12 and"),
+        ["x:1: B.md \"F12\": no heading starts so"]
+    );
     assert_eq!(
         cites("a line\n(B.md \"Memory\")"),
         ["x:2: B.md \"Memory\": no heading starts so"]
