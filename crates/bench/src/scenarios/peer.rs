@@ -115,8 +115,9 @@ struct Searched {
 /// pgmq has no partitions: e2e cells that differ only in our partition count are one pgmq
 /// workload (the same consumers on one queue). Each cell reports the best stable rate any
 /// search of its workload found, so a search that settled low after pgmq collapsed in one
-/// attempt does not stand for pgmq's best (BENCHMARKS.md, twelfth session). Only stable,
-/// verified rows count; a cell whose own row failed verification keeps it (a loss is reported).
+/// attempt does not stand for pgmq's best (BENCHMARKS.md "Full profile with the accelerator
+/// comparison: 2026-12-04"). Only stable, verified rows count; a cell whose own row failed
+/// verification keeps it (a loss is reported).
 fn best_per_workload(searched: &[Searched]) -> Vec<Row> {
     let sound = |s: &&Searched| s.row.stable_backlog == Some(true) && !s.row.failed();
     searched

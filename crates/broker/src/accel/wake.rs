@@ -6,10 +6,10 @@
 //! was idle and then at most once per 5 ms tick, so a hot queue costs a bounded number of
 //! wake-ups per second rather than one per push. Only the first commit after a pop armed its
 //! wait also wakes one waiter of the queue at once (`Gate::parked`), so a consumer that caught
-//! up does not wait for the tick. With peer wake on, the same tick hands the
-//! marked queue names to a [`PeerLink`] (the store floor's dedicated `LISTEN` connection, wired
-//! in by the engine: this module writes no SQL) that sends them to the other brokers and
-//! delivers theirs.
+//! up does not wait for the tick. With peer wake on, the same tick queues the marked queue
+//! names for the other brokers on a [`PeerPort`], which the engine's peer session
+//! (`engine/wake.rs`) drains into the store floor's `LISTEN` connection; it hands the peers'
+//! payloads back to the port, which opens the gates they name (this module writes no SQL).
 //! Wakes are hints: a lost one costs a parked pop at most one backoff interval.
 //!
 //! A push also names the partitions it stored into (`wake_partitions`): each gate keeps a
@@ -18,17 +18,15 @@
 //! notifications carry the same hints as `queue\x1fpartition` lines while they fit, and an
 //! ack that released a lease as a `queue\x1fpartition\x1fgroup` line (`wake_released`, with
 //! data behind it; `tell_drained`, without: nothing to wake, but a peer's ring that met the
-//! lease must not wait for its end); the payload format is `wake/payload.rs`. What a peer's notification
-//! names is also handed to a [`PeerObserver`] (the hot-list ring), so other brokers' commits
-//! reach the local caches.
+//! lease must not wait for its end); the payload format is `wake/payload.rs`. The engine tells
+//! the hot-list ring what a peer's notification names before the port opens the gates, so
+//! other brokers' commits reach the local caches first.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
@@ -42,46 +40,10 @@ pub const HINT_MAILBOX: usize = 64;
 /// the peers to wake everything instead, so a long outage costs no memory.
 pub const PEER_BACKLOG: usize = 200;
 
-/// The channel to the other brokers of the database (cross-broker wake).
-pub trait PeerLink: Send + Sync + 'static {
-    /// Opens a session: a sender, and the payloads other brokers send (the receiver ends when
-    /// the session does). An error is the reason, for the log.
-    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>>;
-}
-
-/// One open session of a [`PeerLink`].
-pub struct PeerConnection {
-    pub sender: Box<dyn PeerSender>,
-    pub notes: mpsc::UnboundedReceiver<String>,
-}
-
-/// Receives what other brokers' notifications name, before their gates open. Each call is a
-/// hint, as stale as a notification can be; `everything` follows a reconnect, when
-/// notifications may have been lost.
-pub trait PeerObserver: Send + Sync + 'static {
-    /// A peer stored messages into the partition.
-    fn pushed(&self, queue: &str, partition: &str);
-    /// A peer's ack released the group's lease on the partition; `pending`: with data behind
-    /// the cursor.
-    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool);
-    /// Something changed on the queue that the notification could not name.
-    fn queue(&self, queue: &str);
-    /// Anything may have changed.
-    fn everything(&self);
-}
-
-/// The sending half of a peer session.
-pub trait PeerSender: Send + Sync {
-    /// Sends one payload to every broker of the database.
-    fn notify<'a>(&'a self, payload: &'a str) -> BoxFuture<'a, Result<(), String>>;
-}
-
 /// The gates of one broker. Pushes only touch gates that a waiter created.
 pub struct WakeGates {
     shared: Arc<Shared>,
     broker_id: Uuid,
-    /// The peer-wake channel; `None` = in-process wake only.
-    peer: Option<Arc<dyn PeerLink>>,
     started: AtomicBool,
 }
 
@@ -216,8 +178,6 @@ struct Shared {
     peer_in: Mutex<Option<mpsc::Receiver<PeerBatch>>>,
     /// A batch was dropped because [`PEER_BACKLOG`] were queued.
     peer_lost: AtomicBool,
-    /// Told what peers' notifications name (set once, by the engine).
-    observer: OnceLock<Arc<dyn PeerObserver>>,
 }
 
 /// Wakes waiting for the next tick.
@@ -233,14 +193,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WakeGates {
-    /// Gates of the broker `broker_id`; `peer` enables cross-broker wake through that channel.
-    pub fn new(broker_id: Uuid, peer: Option<Arc<dyn PeerLink>>) -> Self {
+    /// Gates of the broker `broker_id`; `peer` enables cross-broker wake (through the
+    /// [`PeerPort`]).
+    pub fn new(broker_id: Uuid, peer: bool) -> Self {
         let (tx, rx) = match peer {
-            Some(_) => {
+            true => {
                 let (tx, rx) = mpsc::channel(PEER_BACKLOG);
                 (Some(tx), Some(rx))
             }
-            None => (None, None),
+            false => (None, None),
         };
         WakeGates {
             shared: Arc::new(Shared {
@@ -251,10 +212,8 @@ impl WakeGates {
                 peer_out: tx,
                 peer_in: Mutex::new(rx),
                 peer_lost: AtomicBool::new(false),
-                observer: OnceLock::new(),
             }),
             broker_id,
-            peer,
             started: AtomicBool::new(false),
         }
     }
@@ -283,9 +242,14 @@ impl WakeGates {
         }
     }
 
-    /// Hands what peers' notifications name to `observer` from now on (the first call wins).
-    pub fn observe(&self, observer: Arc<dyn PeerObserver>) {
-        let _ = self.shared.observer.set(observer);
+    /// The port of the peer session: `None` with peer wake off, or once taken.
+    pub fn peer_port(&self) -> Option<PeerPort> {
+        let out = lock(&self.shared.peer_in).take()?;
+        Some(PeerPort::new(
+            Arc::downgrade(&self.shared),
+            self.broker_id,
+            out,
+        ))
     }
 
     /// Opens the queue's gate now, for this broker's parked pops only: for a cache that just
@@ -365,7 +329,7 @@ impl WakeGates {
         self.shared.mark(queue, partitions, released);
     }
 
-    /// Starts the ticker (and the peer connection) on the current runtime, once.
+    /// Starts the ticker on the current runtime, once.
     fn ensure_started(&self) {
         if self.started.load(Ordering::Acquire) {
             return;
@@ -377,15 +341,6 @@ impl WakeGates {
             return;
         }
         rt.spawn(run_ticker(Arc::downgrade(&self.shared)));
-        let receiver = lock(&self.shared.peer_in).take();
-        if let (Some(link), Some(rx)) = (self.peer.clone(), receiver) {
-            rt.spawn(run_peer(
-                Arc::downgrade(&self.shared),
-                link,
-                self.broker_id,
-                rx,
-            ));
-        }
     }
 }
 
@@ -476,20 +431,10 @@ impl Shared {
         }
     }
 
-    /// A peer's wake: tells the observer, records the partition hints on the existing gates,
-    /// then opens them.
+    /// A peer's wake: records the partition hints on the existing gates, then opens them.
     fn open_hinted(&self, lines: &[Line<'_>]) {
-        if let Some(observer) = self.observer.get() {
-            for line in lines {
-                match (line.partition, &line.released) {
-                    (Some(p), Some(r)) => observer.released(line.queue, p, r.group, r.pending),
-                    (Some(p), None) => observer.pushed(line.queue, p),
-                    (None, _) => observer.queue(line.queue),
-                }
-            }
-        }
-        // A drained release wakes nothing (the observer readies what it must, and opens
-        // this broker's gate itself).
+        // A drained release wakes nothing (the hot-list readies what it must, and opens this
+        // broker's gate itself).
         let waking = || {
             lines
                 .iter()
@@ -515,9 +460,6 @@ impl Shared {
     /// Opens every gate: after the peer connection (re)connects, notifications may have been
     /// lost, so everything counts as dirty once.
     fn open_all(&self) {
-        if let Some(observer) = self.observer.get() {
-            observer.everything();
-        }
         for g in lock(&self.gates).values() {
             g.notify.notify_waiters();
         }
@@ -547,102 +489,12 @@ async fn run_ticker(shared: Weak<Shared>) {
     }
 }
 
-/// The peer-wake session loop: send the ticker's batches, open local gates for other brokers'
-/// notifications; reconnect with backoff when the session drops. A batch whose send failed is
-/// lost to the peers, so the first thing a later session sends is a wake-all notice
-/// (`owed`): their rings and gates then treat everything as dirty once, as this broker does
-/// for what it may have missed receiving.
-async fn run_peer(
-    shared: Weak<Shared>,
-    link: Arc<dyn PeerLink>,
-    me: Uuid,
-    mut out: mpsc::Receiver<PeerBatch>,
-) {
-    let mut retry = Duration::from_millis(100);
-    let mut owed = false;
-    loop {
-        match link.connect().await {
-            Ok(mut session) => {
-                retry = Duration::from_millis(100);
-                match shared.upgrade() {
-                    Some(s) => s.open_all(),
-                    None => return,
-                }
-                if serve_peer(&shared, &mut session, me, &mut out, &mut owed)
-                    .await
-                    .is_break()
-                {
-                    return;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "peer wake: cannot connect"),
-        }
-        if shared.upgrade().is_none() {
-            return;
-        }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// One connected session. `Break` = the broker is gone; `Continue` = reconnect. `owed`: a
-/// send failed since the last notice reached the peers; it is cleared once the wake-all
-/// notice is sent.
-async fn serve_peer(
-    shared: &Weak<Shared>,
-    session: &mut PeerConnection,
-    me: Uuid,
-    out: &mut mpsc::Receiver<PeerBatch>,
-    owed: &mut bool,
-) -> std::ops::ControlFlow<()> {
-    use std::ops::ControlFlow::{Break, Continue};
-    if *owed {
-        let notice = PeerBatch {
-            everything: true,
-            ..PeerBatch::default()
-        };
-        if send_all(session, me, &notice).await.is_err() {
-            return Continue(());
-        }
-        *owed = false;
-    }
-    loop {
-        tokio::select! {
-            batch = out.recv() => {
-                let Some(batch) = batch else { return Break(()) };
-                if send_all(session, me, &batch).await.is_err() {
-                    *owed = true;
-                    return Continue(());
-                }
-            }
-            note = session.notes.recv() => {
-                let Some(payload) = note else { return Continue(()) };
-                let Some(s) = shared.upgrade() else { return Break(()) };
-                match parse_payload(&payload) {
-                    Some((sender, _)) if sender == me => {}
-                    Some((_, PeerWake::All)) | None => s.open_all(),
-                    Some((_, PeerWake::Queues(lines))) => s.open_hinted(&lines),
-                }
-            }
-        }
-    }
-}
-
-/// Sends every payload of `batch`; stops at the first failure (logged).
-async fn send_all(session: &PeerConnection, me: Uuid, batch: &PeerBatch) -> Result<(), ()> {
-    for payload in payloads(me, batch) {
-        if let Err(e) = session.sender.notify(&payload).await {
-            tracing::warn!(error = %e, "peer wake: notify failed; the peers will be told to wake everything");
-            return Err(());
-        }
-    }
-    Ok(())
-}
-
 mod payload;
+mod port;
 
 #[cfg(test)]
-use payload::Release;
-use payload::{parse_payload, payloads, Line, PeerWake};
+use payload::{parse_payload, payloads};
+pub use payload::{Line, PeerWake, Release};
+pub use port::PeerPort;
 #[cfg(test)]
 mod tests;

@@ -50,7 +50,7 @@ use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::hotlist::{HotList, HotListConfig};
 use crate::accel::one_flight::OneFlight;
-use crate::accel::wake::{PeerLink, PeerObserver, WakeGates};
+use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::spool::{self, Spool};
 use crate::store::migrations::{self, SchemaError};
@@ -59,7 +59,6 @@ use crate::telemetry::Telemetry;
 use ack::AckState;
 use pop::PopState;
 use push::PushState;
-use wake::StorePeerLink;
 
 /// Cheap to clone: one `Arc` around the shared part and each concept's state. The HTTP floor
 /// holds it and hands each concept its own state; field access through it reaches the shared
@@ -112,10 +111,7 @@ impl Engine {
 
     fn assemble(cfg: Config, store: Store, spool: Option<Spool>) -> Self {
         let broker_id = uuid::Uuid::now_v7();
-        let peer = cfg
-            .peer_wake_on()
-            .then(|| Arc::new(StorePeerLink(store.pg_config().clone())) as Arc<dyn PeerLink>);
-        let wake = Arc::new(WakeGates::new(broker_id, peer));
+        let wake = Arc::new(WakeGates::new(broker_id, cfg.peer_wake_on()));
         let hotlist = HotList::new(
             HotListConfig {
                 reseed_floor: Duration::from_millis(cfg.hotlist_reseed_ms),
@@ -123,7 +119,6 @@ impl Engine {
             },
             &wake,
         );
-        wake.observe(Arc::new(hotlist.clone()) as Arc<dyn PeerObserver>);
         let admission = Admission::new(admission::Limits::for_pool(
             cfg.db_pool_size,
             cfg.admission_push_cap,
@@ -162,9 +157,14 @@ impl Engine {
     }
 
     /// Starts the background work that needs the whole engine: the spool's drain
-    /// (`push/replay.rs`) and the timer wheel (`timer_wheel/`). Await the handles after
-    /// [`Engine::begin_shutdown`].
+    /// (`push/replay.rs`) and the timer wheel (`timer_wheel/`), whose handles to await after
+    /// [`Engine::begin_shutdown`], and the peer-wake session (`wake.rs`), which ends with the
+    /// engine.
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        if let Some(port) = self.wake.peer_port() {
+            let pg = self.store.pg_config().clone();
+            wake::start(port, self.pop.hotlist.clone(), pg);
+        }
         let mut tasks: Vec<_> = push::replay::spawn(&self.push).into_iter().collect();
         tasks.push(timer_wheel::start(self.push.clone(), self.ack.clone()));
         tasks

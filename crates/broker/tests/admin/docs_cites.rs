@@ -133,7 +133,7 @@ fn citations_after(rest: &str) -> (Vec<(&'static str, String)>, usize) {
 }
 
 /// Every text file of the repository that may cite.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read a directory").flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().to_string();

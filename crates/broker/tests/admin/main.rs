@@ -16,6 +16,7 @@ mod configure;
 mod connection_slots;
 mod docs_cites;
 mod docs_map;
+mod docs_sections;
 mod edge_input;
 mod framework_rejections;
 mod groups;

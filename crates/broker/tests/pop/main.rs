@@ -10,6 +10,7 @@ mod autopilot;
 mod bounds;
 mod buffers;
 mod concurrency;
+mod damaged;
 mod differential;
 mod framed;
 mod hints;

@@ -5,7 +5,7 @@
 //! be wrong only in excess.
 //!
 //! What feeds it: this broker's push commits and peers' (through the wake notifications, see
-//! [`PeerObserver`]); the verdict of every claim on the candidates it was handed (`took`,
+//! [`HotList::learn_peer`]); the verdict of every claim on the candidates it was handed (`took`,
 //! `empty`, `leased` until an instant, `gone`); acks that released a lease; the wheel
 //! (`wheel.rs`), which readies partitions when their lease or deferral ends; and the reseed,
 //! the SQL scan of the queue's pending partitions that fills a cold ring and refills every
@@ -32,7 +32,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::accel::wake::{PeerObserver, WakeGates};
+use crate::accel::wake::{PeerWake, WakeGates};
 use names::{Names, PartitionNames};
 use poppers::Poppers;
 use ring::{Effect, Poll, RingState};
@@ -565,22 +565,24 @@ async fn run_timer(shared: Weak<Shared>) {
     }
 }
 
-impl PeerObserver for HotList {
-    fn pushed(&self, queue: &str, partition: &str) {
-        self.mark_pushed([(queue, partition)]);
-    }
-
-    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool) {
-        self.release_named(queue, partition, group, pending);
-    }
-
-    fn queue(&self, queue: &str) {
-        self.dirty(queue);
-    }
-
-    fn everything(&self) {
-        for ring in self.all_rings() {
-            ring.lock().set_dirty();
+impl HotList {
+    /// Learns what another broker's notification names (`engine/wake.rs` calls it before the
+    /// gates open, so a woken pop finds the ring current): a pushed partition, a released
+    /// lease, a queue changed in a way the notification could not name, or anything at all
+    /// (a reconnect, when notifications may have been lost).
+    pub fn learn_peer(&self, wake: &PeerWake<'_>) {
+        let PeerWake::Queues(lines) = wake else {
+            for ring in self.all_rings() {
+                ring.lock().set_dirty();
+            }
+            return;
+        };
+        for line in lines {
+            match (line.partition, &line.released) {
+                (Some(p), Some(r)) => self.release_named(line.queue, p, r.group, r.pending),
+                (Some(p), None) => self.mark_pushed([(line.queue, p)]),
+                (None, _) => self.dirty(line.queue),
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::ring::{Effect, Poll, RingState, HORIZON_SLACK, MIN_REVISIT, TOOK_REVISIT_CAP};
 use super::*;
+use crate::accel::wake::{Line, Release};
 
 const FLOOR: Duration = Duration::from_secs(30);
 
@@ -274,7 +275,7 @@ fn candidates_follow_the_partition_count() {
 }
 
 fn hotlist() -> (HotList, Arc<WakeGates>) {
-    let gates = Arc::new(WakeGates::new(uuid::Uuid::now_v7(), None));
+    let gates = Arc::new(WakeGates::new(uuid::Uuid::now_v7(), false));
     let cfg = HotListConfig {
         reseed_floor: FLOOR,
         unserved_trim: Duration::from_secs(30),
@@ -367,6 +368,18 @@ async fn acks_find_their_partition_by_id_and_peers_by_name() {
     assert_eq!(list.metrics().rings, 0);
 }
 
+/// A peer's notification of one line: a queue, a pushed partition, or a released lease
+/// (group, data left behind).
+fn peer(list: &HotList, queue: &str, partition: Option<&str>, released: Option<(&str, bool)>) {
+    let released = released.map(|(group, pending)| Release { group, pending });
+    let line = Line {
+        queue,
+        partition,
+        released,
+    };
+    list.learn_peer(&PeerWake::Queues(vec![line]));
+}
+
 /// A ring that met a peer's lease parks the partition until the lease's end; the peer's
 /// ack that drained it must end that wait, or the pushes after it wait out the lease.
 #[tokio::test]
@@ -382,12 +395,12 @@ async fn a_peers_drained_release_lets_the_next_push_through() {
         "a".to_string(),
         Verdict::Leased { until },
     )]));
-    PeerObserver::pushed(&list, "q", "a");
+    peer(&list, "q", Some("a"), None);
     assert!(
         matches!(list.poll(&ring, 16), Next::Empty),
         "the lease still holds it"
     );
-    PeerObserver::released(&list, "q", "a", "g", false);
+    peer(&list, "q", Some("a"), Some(("g", false)));
     assert!(
         matches!(list.poll(&ring, 16), Next::Claim(_)),
         "a push arrived while it waited: ready once the lease is gone"
@@ -401,13 +414,13 @@ async fn marks_reach_only_existing_rings_and_peers_feed_them() {
     assert_eq!(list.metrics().rings, 0, "a push allocates no ring");
     let ring = list.ring("q", "g");
     reseed(&list, &ring, vec![]);
-    PeerObserver::pushed(&list, "q", "p");
+    peer(&list, "q", Some("p"), None);
     let Next::Claim(claim) = list.poll(&ring, 16) else {
         panic!("a peer's push readied the partition");
     };
     assert_eq!(claim.names(), ["p"]);
     drop(claim);
-    PeerObserver::queue(&list, "q");
+    peer(&list, "q", None, None);
     assert!(matches!(list.poll(&ring, 16), Next::Reseed(_)));
 }
 

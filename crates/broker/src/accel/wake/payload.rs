@@ -16,7 +16,7 @@ const PAIR_SEPARATOR: char = '\x1f';
 
 /// What a peer notification asks for.
 #[derive(Debug, PartialEq)]
-pub(super) enum PeerWake<'a> {
+pub enum PeerWake<'a> {
     /// Queues to wake, each line with what it names.
     Queues(Vec<Line<'a>>),
     All,
@@ -28,7 +28,7 @@ const DRAINED: &str = "drained";
 /// One line of a wake notification: a queue; with a partition, a push into it; with a
 /// release too, a lease on it that an ack released.
 #[derive(Debug, PartialEq)]
-pub(super) struct Line<'a> {
+pub struct Line<'a> {
     pub queue: &'a str,
     pub partition: Option<&'a str>,
     pub released: Option<Release<'a>>,
@@ -37,7 +37,7 @@ pub(super) struct Line<'a> {
 /// A released lease as a line names it: its group, and whether data was left behind the
 /// cursor (only then is there anything to wake for).
 #[derive(Debug, PartialEq)]
-pub(super) struct Release<'a> {
+pub struct Release<'a> {
     pub group: &'a str,
     pub pending: bool,
 }

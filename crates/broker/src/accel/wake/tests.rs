@@ -94,7 +94,7 @@ fn the_mailbox_keeps_the_newest_distinct_hints() {
 
 #[tokio::test]
 async fn pushes_hint_only_gates_that_exist() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     let gate = gates.gate("q");
     gates.wake_partitions([("q", "a"), ("q", "b"), ("q", "a"), ("other", "c")]);
     assert_eq!(gate.take_hints(), vec!["a".to_string(), "b".to_string()]);
@@ -104,7 +104,7 @@ async fn pushes_hint_only_gates_that_exist() {
 
 #[tokio::test]
 async fn a_wake_opens_the_gate_and_the_discovery_gate() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     let gate = gates.gate("q");
     let any = gates.any_gate();
     let (queue_woken, any_woken) = (gate.notified(), any.notified());
@@ -122,7 +122,7 @@ async fn a_wake_opens_the_gate_and_the_discovery_gate() {
 
 #[tokio::test]
 async fn a_gate_lives_exactly_as_long_as_its_waiters() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     let (first, second) = (gates.gate("q"), gates.gate("q"));
     let any = gates.any_gate();
     assert_eq!(gates.gate_count(), 1, "one gate per queue");
@@ -149,7 +149,7 @@ async fn settle() {
 #[tokio::test(start_paused = true)]
 async fn a_commit_wakes_one_parked_waiter_at_once_and_the_rest_on_the_tick() {
     use futures::FutureExt;
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     let gate = gates.gate("q");
     // A first wake: the ticker opens it and then waits out its tick.
     gates.wake_queue("q");
@@ -189,7 +189,7 @@ async fn a_commit_wakes_one_parked_waiter_at_once_and_the_rest_on_the_tick() {
 
 #[tokio::test]
 async fn wakes_of_unpolled_queues_allocate_no_gate() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     gates.wake_queue("nobody-waits-here");
     tokio::time::sleep(TICK * 4).await;
     assert!(lock(&gates.shared.gates).is_empty());
@@ -240,64 +240,50 @@ fn released_leases_travel_with_their_group_and_whether_data_was_left() {
     );
 }
 
-/// Records what the observer is told.
-#[derive(Default)]
-struct Seen(Mutex<Vec<String>>);
-
-impl PeerObserver for Seen {
-    fn pushed(&self, queue: &str, partition: &str) {
-        lock(&self.0).push(format!("pushed {queue}/{partition}"));
-    }
-    fn released(&self, queue: &str, partition: &str, group: &str, pending: bool) {
-        let left = if pending { "pending" } else { "drained" };
-        lock(&self.0).push(format!("released {queue}/{partition}/{group} {left}"));
-    }
-    fn queue(&self, queue: &str) {
-        lock(&self.0).push(format!("queue {queue}"));
-    }
-    fn everything(&self) {
-        lock(&self.0).push("everything".into());
-    }
+#[test]
+fn a_peer_payload_asks_for_what_it_names_and_our_own_are_ignored() {
+    let me = Uuid::now_v7();
+    let gates = WakeGates::new(me, true);
+    let port = gates.peer_port().expect("peer wake is on");
+    assert!(gates.peer_port().is_none(), "the port is taken once");
+    let other = Uuid::now_v7();
+    let theirs = format!("{other}\nwake\norders\x1fus");
+    let Some(PeerWake::Queues(lines)) = port.heard(&theirs) else {
+        panic!("a peer's wake names its lines");
+    };
+    assert_eq!((lines[0].queue, lines[0].partition), ("orders", Some("us")));
+    let ours = format!("{me}\nwake\norders\x1fus");
+    assert_eq!(
+        port.heard(&ours),
+        None,
+        "our own notification changes nothing"
+    );
+    assert_eq!(port.heard("garbage"), Some(PeerWake::All));
+    assert!(WakeGates::new(me, false).peer_port().is_none());
 }
 
 #[tokio::test]
-async fn peer_lines_reach_the_observer_before_the_gates_open() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
-    let seen = Arc::new(Seen::default());
-    gates.observe(seen.clone());
-    let line = |queue, partition, released| Line {
-        queue,
-        partition,
-        released,
-    };
-    let release = |pending| {
-        Some(Release {
-            group: "g",
-            pending,
-        })
-    };
-    gates.shared.open_hinted(&[
-        line("q", Some("p"), None),
-        line("q", Some("p"), release(true)),
-        line("q", Some("p"), release(false)),
-        line("r", None, None),
-    ]);
-    gates.shared.open_all();
-    assert_eq!(
-        *lock(&seen.0),
-        vec![
-            "pushed q/p",
-            "released q/p/g pending",
-            "released q/p/g drained",
-            "queue r",
-            "everything"
-        ]
-    );
+async fn a_peer_wake_opens_the_named_gates_and_everything_opens_all() {
+    let gates = WakeGates::new(Uuid::now_v7(), true);
+    let port = gates.peer_port().expect("peer wake is on");
+    let (q, r) = (gates.gate("q"), gates.gate("r"));
+    let (q_woken, r_woken) = (q.notified(), r.notified());
+    tokio::pin!(q_woken, r_woken);
+    q_woken.as_mut().enable();
+    r_woken.as_mut().enable();
+    let payload = format!("{}\nwake\nq\x1fp", Uuid::now_v7());
+    port.open(&port.heard(&payload).expect("a peer's"));
+    let short = Duration::from_millis(50);
+    assert!(tokio::time::timeout(short, &mut q_woken).await.is_ok());
+    assert_eq!(q.take_hints(), vec!["p".to_string()]);
+    assert!(tokio::time::timeout(short, &mut r_woken).await.is_err());
+    port.open(&PeerWake::All);
+    assert!(tokio::time::timeout(short, &mut r_woken).await.is_ok());
 }
 
 #[tokio::test]
 async fn a_drained_release_alone_wakes_no_parked_pop() {
-    let gates = WakeGates::new(Uuid::now_v7(), None);
+    let gates = WakeGates::new(Uuid::now_v7(), false);
     let gate = gates.gate("q");
     let any = gates.any_gate();
     let (woken, any_woken) = (gate.notified(), any.notified());
@@ -326,18 +312,9 @@ async fn a_drained_release_alone_wakes_no_parked_pop() {
     assert!(gate.take_hints().is_empty(), "and no hint was left");
 }
 
-/// A peer link that never connects: the peer session stays down.
-struct Down;
-
-impl PeerLink for Down {
-    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>> {
-        Box::pin(async { Err("down".to_string()) })
-    }
-}
-
 #[test]
 fn a_peer_outage_queues_at_most_the_backlog_then_wakes_everything() {
-    let gates = WakeGates::new(Uuid::new_v4(), Some(Arc::new(Down)));
+    let gates = WakeGates::new(Uuid::new_v4(), true);
     let s = &gates.shared;
     // 10 000 ticks, each naming a queue of its own, while nothing drains the channel.
     for i in 0..10_000 {
@@ -362,82 +339,32 @@ fn a_peer_outage_queues_at_most_the_backlog_then_wakes_everything() {
     assert!(matches!(parse_payload(&sent[0]), Some((_, PeerWake::All))));
 }
 
-/// A peer link whose sends fail `failures` times, then succeed and are recorded.
-#[derive(Default)]
-struct Flaky {
-    failures: AtomicUsize,
-    sent: Mutex<Vec<String>>,
-    /// The note senders of the sessions, kept open so a session only ends by a failed send.
-    notes: Mutex<Vec<mpsc::UnboundedSender<String>>>,
-}
-
-struct FlakySender(Arc<Flaky>);
-
-impl PeerSender for FlakySender {
-    fn notify<'a>(&'a self, payload: &'a str) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let failed = self
-                .0
-                .failures
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .is_ok();
-            if failed {
-                return Err("the notification queue is full".to_string());
-            }
-            lock(&self.0.sent).push(payload.to_string());
-            Ok(())
-        })
-    }
-}
-
-struct FlakyLink(Arc<Flaky>);
-
-impl PeerLink for FlakyLink {
-    fn connect(&self) -> BoxFuture<'_, Result<PeerConnection, String>> {
-        Box::pin(async move {
-            let (tx, notes) = mpsc::unbounded_channel();
-            lock(&self.0.notes).push(tx);
-            Ok(PeerConnection {
-                sender: Box::new(FlakySender(self.0.clone())),
-                notes,
-            })
-        })
-    }
-}
-
 #[tokio::test]
 async fn a_failed_send_is_made_good_by_a_wake_all_notice() {
-    let flaky = Arc::new(Flaky::default());
-    flaky.failures.store(1, Ordering::Release);
-    let gates = WakeGates::new(Uuid::now_v7(), Some(Arc::new(FlakyLink(flaky.clone()))));
-    // This push's notification is the one whose send fails: no peer ever hears of it.
+    let gates = WakeGates::new(Uuid::now_v7(), true);
+    let mut port = gates.peer_port().expect("peer wake is on");
+    assert!(port.owed().is_empty(), "nothing owed before a failure");
     gates.wake_partitions([("q", "p")]);
-    let kinds = || {
-        lock(&flaky.sent)
-            .iter()
-            .map(|p| match parse_payload(p) {
-                Some((_, PeerWake::All)) => "all".to_string(),
-                Some((_, PeerWake::Queues(lines))) => {
-                    lines.iter().map(|l| l.queue).collect::<Vec<_>>().join(",")
-                }
-                None => "garbage".to_string(),
-            })
-            .collect::<Vec<_>>()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while kinds().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "after a failed send the peers were never told to wake everything"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(kinds(), vec!["all"], "the notice comes first, once");
-    // The session that sent it carries the next wakes as usual.
-    gates.wake_queue("r");
-    while kinds().len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "{:?}", kinds());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(kinds(), vec!["all", "r"]);
+    let sent = tokio::time::timeout(Duration::from_secs(5), port.next())
+        .await
+        .expect("the tick's batch")
+        .expect("the broker is alive");
+    assert_eq!(
+        received(gates.broker_id, &sent),
+        vec![("q".into(), Some("p".into()))]
+    );
+    // Its send fails: no peer ever hears of that push.
+    port.send_failed();
+    let owed = port.owed();
+    assert_eq!(owed.len(), 1);
+    assert!(matches!(parse_payload(&owed[0]), Some((_, PeerWake::All))));
+    assert!(!port.owed().is_empty(), "owed until a session delivered it");
+    port.settled();
+    assert!(port.owed().is_empty(), "and once only");
+    drop(gates);
+    assert!(port.gone());
+    assert!(
+        port.next().await.is_none(),
+        "the session ends with the broker"
+    );
 }

@@ -11,8 +11,8 @@
 //! partitions one claim may take and its global budget; the claim itself is the same SQL.
 
 use crate::accel::hotlist::Seat;
-use crate::engine::pop::PopState;
-use crate::engine::pop::{PopRequest, PopShape};
+use crate::engine::pop::request::{Ask, PopRequest, PopShape};
+use crate::engine::pop::state::PopState;
 
 /// `batch` when the pop sets none (docs/wire.md §7.2).
 pub const DEFAULT_BATCH: i32 = 200;
@@ -24,13 +24,6 @@ pub const MAX_PARTITIONS: i32 = 512;
 /// for the shallow partitions that make many-partition queues slow, without letting one deep
 /// partition take a huge answer (the budget is global, spent in claim order).
 const PER_PARTITION: i32 = 4;
-
-/// Which knobs of an `autopilot=true` pop the broker sizes (those the request left unset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ask {
-    pub batch: bool,
-    pub partitions: bool,
-}
 
 /// The sizes one claim used: echoed as `"autopilot": {"partitions", "batch", "waitMs"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,12 +21,12 @@ use tokio::time::Instant;
 
 use crate::accel::admission::Permit;
 use crate::accel::hotlist::{candidates_for, Next, ReseedGuard, Verdict, RESEED_PAGE};
+use crate::engine::pop::admit::{admit, pop_failed, Claimed};
 use crate::engine::pop::autopilot::{Pilot, Sizing};
-use crate::engine::pop::PopState;
-use crate::engine::pop::{admit, pop_failed, Claimed, PopAnswer};
+use crate::engine::pop::state::PopState;
 use crate::error::Result;
 use crate::store::hotlist as store;
-use crate::store::pop::{self as sql, ClaimArgs, ListVerdict};
+use crate::store::pop::{self as sql, ClaimArgs, ListVerdict, PopAnswer};
 
 /// One claim of a wildcard pop through its ring, started only before `start_by`. The
 /// autopilot (`pilot`) sizes the claim from the ring as it stands before each poll; `sizing`

@@ -8,9 +8,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::engine::pop::admit::pop_failed;
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Woke};
-use crate::engine::pop::PopState;
-use crate::engine::pop::{pop_failed, PopRequest};
+use crate::engine::pop::request::PopRequest;
+use crate::engine::pop::state::PopState;
 use crate::error::Result;
 use crate::store::pop as sql;
 

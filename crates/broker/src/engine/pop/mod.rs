@@ -1,195 +1,60 @@
-//! One pop request from parameters to answer (docs/spec/life-of-a-pop.md, docs/engine.md §5.1): pop
-//! maintenance mode, the minimum pop wait, candidate selection and the claim in SQL, the frame
-//! walk after the connection is released, and long-poll parking with no connection held.
+//! One pop request from parameters to the claimed answer (docs/spec/life-of-a-pop.md,
+//! docs/engine.md §5.1), read top to bottom: pop maintenance mode, the minimum pop wait
+//! ([`min_wait`]), candidate selection and the claim in SQL, and long-poll parking with no
+//! connection held ([`longpoll`]). The claim's outcome is decided here — what it counts as
+//! popped and delivered, whether an empty claim keeps a long-poll waiting — and the answer is
+//! handed up as a [`Claim`] for the HTTP floor to render (`http/pop/render.rs`); the engine
+//! never calls up into it.
 //!
 //! Candidates come from one of two paths: a wildcard pop with the hot-list on asks its ring
 //! ([`hotlist`]): nothing ready answers without a permit, a connection or a statement; every
 //! other pop runs the SQL candidate path ([`scan`]): the has-pending probe, then the claim of
-//! its shape (docs/engine.md §5.2).
-//!
-//! Beside it: [`longpoll`] (parking), [`min_wait`] (the minimum pop wait). The answer's body is
-//! rendered by the HTTP floor's [`Render`] (JSON or `QPF1`, `http/pop/`), which this module
-//! runs after the connection is back in the pool, off the async workers when the answer is
-//! big. What the pop path remembers between requests lives in `accel/` (`pop_cache.rs` and
-//! the files it gathers, `hotlist/`).
+//! its shape (docs/engine.md §5.2). Both take their permit and connection, and map a failed
+//! statement, through [`admit`]; what a pop asks for is [`request`], what it hands up is
+//! [`answer`]. What the pop path remembers between requests lives in `accel/`
+//! (`pop_cache.rs` and the files it gathers, `hotlist/`).
 
+mod admit;
+mod answer;
 pub mod autopilot;
 mod hotlist;
 pub mod longpoll;
 mod min_wait;
+mod request;
 mod scan;
 mod state;
 
+pub use answer::{Claim, ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
+pub use request::{Ask, PopRequest, PopShape, Subscription};
 pub use state::PopState;
 
-use crate::engine::tenant::{self, Tenant};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use deadpool_postgres::Object;
-use queen_proto::frame::Frame;
 use queen_proto::LeaseId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::accel::ack_registry::AckRegistry;
-use crate::accel::admission::{Lane, Permit};
 use crate::accel::deliveries::Delivered;
-use crate::engine::ack::births::Births;
-use crate::engine::encryption::Encryption;
 use crate::engine::maintenance;
-use crate::engine::pop::autopilot::{Ask, Pilot, Sizing};
+use crate::engine::pop::admit::{pop_failed, Claimed};
+use crate::engine::pop::autopilot::{Pilot, Sizing};
 use crate::engine::pop::longpoll::{claim_cutoff, Armed, Backoff, Woke};
-use crate::engine::push::segment::INLINE_BUILD_BYTES;
-use crate::error::{Error, Result};
-use crate::log_limit::{LogLimit, DEFAULT_WINDOW};
-use crate::store::db_error::db_message;
+use crate::error::Result;
 use crate::store::pop::ClaimArgs;
 
-/// Which partitions a pop may claim from.
-#[derive(Debug, Clone)]
-pub enum PopShape {
-    /// Any partition(s) of the queue.
-    Wildcard { queue: String },
-    /// One named partition.
-    Targeted { queue: String, partition: String },
-    /// Every queue whose labels match; an empty label matches any.
-    Discovery { namespace: String, task: String },
-}
-
-impl PopShape {
-    /// The shape with its client names stored the way `tenant` stores them (namespace and
-    /// task too: a discovery pop only ever matches the caller's queues).
-    pub fn of_tenant(self, tenant: &Tenant) -> Result<PopShape> {
-        Ok(match self {
-            PopShape::Wildcard { queue } => PopShape::Wildcard {
-                queue: tenant::qualify(tenant, "queue", &queue)?,
-            },
-            PopShape::Targeted { queue, partition } => PopShape::Targeted {
-                queue: tenant::qualify(tenant, "queue", &queue)?,
-                partition,
-            },
-            PopShape::Discovery { namespace, task } => PopShape::Discovery {
-                namespace: tenant::qualify(tenant, "namespace", &namespace)?,
-                task: tenant::qualify(tenant, "task", &task)?,
-            },
-        })
-    }
-}
-
-/// A named group's first-contact starting point.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Subscription {
-    /// Everything retained.
-    All,
-    /// Future messages only.
-    New,
-    /// From the first segment at or after this instant.
-    From(DateTime<Utc>),
-}
-
-/// A parsed pop request (docs/wire.md §7.2).
-#[derive(Debug, Clone)]
-pub struct PopRequest {
-    pub shape: PopShape,
-    pub batch: i32,
-    pub partitions: i32,
-    pub wait: bool,
-    pub timeout: Duration,
-    pub group: String,
-    pub auto_ack: bool,
-    pub subscription: Subscription,
-    /// Per-request lease length; `None` = the queue's.
-    pub lease_seconds: Option<i32>,
-    /// `frames=true`: answer `QPF1` (docs/wire.md §7.7) instead of JSON.
-    pub frames: bool,
-    /// `autopilot=true`: the knobs the request left to the broker ([`autopilot`]).
-    pub autopilot: Option<Ask>,
-    /// Renders the claimed answer.
-    pub render: Render,
-}
-
-pub use crate::store::pop::{ClaimedPartition, ClaimedSegment, PopAnswer};
-
-/// Turns a claimed answer into the response body (the HTTP floor's renderers), telling `seen`
-/// each claimed segment it decodes on the way.
-pub type Render = fn(&PopAnswer, &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered;
-
-/// Told what a renderer decoded, segment by segment: the claimed frames of `seg`, or `None`
-/// when they could not be decoded. A leasing pop's ack-registry births listen here, so its
-/// answer is decompressed once (docs/engine.md §6.4).
-pub trait Decoded {
-    fn segment(
-        &mut self,
-        part: &ClaimedPartition,
-        seg: &ClaimedSegment,
-        claimed: Option<&[Frame<'_>]>,
-    );
-}
-
-/// Nobody listens (autoAck pops, the registry off).
-impl Decoded for () {
-    fn segment(&mut self, _: &ClaimedPartition, _: &ClaimedSegment, _: Option<&[Frame<'_>]>) {}
-}
-
-impl Decoded for Births<'_> {
-    fn segment(
-        &mut self,
-        part: &ClaimedPartition,
-        seg: &ClaimedSegment,
-        claimed: Option<&[Frame<'_>]>,
-    ) {
-        self.seen(part, seg, claimed);
-    }
-}
-
-/// Fixed parts of an answer's envelope.
-pub struct RenderContext<'a> {
-    /// Top-level `queue`: the queue name, or `""` for a discovery pop.
-    pub queue: &'a str,
-    pub group: &'a str,
-    /// The pop's lease id, or `""` for autoAck.
-    pub lease_id: &'a str,
-    /// Discovery answers carry a per-message `queue`.
-    pub per_message_queue: bool,
-    /// `QPF1` instead of JSON.
-    pub frames: bool,
-    /// Upper bound of one decompressed segment.
-    pub max_segment_bytes: usize,
-    /// Opens the payloads of encrypted frames.
-    pub encryption: &'a Encryption,
-    /// The sizes to echo (`autopilot=true` pops with the autopilot on).
-    pub autopilot: Option<Sizing>,
-}
-
-/// A rendered 200 answer.
-pub struct Rendered {
-    pub body: Vec<u8>,
-    pub messages: usize,
-    pub partitions_claimed: usize,
-}
-
+/// What a pop came to.
 pub enum PopOutcome {
     /// Nothing delivered: 204 with no body.
     Empty,
-    Delivered(Rendered),
-}
-
-/// What a candidate path's claim came to.
-enum Claimed {
-    Answer(PopAnswer),
-    /// Nothing claimable now (no statement may have run).
-    Nothing,
-    /// No permit or connection came before the attempt's start-by instant.
-    OutOfTime,
+    /// A claim of at least one message, for the HTTP floor to render.
+    Claimed(Claim),
 }
 
 /// What one claim attempt came to.
 enum Tried {
-    Delivered(Rendered),
-    /// Nothing claimable now.
+    Claimed(Claim),
+    /// Nothing claimable now, or a claim that took no message.
     Nothing,
     /// No connection (or no maintenance answer) came before the attempt's start-by instant:
     /// nothing was claimed, and nothing may be any more.
@@ -242,7 +107,7 @@ pub async fn pop(st: &PopState, req: &PopRequest) -> Result<PopOutcome> {
         let tried = std::mem::take(&mut hints);
         let bounds = (start_by, deadline);
         match attempt(st, req, &fixed, &tried, bounds, &mut closing).await? {
-            Tried::Delivered(rendered) => return Ok(PopOutcome::Delivered(rendered)),
+            Tried::Claimed(claim) => return Ok(PopOutcome::Claimed(claim)),
             Tried::OutOfTime => return Ok(PopOutcome::Empty),
             Tried::Nothing => {}
         }
@@ -289,7 +154,7 @@ async fn attempt(
     (start_by, deadline): (Instant, Instant),
     closing: &mut watch::Receiver<bool>,
 ) -> Result<Tried> {
-    if let Some((queue, partition)) = queue_of(&req.shape) {
+    if let Some((queue, partition)) = req.shape.queue() {
         if let Some(window) = st.cache.min_wait.window(queue) {
             min_wait::hold_underfull(st, req, queue, partition, window, deadline, closing).await?;
         }
@@ -318,120 +183,56 @@ async fn attempt(
         Claimed::Nothing => return Ok(Tried::Nothing),
         Claimed::OutOfTime => return Ok(Tried::OutOfTime),
     };
-    if let (Some((queue, _)), Some(ms)) = (queue_of(&req.shape), answer.min_pop_wait_ms) {
+    if let (Some((queue, _)), Some(ms)) = (req.shape.queue(), answer.min_pop_wait_ms) {
         st.cache.min_wait.learn(queue, ms);
     }
     for part in &answer.partitions {
         st.hotlist
             .learn(part.partition_id, &part.queue, &part.partition);
     }
-    if answer.partitions.is_empty() {
+    let delivered = delivered(&answer);
+    let messages: u64 = delivered.0.iter().map(|(_, taken, _)| taken).sum();
+    if messages == 0 {
         return Ok(Tried::Nothing);
     }
-    // A leasing pop's deliveries go to the ack registry (docs/engine.md §6.4).
-    let registry = (!req.auto_ack && st.ack_registry.enabled()).then(|| st.ack_registry.clone());
-    let echo = fixed.pilot.echo().then_some(sizing);
-    let (rendered, delivered) = render_answer(st, answer, req, lease_id, registry, echo).await?;
-    st.counters
-        .messages_popped
-        .fetch_add(rendered.messages as u64, Relaxed);
-    if rendered.messages == 0 {
-        return Ok(Tried::Nothing);
-    }
+    // Popped is what left the queue's cursor or was leased: frames the renderer cannot
+    // decode count too (they are logged, and a leased one redelivers when its lease expires).
+    st.counters.messages_popped.fetch_add(messages, Relaxed);
     st.cache
         .deliveries
         .record(delivered, Utc::now().timestamp_micros());
-    Ok(Tried::Delivered(rendered))
+    let echo = fixed.pilot.echo().then_some(sizing);
+    Ok(Tried::Claimed(claim(st, answer, req, fixed.lease_id, echo)))
 }
 
-/// Renders a claimed answer (JSON or framed), off the async workers when it is big; returns
-/// it with what it delivered per queue. With `registry`, the answer's leased batches are
-/// stored in it right after the render, before the answer leaves. `autopilot`: the sizes to
-/// echo.
-async fn render_answer(
+/// The claimed answer with its envelope; a leasing pop's deliveries go to the ack registry
+/// (docs/engine.md §6.4) through the births the renderer feeds. `autopilot`: the sizes to echo.
+fn claim(
     st: &PopState,
     answer: PopAnswer,
     req: &PopRequest,
     lease_id: &LeaseId,
-    registry: Option<Arc<AckRegistry>>,
     autopilot: Option<Sizing>,
-) -> Result<(Rendered, Delivered)> {
-    let blob_bytes: usize = answer.blobs.iter().map(Vec::len).sum();
-    let delivered = delivered(&answer);
-    let queue = queue_of(&req.shape).map_or("", |(q, _)| q).to_string();
-    let lease_id = if req.auto_ack {
-        LeaseId::none()
-    } else {
-        lease_id.clone()
+) -> Claim {
+    let envelope = Envelope {
+        queue: req.shape.queue().map_or("", |(q, _)| q).to_string(),
+        group: req.group.clone(),
+        lease_id: if req.auto_ack {
+            LeaseId::none()
+        } else {
+            lease_id.clone()
+        },
+        per_message_queue: matches!(req.shape, PopShape::Discovery { .. }),
+        frames: req.frames,
+        max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
+        encryption: st.encryption.clone(),
+        autopilot,
     };
-    let (group, frames, render) = (req.group.clone(), req.frames, req.render);
-    let per_message_queue = matches!(req.shape, PopShape::Discovery { .. });
-    let encryption = st.encryption.clone();
-    let render = move || {
-        let ctx = RenderContext {
-            queue: &queue,
-            group: &group,
-            lease_id: lease_id.as_str(),
-            per_message_queue,
-            frames,
-            max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
-            encryption: &encryption,
-            autopilot,
-        };
-        let Some(registry) = registry else {
-            return render(&answer, &ctx, &mut ());
-        };
-        let mut births = Births::new(&registry, ctx.group, ctx.lease_id);
-        let rendered = render(&answer, &ctx, &mut births);
-        births.finish(&answer, ctx.max_segment_bytes);
-        rendered
-    };
-    // Decompressing and rendering a big answer would stall an async worker for milliseconds.
-    let rendered = if blob_bytes > INLINE_BUILD_BYTES {
-        tokio::task::spawn_blocking(render)
-            .await
-            .map_err(|e| Error::internal(format!("pop render task failed: {e}")))?
-    } else {
-        render()
-    };
-    Ok((rendered, delivered))
-}
-
-/// A pop permit, then a pooled connection (always in that order), both before `start_by`;
-/// `None` when either comes too late.
-async fn admit(st: &PopState, start_by: Instant) -> Result<Option<(Permit, Object)>> {
-    let Some(permit) = st.admission.acquire_before(Lane::Pop, start_by).await else {
-        return Ok(None);
-    };
-    Ok(st
-        .store
-        .conn_before(start_by)
-        .await?
-        .map(|conn| (permit, conn)))
-}
-
-/// A failed claim is a server fault: log PostgreSQL's own message (identical ones once per
-/// window), answer `pop failed`, or 503 when the database could not be reached.
-fn pop_failed(e: Error) -> Error {
-    static FAILURES: LogLimit = LogLimit::new(DEFAULT_WINDOW);
-    let Error::Db(db) = &e else {
-        return e;
-    };
-    let text = db_message(db);
-    if let Some(suppressed) = FAILURES.admit(&text) {
-        tracing::error!(error = %text, suppressed, "pop failed");
-    }
-    if e.is_unavailable() {
-        return Error::Unavailable(text);
-    }
-    Error::internal("pop failed")
-}
-
-fn queue_of(shape: &PopShape) -> Option<(&str, Option<&str>)> {
-    match shape {
-        PopShape::Wildcard { queue } => Some((queue, None)),
-        PopShape::Targeted { queue, partition } => Some((queue, Some(partition))),
-        PopShape::Discovery { .. } => None,
+    let registry = (!req.auto_ack && st.ack_registry.enabled()).then(|| st.ack_registry.clone());
+    Claim {
+        answer,
+        envelope,
+        registry,
     }
 }
 

@@ -11,10 +11,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use deadpool_postgres::GenericClient;
 use tokio::time::Instant;
 
-use crate::engine::pop::PopState;
-use crate::engine::pop::{admit, pop_failed, Claimed, PopAnswer, PopRequest, PopShape};
+use crate::engine::pop::admit::{admit, pop_failed, Claimed};
+use crate::engine::pop::request::{PopRequest, PopShape};
+use crate::engine::pop::state::PopState;
 use crate::error::Result;
-use crate::store::pop::{self as sql, ClaimArgs};
+use crate::store::pop::{self as sql, ClaimArgs, PopAnswer};
 
 /// One claim on the SQL candidate path, started only before `start_by`.
 pub(super) async fn claim(

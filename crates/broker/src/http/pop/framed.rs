@@ -23,17 +23,16 @@ use queen_proto::frame::{decode_exact, Frame, ENCRYPTED};
 use queen_proto::pop_framed::{Claim, Codec, FramedPop, Record};
 use zstd::zstd_safe;
 
-use super::{echo_keys, json};
-use crate::engine::pop::{
-    ClaimedPartition, ClaimedSegment, Decoded, PopAnswer, RenderContext, Rendered,
-};
+use super::json;
+use super::render::{echo_keys, Rendered};
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
 
 /// Renders the claims of `answer` as a `QPF1` body. Should the answer not be encodable
 /// (a name over 65 535 bytes, which validation upstream rules out), or hold an encrypted
 /// payload this broker cannot open (a per-message error only JSON can carry), it is rendered
 /// as JSON: the client accepts either. Only that JSON answer tells `seen` what it decoded: a
 /// framed answer ships most blobs unopened, and the registry decodes what it needs itself.
-pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
+pub fn render(answer: &PopAnswer, ctx: &Envelope, seen: &mut dyn Decoded) -> Rendered {
     let mut blobs = answer.blobs.iter();
     let mut claims = Vec::with_capacity(answer.partitions.len());
     let mut messages = 0;
@@ -49,20 +48,15 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decode
             Err(Sealed) => return json::render(answer, ctx, seen),
         }
     }
-    let partitions_claimed = claims.len();
     let framed = FramedPop {
-        queue: local(ctx.queue).to_string(),
+        queue: local(&ctx.queue).to_string(),
         lease_id: ctx.lease_id.to_string(),
-        group: ctx.group.to_string(),
+        group: ctx.group.clone(),
         extra: echo_keys(ctx),
         claims,
     };
     match framed.encode() {
-        Ok(body) => Rendered {
-            body,
-            messages,
-            partitions_claimed,
-        },
+        Ok(body) => Rendered { body, messages },
         Err(e) => {
             tracing::error!(error = %e, "framed pop answer cannot be encoded; answering JSON");
             json::render(answer, ctx, seen)
@@ -79,7 +73,7 @@ struct Sealed;
 fn claim(
     part: &ClaimedPartition,
     segments: &[(&ClaimedSegment, &Vec<u8>)],
-    ctx: &RenderContext<'_>,
+    ctx: &Envelope,
 ) -> Result<Option<(Claim, usize)>, Sealed> {
     let mut records: Vec<(Record, &ClaimedSegment)> = Vec::with_capacity(segments.len());
     for &(seg, blob) in segments.iter().filter(|(seg, _)| seg.take > 0) {
@@ -122,7 +116,7 @@ fn record(
     part: &ClaimedPartition,
     seg: &ClaimedSegment,
     blob: &[u8],
-    ctx: &RenderContext<'_>,
+    ctx: &Envelope,
 ) -> Result<Option<Record>, Sealed> {
     let codec = Codec::of(blob);
     let whole = || Record {
@@ -265,7 +259,7 @@ mod tests {
             vec![zstd_blob.clone(), raw_blob.clone()],
         );
         let r = render(&a, &ctx("L"), &mut ());
-        assert_eq!((r.messages, r.partitions_claimed), (4, 1));
+        assert_eq!(r.messages, 4);
         assert!(
             r.body.windows(zstd_blob.len()).any(|w| w == zstd_blob),
             "the zstd blob is shipped byte for byte"
@@ -293,8 +287,13 @@ mod tests {
     fn sealed_frames_ship_opened_and_an_unopenable_one_turns_the_answer_to_json() {
         use crate::config::EncryptionKey;
         use crate::engine::encryption::Encryption;
-        let enc = Encryption::new(Some(&EncryptionKey::from_hex(&"3c".repeat(32)).unwrap()));
-        let other = Encryption::new(Some(&EncryptionKey::from_hex(&"c3".repeat(32)).unwrap()));
+        use std::sync::Arc;
+        let enc = Arc::new(Encryption::new(Some(
+            &EncryptionKey::from_hex(&"3c".repeat(32)).unwrap(),
+        )));
+        let other = Arc::new(Encryption::new(Some(
+            &EncryptionKey::from_hex(&"c3".repeat(32)).unwrap(),
+        )));
         let sealed = enc.seal("q", b"{\"n\":0}").unwrap();
         let mut raw = Vec::new();
         Frame {
@@ -311,7 +310,7 @@ mod tests {
         );
         let mut c = ctx("L");
         c.frames = true;
-        c.encryption = &enc;
+        c.encryption = enc;
         let r = render(&a, &c, &mut ());
         let d = decode(&r.body).expect("still framed");
         let data: Vec<String> = d.messages.iter().map(|m| m.data.to_string()).collect();
@@ -321,7 +320,7 @@ mod tests {
             "a blob without sealed frames still ships as is"
         );
 
-        c.encryption = &other;
+        c.encryption = other;
         let r = render(&a, &c, &mut ());
         let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON instead");
         assert!(v["messages"][0]["payloadError"].is_string(), "{v}");

@@ -1,4 +1,4 @@
-//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3). The engine runs it after
+//! The frame walk and the JSON answer of a pop (docs/wire.md §7.3), run by `render.rs` after
 //! PostgreSQL has answered and the connection is back in the pool: decompress each claimed segment's blob,
 //! slice frames `[start_idx, start_idx + take)`, and write the envelope by hand into one
 //! buffer, splicing each stored payload verbatim (the plaintext of an encrypted one).
@@ -9,18 +9,16 @@ use std::io::Write;
 use queen_proto::frame::{self, Frame};
 use queen_proto::{segment, time};
 
-use super::echo_keys;
-use crate::engine::pop::{
-    ClaimedPartition, ClaimedSegment, Decoded, PopAnswer, RenderContext, Rendered,
-};
+use super::render::{echo_keys, Rendered};
+use crate::engine::pop::{ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
 
 /// Renders the claims of `answer`, telling `seen` what each segment decoded to. Frames that
 /// cannot be decoded are logged and left out (the lease expires and they redeliver).
-pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
+pub fn render(answer: &PopAnswer, ctx: &Envelope, seen: &mut dyn Decoded) -> Rendered {
     let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
     let first = answer.partitions.first();
     out.extend_from_slice(b"{\"success\":true,\"queue\":");
-    write_str(&mut out, local(ctx.queue));
+    write_str(&mut out, local(&ctx.queue));
     out.extend_from_slice(b",\"partition\":");
     write_str(&mut out, first.map_or("", |p| p.partition.as_str()));
     out.extend_from_slice(b",\"partitionId\":");
@@ -29,9 +27,9 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decode
         &first.map_or(String::new(), |p| p.partition_id.to_string()),
     );
     out.extend_from_slice(b",\"leaseId\":");
-    write_str(&mut out, ctx.lease_id);
+    write_str(&mut out, ctx.lease_id.as_str());
     out.extend_from_slice(b",\"consumerGroup\":");
-    write_str(&mut out, ctx.group);
+    write_str(&mut out, &ctx.group);
     out.extend_from_slice(b",\"messages\":[");
 
     let mut walk = Walk {
@@ -66,7 +64,6 @@ pub fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decode
     Rendered {
         body: out,
         messages,
-        partitions_claimed,
     }
 }
 
@@ -79,7 +76,7 @@ struct Walk<'s> {
 impl Walk<'_> {
     fn segment(
         &mut self,
-        ctx: &RenderContext<'_>,
+        ctx: &Envelope,
         part: &ClaimedPartition,
         seg: &ClaimedSegment,
         blob: &[u8],
@@ -117,7 +114,7 @@ impl Walk<'_> {
 
     fn message(
         &mut self,
-        ctx: &RenderContext<'_>,
+        ctx: &Envelope,
         part: &ClaimedPartition,
         f: &Frame<'_>,
         created_at: &str,
@@ -154,9 +151,9 @@ impl Walk<'_> {
         .expect("writing to a Vec cannot fail");
         write_str(out, &part.partition);
         out.extend_from_slice(b",\"leaseId\":");
-        write_str(out, ctx.lease_id);
+        write_str(out, ctx.lease_id.as_str());
         out.extend_from_slice(b",\"consumerGroup\":");
-        write_str(out, ctx.group);
+        write_str(out, &ctx.group);
         write!(
             out,
             ",\"deliveryAttempt\":{},\"offset\":{offset}",
@@ -179,7 +176,7 @@ impl Walk<'_> {
 /// envelope that cannot be opened (another key, a corrupt envelope) writes `null` and returns
 /// the reason, which the message carries as `payloadError`; the rest of the answer is not
 /// affected, and the message stays leased and ackable like any other.
-fn write_payload(out: &mut Vec<u8>, ctx: &RenderContext<'_>, f: &Frame<'_>) -> Option<String> {
+fn write_payload(out: &mut Vec<u8>, ctx: &Envelope, f: &Frame<'_>) -> Option<String> {
     if !f.is_encrypted() {
         out.extend_from_slice(f.payload_json());
         return None;
@@ -214,6 +211,8 @@ pub(crate) mod tests {
     use crate::engine::encryption::Encryption;
     use crate::engine::pop::autopilot::Sizing;
     use queen_proto::frame::ENCRYPTED;
+    use queen_proto::LeaseId;
+    use std::sync::Arc;
 
     fn stored(frames: &[Frame<'_>]) -> Vec<u8> {
         let mut raw = Vec::new();
@@ -236,15 +235,15 @@ pub(crate) mod tests {
     }
 
     /// The envelope of a pop of queue `q` by group `g`.
-    pub(crate) fn ctx<'a>(lease_id: &'a str) -> RenderContext<'a> {
-        RenderContext {
-            queue: "q",
-            group: "g",
-            lease_id,
+    pub(crate) fn ctx(lease_id: &str) -> Envelope {
+        Envelope {
+            queue: "q".into(),
+            group: "g".into(),
+            lease_id: LeaseId::parse("leaseId", lease_id).expect("lease id"),
             per_message_queue: false,
             frames: false,
             max_segment_bytes: 1 << 20,
-            encryption: Box::leak(Box::new(Encryption::new(None))),
+            encryption: Arc::new(Encryption::new(None)),
             autopilot: None,
         }
     }
@@ -331,7 +330,7 @@ pub(crate) mod tests {
     #[test]
     fn opens_sealed_payloads_and_reports_the_ones_it_cannot() {
         let key = EncryptionKey::from_hex(&"5a".repeat(32)).expect("key");
-        let enc = Encryption::new(Some(&key));
+        let enc = Arc::new(Encryption::new(Some(&key)));
         let other = Encryption::new(Some(&EncryptionKey::from_hex(&"a5".repeat(32)).unwrap()));
         let good = enc.seal("q", br#"{"secret":1}"#).expect("sealed");
         let foreign = other.seal("q", br#"{"secret":2}"#).expect("sealed");
@@ -342,7 +341,7 @@ pub(crate) mod tests {
         let frames = [sealed("a", &good), sealed("b", &foreign), frame("c", b"3")];
         let answer = claim_of(3, stored(&frames));
         let mut c = ctx("L");
-        c.encryption = &enc;
+        c.encryption = enc;
         let r = render(&answer, &c, &mut ());
         let v: serde_json::Value = serde_json::from_slice(&r.body).expect("valid JSON");
         let m = v["messages"].as_array().expect("messages");

@@ -1,9 +1,10 @@
 //! The three pop routes (docs/wire.md §7): parameter parsing with the broker's defaults, and the
-//! two answers: 200 with the JSON envelope ([`json`]) or the `QPF1` body ([`framed`]), or 204
-//! with no body and no Content-Length.
+//! two answers: 200 with the body [`render`] writes for the engine's claim (the JSON envelope
+//! or `QPF1`), or 204 with no body and no Content-Length.
 
 mod framed;
 mod json;
+mod render;
 
 use crate::engine::tenant::Tenant;
 use crate::http::auth::CallerTenant;
@@ -16,13 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use queen_proto::{pop_framed, Name};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use crate::engine::pop::autopilot::{Ask, DEFAULT_BATCH, DEFAULT_PARTITIONS, MAX_PARTITIONS};
-use crate::engine::pop::{
-    self, Decoded, PopAnswer, PopOutcome, PopRequest, PopShape, RenderContext, Rendered,
-    Subscription,
-};
+use crate::engine::pop::autopilot::{DEFAULT_BATCH, DEFAULT_PARTITIONS, MAX_PARTITIONS};
+use crate::engine::pop::{self, Ask, PopOutcome, PopRequest, PopShape, Subscription};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::extract::Query;
@@ -134,17 +132,22 @@ async fn serve(
         params,
         Duration::from_millis(st.cfg.default_timeout_ms),
     )?;
-    Ok(match pop::pop(&st.pop, &req).await? {
-        PopOutcome::Empty => StatusCode::NO_CONTENT.into_response(),
-        PopOutcome::Delivered(r) => {
-            let content_type = if pop_framed::is_framed(&r.body) {
-                FRAMED_CONTENT_TYPE
-            } else {
-                "application/json"
-            };
-            ([(header::CONTENT_TYPE, content_type)], r.body).into_response()
-        }
-    })
+    let claim = match pop::pop(&st.pop, &req).await? {
+        PopOutcome::Empty => return Ok(StatusCode::NO_CONTENT.into_response()),
+        PopOutcome::Claimed(claim) => claim,
+    };
+    let r = render::render(claim).await?;
+    // Every claimed segment was undecodable (logged by the renderer; a leased one redelivers
+    // when its lease expires): nothing to deliver, the answer of an empty pop.
+    if r.messages == 0 {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let content_type = if pop_framed::is_framed(&r.body) {
+        FRAMED_CONTENT_TYPE
+    } else {
+        "application/json"
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], r.body).into_response())
 }
 
 /// The last value of `name` (later occurrences win).
@@ -223,25 +226,7 @@ fn parse_request(
         // Lenient: any other value simply keeps the JSON answer.
         frames: param(params, "frames").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
         autopilot,
-        render,
     })
-}
-
-/// The body of a claimed answer: `QPF1` when the pop asked for frames, else JSON.
-fn render(answer: &PopAnswer, ctx: &RenderContext<'_>, seen: &mut dyn Decoded) -> Rendered {
-    if ctx.frames {
-        framed::render(answer, ctx, seen)
-    } else {
-        json::render(answer, ctx, seen)
-    }
-}
-
-/// The answer's own keys (docs/wire.md §7.4): the autopilot's sizes, when it echoes them.
-/// JSON answers append them to the envelope, framed ones carry them in their header.
-fn echo_keys(ctx: &RenderContext<'_>) -> Option<Map<String, Value>> {
-    let s = ctx.autopilot?;
-    let echo = json!({ "partitions": s.partitions, "batch": s.batch, "waitMs": s.wait_ms });
-    Some(Map::from_iter([("autopilot".to_string(), echo)]))
 }
 
 /// `subscriptionFrom` (`now` or an ISO-8601 instant) wins over `subscriptionMode`
