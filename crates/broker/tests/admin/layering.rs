@@ -31,7 +31,7 @@ pub(crate) const FLOOR_OF: &[(&str, &str)] = &[
 ];
 
 /// The floors each floor may use (besides itself).
-const MAY_USE: &[(&str, &[&str])] = &[
+pub(crate) const MAY_USE: &[(&str, &[&str])] = &[
     ("main", &["server", "leaf"]),
     ("server", &["http", "engine", "leaf"]),
     ("http", &["engine", "leaf"]),
@@ -60,7 +60,7 @@ pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The module path of a file: `src/engine/push/flush.rs` → `["engine", "push", "flush"]`,
 /// `src/engine/push/mod.rs` → `["engine", "push"]`.
-fn module_of(file: &Path) -> Vec<String> {
+pub(crate) fn module_of(file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src()).expect("under src");
     let mut parts: Vec<String> = rel
         .iter()
@@ -73,7 +73,7 @@ fn module_of(file: &Path) -> Vec<String> {
 }
 
 /// The code of a file without comments and string literals, so only real paths remain.
-fn code_only(text: &str) -> String {
+pub(crate) fn code_only(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -150,7 +150,7 @@ fn expand(tail: &str, prefix: Vec<String>) -> Vec<Vec<String>> {
     }
 }
 
-fn closing_brace(s: &str) -> usize {
+pub(crate) fn closing_brace(s: &str) -> usize {
     let mut depth = 0;
     for (i, c) in s.char_indices() {
         match c {
@@ -207,7 +207,7 @@ fn sources() -> Vec<Source> {
         .collect()
 }
 
-fn floor(top: &str) -> &'static str {
+pub(crate) fn floor(top: &str) -> &'static str {
     FLOOR_OF
         .iter()
         .find(|(m, _)| *m == top)

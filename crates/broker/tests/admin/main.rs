@@ -9,6 +9,7 @@ use queen_test_harness as common;
 
 mod auth;
 mod browser;
+mod callbacks;
 mod cli;
 mod cli_extras;
 mod cli_reads;
