@@ -12,8 +12,13 @@
 
 -- The rider's operations for one tenant, applied in order; one result per operation.
 --   {"op":"schedule"|"reschedule","queue","timerKey","partition","payload":base64,"txn",
---    "messageId","delayMs"}  upsert on (tenant, queue, timerKey): new payload, delivery time
---                           and txn, attempts back to 0, any claim dropped
+--    "messageId","delayMs","storedQueue","sealed"}  upsert on (tenant, queue, timerKey): new
+--                           payload, delivery time and txn, attempts back to 0, any claim
+--                           dropped. `sealed`: the payload is an encryption envelope. A
+--                           plaintext payload for a queue (`storedQueue`, the tenant-qualified
+--                           name) that exists with encryption_enabled raises 'QENC …' with the
+--                           queue as DETAIL, and nothing of the call is written: the broker
+--                           seals and calls again (as for pushes, docs/engine.md §3.1.1).
 --   {"op":"cancel","queue","timerKey"}     delete unless a fire holds a live claim
 --   {"op":"fire","queue","timerKey","token"}  delete the row the token still claims, or raise
 --                           'QTIMER …' (the broker's fire only; never sent by a client)
@@ -29,19 +34,29 @@ DECLARE
     v_at timestamptz;
     v_txn text;
     v_claimed bool;
+    v_sealed bool;
 BEGIN
     FOR v_op IN SELECT e FROM jsonb_array_elements(COALESCE(p_ops, '[]'::jsonb)) AS t(e) LOOP
         CASE v_op->>'op'
         WHEN 'schedule', 'reschedule' THEN
+            v_sealed := COALESCE((v_op->>'sealed')::bool, false);
+            IF NOT v_sealed AND EXISTS (SELECT 1 FROM queen.queues q
+                                        WHERE q.name = v_op->>'storedQueue'
+                                          AND q.encryption_enabled) THEN
+                RAISE EXCEPTION 'QENC queue % has encryptionEnabled; its timers are sealed',
+                    v_op->>'queue'
+                    USING DETAIL = v_op->>'storedQueue';
+            END IF;
             v_at := clock_timestamp() + (v_op->>'delayMs')::bigint * interval '1 millisecond';
             INSERT INTO queen.log_timers AS t
-                (tenant_id, queue, timer_key, partition, payload, txn, message_id,
-                 deliver_at, visible_at)
+                (tenant_id, queue, timer_key, partition, payload, payload_encrypted, txn,
+                 message_id, deliver_at, visible_at)
             VALUES (p_tenant, v_op->>'queue', v_op->>'timerKey', v_op->>'partition',
-                    decode(v_op->>'payload', 'base64'), v_op->>'txn',
+                    decode(v_op->>'payload', 'base64'), v_sealed, v_op->>'txn',
                     (v_op->>'messageId')::uuid, v_at, v_at)
             ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE SET
-                partition = EXCLUDED.partition, payload = EXCLUDED.payload, txn = EXCLUDED.txn,
+                partition = EXCLUDED.partition, payload = EXCLUDED.payload,
+                payload_encrypted = EXCLUDED.payload_encrypted, txn = EXCLUDED.txn,
                 message_id = EXCLUDED.message_id, deliver_at = EXCLUDED.deliver_at,
                 visible_at = EXCLUDED.visible_at, claim_token = NULL, attempts = 0,
                 last_error = NULL
@@ -86,10 +101,13 @@ $$;
 
 -- The wheel's claim: up to p_limit due rows (visible_at passed) that no other transaction has
 -- locked, each given a fresh token and hidden from every wheel for p_claim_ms (the time the
--- fire has to commit). Committed on its own, before the fire.
+-- fire has to commit). Committed on its own, before the fire. payload_encrypted (last, so
+-- a broker reading the columns before it still reads them right) was added by 0011.
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v1(int, int);
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(p_limit int, p_claim_ms int)
 RETURNS TABLE (tenant_id text, queue text, timer_key text, partition text, payload bytea,
-               txn text, message_id uuid, claim_token uuid, attempts int)
+               txn text, message_id uuid, claim_token uuid, attempts int,
+               payload_encrypted bool)
 LANGUAGE sql AS $$
     UPDATE queen.log_timers t
     SET claim_token = gen_random_uuid(),
@@ -101,7 +119,7 @@ LANGUAGE sql AS $$
           FOR UPDATE SKIP LOCKED) due
     WHERE t.tenant_id = due.tenant_id AND t.queue = due.queue AND t.timer_key = due.timer_key
     RETURNING t.tenant_id, t.queue::text, t.timer_key::text, t.partition, t.payload, t.txn,
-              t.message_id, t.claim_token, t.attempts
+              t.message_id, t.claim_token, t.attempts, t.payload_encrypted
 $$;
 
 -- Milliseconds until the earliest row becomes visible to a wheel (≤ 0: due now); NULL when
@@ -128,13 +146,14 @@ LANGUAGE sql AS $$
 $$;
 
 -- One pending timer of a tenant's queue (no row: not pending).
+DROP FUNCTION IF EXISTS queen.log_timers_peek_v1(text, text, text);
 CREATE OR REPLACE FUNCTION queen.log_timers_peek_v1(p_tenant text, p_queue text, p_key text)
 RETURNS TABLE (timer_key text, partition text, payload bytea, txn text, message_id uuid,
-               deliver_at text, attempts int, firing bool)
+               deliver_at text, attempts int, firing bool, payload_encrypted bool)
 LANGUAGE sql STABLE AS $$
     SELECT t.timer_key::text, t.partition, t.payload, t.txn, t.message_id,
            queen.log_iso_micros(t.deliver_at), t.attempts,
-           t.claim_token IS NOT NULL AND t.visible_at > clock_timestamp()
+           t.claim_token IS NOT NULL AND t.visible_at > clock_timestamp(), t.payload_encrypted
     FROM queen.log_timers t
     WHERE t.tenant_id = p_tenant AND t.queue = p_queue AND t.timer_key = p_key
 $$;

@@ -9,12 +9,13 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::engine::tenant::Tenant;
+use crate::engine::encryption::Encryption;
+use crate::engine::tenant::{self, Tenant};
 use crate::engine::Shared;
 use crate::error::{Error, Result};
-use crate::store::timers::{self as store, TimerVerdict};
+use crate::store::timers::{self as store, Applied, TimerVerdict};
 
-pub use crate::store::timers::{Claimed, PendingTimer};
+pub use crate::store::timers::{Claimed, PendingTimer, StoredPayload};
 
 /// Most operations in one call (route or transaction rider).
 pub const MAX_OPS: usize = 256;
@@ -81,16 +82,27 @@ impl TimerOp {
         }
     }
 
-    /// The operation as `queen.log_timers_apply_v1` takes it.
-    pub fn to_sql(&self) -> Value {
+    /// The operation as `queen.log_timers_apply_v1` takes it. A schedule's payload is sealed
+    /// when its queue encrypts, as this broker last learned; the SQL refuses plaintext for a
+    /// queue that encrypts (`QENC`), so a stale answer costs a call, never a plaintext row.
+    fn to_sql(&self, tenant: &Tenant, encryption: &Encryption) -> Result<Value> {
         use base64::Engine as _;
-        match self {
-            TimerOp::Schedule(s) => json!({
-                "op": if s.reschedule { "reschedule" } else { "schedule" },
-                "queue": s.queue, "timerKey": s.timer_key, "partition": s.partition,
-                "payload": base64::engine::general_purpose::STANDARD.encode(&s.payload),
-                "txn": s.txn, "messageId": s.message_id.to_string(), "delayMs": s.delay_ms,
-            }),
+        Ok(match self {
+            TimerOp::Schedule(s) => {
+                let stored = tenant::qualify(tenant, "queue", &s.queue)?;
+                let sealed = encryption
+                    .wants(&stored)
+                    .then(|| encryption.seal(&stored, &s.payload))
+                    .transpose()?;
+                let payload = sealed.as_deref().unwrap_or(&s.payload);
+                json!({
+                    "op": if s.reschedule { "reschedule" } else { "schedule" },
+                    "queue": s.queue, "timerKey": s.timer_key, "partition": s.partition,
+                    "payload": base64::engine::general_purpose::STANDARD.encode(payload),
+                    "sealed": sealed.is_some(), "storedQueue": stored,
+                    "txn": s.txn, "messageId": s.message_id.to_string(), "delayMs": s.delay_ms,
+                })
+            }
             TimerOp::Cancel {
                 queue, timer_key, ..
             } => json!({ "op": "cancel", "queue": queue, "timerKey": timer_key }),
@@ -101,7 +113,7 @@ impl TimerOp {
             } => json!({
                 "op": "fire", "queue": queue, "timerKey": timer_key, "token": token.to_string(),
             }),
-        }
+        })
     }
 }
 
@@ -149,9 +161,9 @@ pub fn check(ops: &[TimerOp]) -> Result<()> {
     Ok(())
 }
 
-/// The operations as the SQL takes them.
-pub fn to_sql(ops: &[TimerOp]) -> Vec<Value> {
-    ops.iter().map(TimerOp::to_sql).collect()
+/// The operations as the SQL takes them (see [`TimerOp::to_sql`]).
+pub fn to_sql(ops: &[TimerOp], tenant: &Tenant, encryption: &Encryption) -> Result<Vec<Value>> {
+    ops.iter().map(|op| op.to_sql(tenant, encryption)).collect()
 }
 
 /// Pairs each operation with its verdict.
@@ -194,9 +206,26 @@ pub async fn apply(
 ) -> Result<Vec<TimerOutcome>> {
     check(&ops)?;
     let db = state.store.conn().await?;
-    let verdicts = store::apply(&db, &Value::from(to_sql(&ops)), tenant.id()).await?;
-    committed(state, &ops);
-    Ok(outcomes(&ops, verdicts))
+    // A queue that turned out to encrypt is learned and the call, which wrote nothing, runs
+    // again; once per queue, so this ends.
+    let mut learned = HashSet::new();
+    loop {
+        let sql = Value::from(to_sql(&ops, tenant, &state.encryption)?);
+        match store::apply(&db, &sql, tenant.id()).await? {
+            Applied::Done(verdicts) => {
+                committed(state, &ops);
+                return Ok(outcomes(&ops, verdicts));
+            }
+            Applied::MustSeal(queue) if learned.insert(queue.clone()) => {
+                state.encryption.learn(&queue, true);
+            }
+            Applied::MustSeal(queue) => {
+                return Err(Error::internal(format!(
+                    "queue {queue} refused a sealed timer"
+                )))
+            }
+        }
+    }
 }
 
 /// The pending timer `key` of `queue`.

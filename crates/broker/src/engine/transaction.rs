@@ -178,7 +178,6 @@ pub async fn run(
         return Err(Error::bad("transaction has no operations"));
     }
     timers::check(&req.timers)?;
-    let timer_ops = timers::to_sql(&req.timers);
     let mut pushes_any = false;
     for (index, op) in req.ops.iter_mut().enumerate() {
         if let TxnOp::Push(item) = op {
@@ -236,12 +235,14 @@ pub async fn run(
     let _permit = state.admission.acquire(Lane::Push).await;
     let db = state.store.conn().await?;
     let mut plan = plan_pushes(&req.ops, producer_sub);
-    // A queue that turned out to encrypt is sealed and the bundle (rolled back) runs again.
-    let mut reruns = 0;
+    // A queue that turned out to encrypt is sealed and the bundle (rolled back) runs again;
+    // once per queue, so this ends.
+    let mut learned = HashSet::new();
     let (plan, built, committed) = loop {
         for seg in &mut plan.segments {
             seg.encrypted = state.encryption.wants(&seg.queue);
         }
+        let timer_ops = timers::to_sql(&req.timers, tenant, &state.encryption)?;
         let (planned, built) = build_segments(&state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
@@ -290,14 +291,13 @@ pub async fn run(
                 );
                 (RollbackReason::RejectedAck, error)
             }
-            WireRefusal::Encrypt(queue) if reruns == 0 => {
+            WireRefusal::Encrypt(queue) if learned.insert(queue.clone()) => {
                 state.encryption.learn(&queue, true);
-                reruns += 1;
                 continue;
             }
             WireRefusal::Encrypt(queue) => {
                 return Err(Error::internal(format!(
-                    "queue {queue} refused a sealed transaction push"
+                    "queue {queue} refused a sealed transaction push or timer"
                 )))
             }
             WireRefusal::Duplicate(error) => (RollbackReason::Duplicate, error),

@@ -1,5 +1,6 @@
 //! How a database failure is told to people: PostgreSQL's own message (which tokio-postgres
-//! hides behind "db error"), for logs and for the per-item errors of acks and pushes.
+//! hides behind "db error"), for logs and for the per-item errors of acks and pushes; and the
+//! one refusal two callers read, `QENC`.
 
 use crate::error::Error;
 
@@ -18,4 +19,13 @@ pub fn failure_text(e: &Error) -> String {
         Error::Db(db) => format!("database error: {}", db_message(db)),
         other => other.to_string(),
     }
+}
+
+/// The queue of a `QENC` refusal (plaintext for a queue that encrypts: seal and call again),
+/// if that is what `e` is; the SQL puts the stored queue name in the error's detail.
+pub fn must_seal(e: &tokio_postgres::Error) -> Option<String> {
+    let db = e.as_db_error()?;
+    db.message()
+        .starts_with("QENC ")
+        .then(|| db.detail().unwrap_or_default().to_string())
 }

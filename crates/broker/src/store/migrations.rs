@@ -63,6 +63,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(8, "0008_timers.sql"),
     migration!(9, "0009_streams.sql"),
     migration!(10, "0010_ephemeral.sql"),
+    migration!(11, "0011_timer_sealing.sql"),
 ];
 
 /// The function files, in replay order: a SQL-language function is checked against the

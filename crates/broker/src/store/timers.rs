@@ -48,19 +48,35 @@ pub struct TimerVerdict {
     pub message_id: Option<String>,
 }
 
-/// Applies `ops` (the SQL's operation objects) for `tenant` in one statement; one verdict per
-/// operation, in order.
+/// What one call of `log_timers_apply_v1` came to.
+pub enum Applied {
+    /// One verdict per operation, in order.
+    Done(Vec<TimerVerdict>),
+    /// Nothing was written: a plaintext schedule names this queue (stored name), which
+    /// encrypts.
+    MustSeal(String),
+}
+
+/// Applies `ops` (the SQL's operation objects) for `tenant` in one statement.
 pub async fn apply(
     db: &impl GenericClient,
     ops: &serde_json::Value,
     tenant: &str,
-) -> Result<Vec<TimerVerdict>> {
-    let verdicts: Vec<TimerVerdict> = Apply {
+) -> Result<Applied> {
+    let answered = Apply {
         p_ops: ops,
         p_tenant: tenant,
     }
-    .json(db)
-    .await?;
+    .json::<Vec<TimerVerdict>>(db)
+    .await;
+    let verdicts = match answered {
+        Ok(verdicts) => verdicts,
+        Err(Error::Db(e)) => match crate::store::db_error::must_seal(&e) {
+            Some(queue) => return Ok(Applied::MustSeal(queue)),
+            None => return Err(Error::Db(e)),
+        },
+        Err(e) => return Err(e),
+    };
     let asked = ops.as_array().map_or(0, Vec::len);
     if verdicts.len() != asked {
         return Err(Error::internal(format!(
@@ -68,7 +84,7 @@ pub async fn apply(
             verdicts.len()
         )));
     }
-    Ok(verdicts)
+    Ok(Applied::Done(verdicts))
 }
 
 /// A due timer this broker claimed: its fire must present `token`.
@@ -78,11 +94,19 @@ pub struct Claimed {
     pub queue: String,
     pub timer_key: String,
     pub partition: String,
-    pub payload: Vec<u8>,
+    pub payload: StoredPayload,
     pub txn: String,
     pub message_id: Uuid,
     pub token: Uuid,
     pub attempts: i32,
+}
+
+/// A timer's payload as the row holds it.
+#[derive(Debug, Clone)]
+pub struct StoredPayload {
+    pub bytes: Vec<u8>,
+    /// `bytes` is an encryption envelope (sealed at schedule: the queue encrypts).
+    pub encrypted: bool,
 }
 
 /// Claims up to `limit` due timers for `claim_ms` (committed at once).
@@ -100,7 +124,10 @@ pub async fn claim(db: &impl GenericClient, limit: i32, claim_ms: i32) -> Result
                 queue: r.try_get(1)?,
                 timer_key: r.try_get(2)?,
                 partition: r.try_get(3)?,
-                payload: r.try_get(4)?,
+                payload: StoredPayload {
+                    bytes: r.try_get(4)?,
+                    encrypted: r.try_get(9)?,
+                },
                 txn: r.try_get(5)?,
                 message_id: r.try_get(6)?,
                 token: r.try_get(7)?,
@@ -140,8 +167,8 @@ pub async fn back_off(
 pub struct PendingTimer {
     pub timer_key: String,
     pub partition: String,
-    /// The payload's bytes; only [`peek`] reads them.
-    pub payload: Option<Vec<u8>>,
+    /// The payload; only [`peek`] reads it.
+    pub payload: Option<StoredPayload>,
     pub txn: String,
     pub message_id: Uuid,
     pub deliver_at: String,
@@ -168,7 +195,10 @@ pub async fn peek(
     Ok(Some(PendingTimer {
         timer_key: r.try_get(0)?,
         partition: r.try_get(1)?,
-        payload: Some(r.try_get(2)?),
+        payload: Some(StoredPayload {
+            bytes: r.try_get(2)?,
+            encrypted: r.try_get(8)?,
+        }),
         txn: r.try_get(3)?,
         message_id: r.try_get(4)?,
         deliver_at: r.try_get(5)?,

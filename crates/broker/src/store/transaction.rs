@@ -210,10 +210,8 @@ fn refusal(e: &tokio_postgres::Error) -> Option<WireRefusal> {
         serde_json::from_str(db.detail().unwrap_or_default())
             .ok()
             .map(WireRefusal::Replayed)
-    } else if message.starts_with("QENC ") {
-        Some(WireRefusal::Encrypt(
-            db.detail().unwrap_or_default().to_string(),
-        ))
+    } else if let Some(queue) = crate::store::db_error::must_seal(e) {
+        Some(WireRefusal::Encrypt(queue))
     } else {
         message
             .strip_prefix("QFULL ")

@@ -138,7 +138,11 @@ fn sources() -> Vec<File> {
 #[test]
 fn no_lower_floor_calls_back_into_a_higher_one() {
     let bad = callbacks(&sources());
-    assert!(bad.is_empty(), "callbacks up the floors:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "callbacks up the floors:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]

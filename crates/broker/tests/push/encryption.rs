@@ -12,17 +12,17 @@ use serde_json::{json, Value};
 use crate::common::{self, ack_item, configure, TestBroker};
 use crate::wire::{batch, item, post_bin};
 
-const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+pub(crate) const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 const OTHER_KEY: &str = "f0f1f2f3f4f5f6f7f8f9fafbfcfdfefff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 
-async fn keyed(key: &str) -> TestBroker {
+pub(crate) async fn keyed(key: &str) -> TestBroker {
     let key = queen_broker::config::EncryptionKey::from_hex(key).expect("test key");
     common::broker_with(|c| c.encryption_key = Some(key)).await
 }
 
 /// Rows of every `queen.*` table whose text form holds `marker` (as text, or as the hex a
 /// bytea column renders), plus segment blobs whose decompressed frames hold it.
-async fn plaintext_hits(db: &tokio_postgres::Client, marker: &str) -> Vec<String> {
+pub(crate) async fn plaintext_hits(db: &tokio_postgres::Client, marker: &str) -> Vec<String> {
     let hex: String = marker.bytes().map(|b| format!("{b:02x}")).collect();
     let tables: Vec<String> = db
         .query(

@@ -15,6 +15,7 @@ mod dedup_cache;
 mod dedup_metrics;
 mod door;
 mod encryption;
+mod encryption_timers;
 mod faults;
 mod json;
 mod pipeline;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::engine::encryption::Encryption;
 use crate::engine::push::PushItem;
 use crate::engine::tenant::Tenant;
 use crate::engine::timers::TimerOp;
@@ -70,8 +71,16 @@ pub async fn fire(state: Writers<'_>, claimed: Vec<Claimed>) {
 
 /// One transaction: push every timer's message and delete every row.
 async fn attempt(state: Writers<'_>, tenant: &Tenant, batch: &[Claimed]) -> Fired {
+    let items: std::result::Result<Vec<TxnOp>, String> = batch
+        .iter()
+        .map(|c| item(&state.encryption, c).map(TxnOp::Push))
+        .collect();
+    let ops = match items {
+        Ok(ops) => ops,
+        Err(e) => return Fired::Failed(e),
+    };
     let req = TxnRequest {
-        ops: batch.iter().map(|c| TxnOp::Push(item(c))).collect(),
+        ops,
         timers: batch.iter().map(fire_op).collect(),
         ..TxnRequest::default()
     };
@@ -105,17 +114,23 @@ fn settle(outcome: Result<TxnOutcome>) -> Fired {
     }
 }
 
-/// The timer's message, with the id and transactionId promised at schedule time.
-fn item(c: &Claimed) -> PushItem {
-    PushItem {
+/// The timer's message, with the id and transactionId promised at schedule time; a payload
+/// sealed at schedule is opened here (the push seals it again for its queue).
+fn item(encryption: &Encryption, c: &Claimed) -> std::result::Result<PushItem, String> {
+    let payload = if c.payload.encrypted {
+        encryption.open(&c.payload.bytes)?
+    } else {
+        c.payload.bytes.clone()
+    };
+    Ok(PushItem {
         queue: c.queue.clone(),
         partition: Some(c.partition.clone()),
         transaction_id: Some(c.txn.clone()),
         trace_id: None,
-        payload: Bytes::from(c.payload.clone()),
+        payload: Bytes::from(payload),
         message_id: Some(c.message_id),
         producer_sub: None,
-    }
+    })
 }
 
 fn fire_op(c: &Claimed) -> TimerOp {

@@ -192,7 +192,8 @@ async fn list(
     }
 }
 
-/// A pending timer; the payload (peek only) as it was scheduled, base64.
+/// A pending timer; the payload (peek only) exactly as stored, base64: the envelope when its
+/// queue encrypts (`encrypted` says which; peek is an inspection surface and opens nothing).
 fn pending_json(queue: &str, t: &PendingTimer) -> Value {
     let mut v = json!({
         "queue": queue, "timerKey": t.timer_key, "partition": t.partition, "txn": t.txn,
@@ -200,8 +201,8 @@ fn pending_json(queue: &str, t: &PendingTimer) -> Value {
         "attempts": t.attempts, "firing": t.firing,
     });
     if let Some(payload) = &t.payload {
-        v["payload"] = json!(STANDARD.encode(payload));
-        v["encrypted"] = json!(false);
+        v["payload"] = json!(STANDARD.encode(&payload.bytes));
+        v["encrypted"] = json!(payload.encrypted);
     }
     v
 }
