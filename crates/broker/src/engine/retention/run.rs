@@ -134,9 +134,9 @@ impl RunState {
         if !engine.cfg.partition_cleanup_enabled {
             return false;
         }
-        let every = engine.cfg.partition_cleanup_age().clamp(
+        let every = cleanup_every(
+            engine.cfg.partition_cleanup_age(),
             Duration::from_millis(engine.cfg.retention_interval_ms),
-            CLEANUP_EVERY,
         );
         self.last_cleanup.is_none_or(|t| t.elapsed() >= every)
     }
@@ -145,6 +145,13 @@ impl RunState {
         let every = Duration::from_millis(engine.cfg.retention_safety_walk_ms);
         self.last_walk.is_none_or(|t| t.elapsed() >= every)
     }
+}
+
+/// How often partition cleanup runs: once per cleanup `age`, at most every [`CLEANUP_EVERY`],
+/// and never more often than the loop runs (an `interval` past a minute is a valid setting:
+/// `clamp` would panic on it).
+fn cleanup_every(age: Duration, interval: Duration) -> Duration {
+    age.min(CLEANUP_EVERY).max(interval)
 }
 
 /// Calls the phase's step on one partition until it is done; `None` when it failed (counted
@@ -281,4 +288,23 @@ async fn walk(engine: &RetentionState, closing: &watch::Receiver<bool>) -> Resul
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cleanup_runs_per_age_bounded_by_a_minute_and_the_loop() {
+        let s = Duration::from_secs;
+        assert_eq!(cleanup_every(s(30), s(5)), s(30));
+        assert_eq!(cleanup_every(s(3600), s(5)), CLEANUP_EVERY);
+        assert_eq!(
+            cleanup_every(s(1), s(5)),
+            s(5),
+            "not more often than the loop"
+        );
+        // A loop interval past a minute (a valid setting) once panicked in `clamp`.
+        assert_eq!(cleanup_every(s(3600), s(120)), s(120));
+    }
 }
