@@ -84,39 +84,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_by_lease bool := COALESCE(p_worker, '') <> '';
-    v_committed bigint;
-    v_batch_end bigint;
-    v_row_worker text;
-    v_expires timestamptz;
-    v_retries int;
+    v_c record;      -- the consumer row
+    v_q record;      -- its partition and queue
     v_live bool;
-    v_txns_start bigint;
-    v_last_offset bigint;
-    v_queue text;
-    v_retry_limit int;
-    v_retry_delay int;
-    v_hold timestamptz;
-    v_dlq_enabled bool;
-    v_lo bigint;
-    v_hi bigint;
-    v_lo_base bigint;
-    v_hi_bound bigint;
-    v_purged_to bigint;
-    v_h bytea[];
-    v_kind text[];
-    v_eff bigint[];
-    v_ok_offs bigint[];
-    v_below bytea[];
-    v_sig bigint;
-    v_sig_kind text;
-    v_fence bigint;
-    v_max_ok bigint;
-    v_noop text[];
-    v_stale text[];
-    v_unresolved text[];
-    v_new bigint;
-    v_acked bigint;
-    v_result jsonb;
+    v_r record;      -- the resolution (log_ack_resolve_v1)
 BEGIN
     IF cardinality(p_hashes) IS DISTINCT FROM cardinality(p_statuses) THEN
         RAISE EXCEPTION 'log_ack_by_hash_v1: % hashes but % statuses',
@@ -127,16 +98,17 @@ BEGIN
             cardinality(p_span_offs), cardinality(p_span_hashes);
     END IF;
 
-    -- The only lock of the ack path.
+    -- Lock and read the consumer row, the only lock of the ack path, then its partition and
+    -- queue.
     SELECT committed, batch_end, worker_id, lease_expires_at, batch_retry_count
-    INTO v_committed, v_batch_end, v_row_worker, v_expires, v_retries
+    INTO v_c
     FROM queen.log_consumers
     WHERE partition_id = p_partition_id AND consumer_group = p_group
     FOR UPDATE;
     IF FOUND THEN
-        SELECT lp.txns_start, lp.last_offset, q.name, q.retry_limit, q.retry_delay,
-               q.dead_letter_queue OR q.dlq_after_max_retries
-        INTO v_txns_start, v_last_offset, v_queue, v_retry_limit, v_retry_delay, v_dlq_enabled
+        SELECT lp.txns_start, lp.last_offset, q.name AS queue, q.retry_limit, q.retry_delay,
+               q.dead_letter_queue OR q.dlq_after_max_retries AS dlq_enabled
+        INTO v_q
         FROM queen.log_partitions lp
         JOIN queen.queues q ON q.id = lp.queue_id
         WHERE lp.id = p_partition_id AND q.tenant_id = COALESCE(p_tenant, '');
@@ -144,31 +116,59 @@ BEGIN
     IF NOT FOUND THEN
         RETURN jsonb_build_object('ok', false, 'error', 'consumer not found');
     END IF;
-    v_live := v_row_worker IS NOT NULL AND v_batch_end IS NOT NULL
-              AND v_expires IS NOT NULL AND v_expires > v_now;
-    IF v_by_lease AND (v_row_worker IS DISTINCT FROM p_worker OR NOT v_live) THEN
+    v_live := v_c.worker_id IS NOT NULL AND v_c.batch_end IS NOT NULL
+              AND v_c.lease_expires_at IS NOT NULL AND v_c.lease_expires_at > v_now;
+    IF v_by_lease AND (v_c.worker_id IS DISTINCT FROM p_worker OR NOT v_live) THEN
         RETURN jsonb_build_object('ok', false, 'error', 'invalid or expired lease');
     END IF;
 
-    -- The ackable span: above the cursor and the sidecar purge watermark, and under a lease
-    -- no further than the leased batch. Under a lease whose batch starts below the watermark,
-    -- the purged part resolves by position (see the header). Given the pairs, they are used
-    -- for the whole rest of the batch, [committed + 1, v_purged_to = batch_end]: the purge
-    -- takes no lock the ack takes, so it may delete the batch's hash rows between this
-    -- function's statements, and the pairs (facts) make that harmless.
-    -- A lease-less ack does the same with the row's last delivered batch (see the header).
-    v_lo := GREATEST(v_committed + 1, COALESCE(v_txns_start, 0));
-    v_hi := CASE WHEN v_by_lease THEN v_batch_end END;
-    IF v_batch_end > v_committed AND p_span_offs IS NOT NULL THEN
-        v_purged_to := v_batch_end;
-        v_lo := v_committed + 1;
-        IF NOT v_by_lease AND v_batch_end + 1 < COALESCE(v_txns_start, 0) THEN
-            v_hi := v_batch_end;
-        END IF;
-    ELSIF v_batch_end > v_committed AND v_committed + 1 < COALESCE(v_txns_start, 0) THEN
+    -- Resolve the span, then decide what the acks and signals found there do, and do it.
+    v_r := queen.log_ack_resolve_v1(p_partition_id, v_by_lease, v_c.committed, v_c.batch_end,
+                                    v_q.txns_start, p_hashes, p_statuses, p_fence, p_span_offs,
+                                    p_span_hashes);
+    IF v_r.purged THEN
         RETURN jsonb_build_object(
             'ok', false, 'error', 'hash rows of the leased batch were purged',
-            'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
+            'purgedSpan', jsonb_build_object('from', v_c.committed + 1, 'to', v_c.batch_end));
+    END IF;
+    RETURN queen.log_ack_decide_v1(p_partition_id, p_group, v_now, v_live, v_c, v_q, v_r);
+END
+$$;
+
+-- log_ack_by_hash_v1's resolution: the ackable span, then every occurrence inside it of
+-- every input and fence hash. purged: the answer must ask for the pairs (see its header),
+-- and the rest is NULL.
+--
+-- The span: above the cursor and the sidecar purge watermark, and under a lease no further
+-- than the leased batch. Under a lease whose batch starts below the watermark, the purged
+-- part resolves by position (see the header). Given the pairs, they are used for the whole
+-- rest of the batch, [committed + 1, v_purged_to = batch_end]: the purge takes no lock the
+-- ack takes, so it may delete the batch's hash rows between the ack's statements, and the
+-- pairs (facts) make that harmless. A lease-less ack does the same with the row's last
+-- delivered batch (see the header).
+CREATE OR REPLACE FUNCTION queen.log_ack_resolve_v1(
+    p_partition_id bigint, p_by_lease bool, p_committed bigint, p_batch_end bigint,
+    p_txns_start bigint, p_hashes bytea[], p_statuses text[], p_fence bytea[],
+    p_span_offs bigint[], p_span_hashes bytea[],
+    OUT purged bool, OUT h bytea[], OUT kind text[], OUT eff bigint[], OUT ok_offs bigint[],
+    OUT fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_txns_start bigint := COALESCE(p_txns_start, 0);
+    v_lo bigint := GREATEST(p_committed + 1, v_txns_start);
+    v_hi bigint := CASE WHEN p_by_lease THEN p_batch_end END;
+    v_purged_to bigint;
+    v_lo_base bigint;
+BEGIN
+    purged := true;
+    IF p_batch_end > p_committed AND p_span_offs IS NOT NULL THEN
+        v_purged_to := p_batch_end;
+        v_lo := p_committed + 1;
+        IF NOT p_by_lease AND p_batch_end + 1 < v_txns_start THEN
+            v_hi := p_batch_end;
+        END IF;
+    ELSIF p_batch_end > p_committed AND p_committed + 1 < v_txns_start THEN
+        RETURN;
     END IF;
 
     -- Ranges are disjoint and ascending, so the sidecar rows overlapping the span are the
@@ -177,8 +177,7 @@ BEGIN
     -- partition explodes only the batch's hash blobs. No row lies below txns_start (the
     -- purge, retention.sql), so every scan of the sidecar starts there: what a partition's
     -- purged history costs an ack is nothing, not even a walk over its dead index entries.
-    v_txns_start := COALESCE(v_txns_start, 0);
-    v_hi_bound := COALESCE(v_hi, 9223372036854775807);
+    v_hi := COALESCE(v_hi, 9223372036854775807);
     SELECT x.base_offset INTO v_lo_base
     FROM queen.log_txns x
     WHERE x.partition_id = p_partition_id AND x.base_offset <= v_lo
@@ -187,14 +186,13 @@ BEGIN
     LIMIT 1;
     v_lo_base := COALESCE(v_lo_base, v_lo);
 
-    -- The resolution, materialised once: every occurrence inside the span of every input
-    -- and fence hash. Per input hash (aligned arrays, in input order) its normalised status
-    -- and eff, the lowest matching offset inside the span: MIN prefers the in-span
-    -- occurrence, so a re-push below the cursor never shadows the copy the client is
+    -- The resolution, materialised once. Per input hash (aligned arrays, in input order) its
+    -- normalised status and eff, the lowest matching offset inside the span: MIN prefers the
+    -- in-span occurrence, so a re-push below the cursor never shadows the copy the client is
     -- actually acking, and a signal on a transactionId delivered twice stops at its first
     -- copy. Under a lease the acknowledged offsets are every in-span occurrence of an
     -- acknowledged hash (acking a transactionId two delivered messages share acks both);
-    -- lease-less, only each eff (see the header).
+    -- lease-less, only each eff (see the header). fence: the lowest fence occurrence.
     WITH input AS (
         SELECT t.pos, t.h,
                CASE WHEN lower(COALESCE(t.s, '')) IN ('completed', 'success', 'acked', 'ok', '')
@@ -214,8 +212,8 @@ BEGIN
             FROM queen.log_txns x
             CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
             WHERE x.partition_id = p_partition_id
-              AND x.base_offset BETWEEN v_lo_base AND v_hi_bound
-              AND x.base_offset + u.idx BETWEEN v_lo AND v_hi_bound
+              AND x.base_offset BETWEEN v_lo_base AND v_hi
+              AND x.base_offset + u.idx BETWEEN v_lo AND v_hi
             UNION ALL
             SELECT s.off, s.h
             FROM unnest(p_span_offs, p_span_hashes) AS s(off, h)
@@ -231,46 +229,62 @@ BEGIN
     )
     SELECT array_agg(r.h ORDER BY r.pos), array_agg(r.kind ORDER BY r.pos),
            array_agg(r.eff ORDER BY r.pos),
-           CASE WHEN v_by_lease
+           CASE WHEN p_by_lease
                 THEN (SELECT COALESCE(array_agg(DISTINCT m.off), '{}') FROM matched m
                        WHERE m.kind = 'ok' AND m.off IS NOT NULL)
                 ELSE (SELECT COALESCE(array_agg(DISTINCT r2.eff), '{}') FROM resolved r2
                        WHERE r2.kind = 'ok' AND r2.eff IS NOT NULL)
            END,
            (SELECT min(m.off) FROM matched m WHERE m.kind = 'fence')
-    INTO v_h, v_kind, v_eff, v_ok_offs, v_fence
+    INTO h, kind, eff, ok_offs, fence
     FROM resolved r;
 
+    -- The purge may have deleted the batch's hash rows after txns_start was read by the
+    -- caller (each statement here takes a new snapshot): an unresolved item of a delivered
+    -- batch that now starts below the watermark asks for the pairs, before anything changed.
+    purged := p_batch_end > p_committed AND p_span_offs IS NULL
+              AND array_position(eff, NULL) IS NOT NULL
+              AND (SELECT lp.txns_start FROM queen.log_partitions lp WHERE lp.id = p_partition_id)
+                  > p_committed + 1;
+END
+$$;
+
+-- log_ack_by_hash_v1's decision and its application, for the consumer row p_c and the
+-- partition and queue p_q the caller read (the row locked), and the resolution p_r of
+-- log_ack_resolve_v1; p_live: the row holds a live lease.
+CREATE OR REPLACE FUNCTION queen.log_ack_decide_v1(
+    p_partition_id bigint, p_group text, p_now timestamptz, p_live bool, p_c record,
+    p_q record, p_r record)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_below bytea[];
+    v_d record;
+    v_sig bigint;
+    v_new bigint;
+    v_acked bigint;
+    v_result jsonb;
+BEGIN
     -- `below` (an occurrence at or below the cursor) only tells a noop or stale item from an
     -- unresolvable one, so it is needed only for hashes the span did not resolve; the
     -- consumed history is exploded only when such a hash exists.
-    -- The purge may have deleted the batch's hash rows after txns_start was read above
-    -- (each statement here takes a new snapshot): an unresolved item of a delivered batch
-    -- that now starts below the watermark asks for the pairs, before anything changed.
-    IF v_batch_end > v_committed AND p_span_offs IS NULL AND array_position(v_eff, NULL) IS NOT NULL
-       AND (SELECT lp.txns_start FROM queen.log_partitions lp WHERE lp.id = p_partition_id)
-           > v_committed + 1 THEN
-        RETURN jsonb_build_object(
-            'ok', false, 'error', 'hash rows of the leased batch were purged',
-            'purgedSpan', jsonb_build_object('from', v_committed + 1, 'to', v_batch_end));
-    END IF;
-    IF array_position(v_eff, NULL) IS NOT NULL THEN
+    IF array_position(p_r.eff, NULL) IS NOT NULL THEN
         SELECT COALESCE(array_agg(DISTINCT u.h), '{}')
         INTO v_below
         FROM queen.log_txns x
         CROSS JOIN LATERAL queen.log_unnest_hashes(x.hashes) AS u
-        JOIN (SELECT DISTINCT m.h FROM unnest(v_h, v_eff) AS m(h, eff) WHERE m.eff IS NULL) miss
+        JOIN (SELECT DISTINCT m.h FROM unnest(p_r.h, p_r.eff) AS m(h, eff) WHERE m.eff IS NULL) miss
           ON miss.h = u.h
         WHERE x.partition_id = p_partition_id
-          AND x.base_offset BETWEEN v_txns_start AND v_committed
-          AND x.base_offset + u.idx <= v_committed;
+          AND x.base_offset BETWEEN COALESCE(p_q.txns_start, 0) AND p_c.committed
+          AND x.base_offset + u.idx <= p_c.committed;
     END IF;
 
     -- Every decision below is a scalar aggregate of the resolution. sig: the lowest eff among
     -- the signals, ties dlq > failed > retry.
     WITH resolved AS (
         SELECT m.pos, m.h, m.kind, m.eff, COALESCE(m.h = ANY (v_below), false) AS below
-        FROM unnest(v_h, v_kind, v_eff) WITH ORDINALITY AS m(h, kind, eff, pos)
+        FROM unnest(p_r.h, p_r.kind, p_r.eff) WITH ORDINALITY AS m(h, kind, eff, pos)
     ),
     sig AS (
         SELECT r.eff, r.kind
@@ -279,110 +293,124 @@ BEGIN
         ORDER BY r.eff, CASE r.kind WHEN 'dlq' THEN 0 WHEN 'failed' THEN 1 ELSE 2 END
         LIMIT 1
     )
-    SELECT s.eff, s.kind,
-           (SELECT max(o.off) FROM unnest(v_ok_offs) AS o(off)
-             WHERE o.off < LEAST(s.eff, v_fence)
-                OR (s.eff IS NULL AND v_fence IS NULL)),
+    SELECT s.eff AS sig, s.kind,
+           (SELECT max(o.off) FROM unnest(p_r.ok_offs) AS o(off)
+             WHERE o.off < LEAST(s.eff, p_r.fence)
+                OR (s.eff IS NULL AND p_r.fence IS NULL)) AS max_ok,
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
-             WHERE r.kind = 'ok' AND r.eff IS NULL AND r.below),
+             WHERE r.kind = 'ok' AND r.eff IS NULL AND r.below) AS noop,
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
-             WHERE r.kind <> 'ok' AND r.eff IS NULL AND r.below),
+             WHERE r.kind <> 'ok' AND r.eff IS NULL AND r.below) AS stale,
            (SELECT COALESCE(array_agg(encode(r.h, 'hex') ORDER BY r.pos), '{}') FROM resolved r
-             WHERE r.eff IS NULL AND NOT r.below)
-    INTO v_sig, v_sig_kind, v_max_ok, v_noop, v_stale, v_unresolved
+             WHERE r.eff IS NULL AND NOT r.below) AS unresolved
+    INTO v_d
     FROM (SELECT 1) AS one
     LEFT JOIN sig s ON true;
 
     -- The cursor moves to the highest acknowledged offset strictly below the lowest explicit
     -- signal: a nack is never skipped by a later ack of the same call.
-    v_new := COALESCE(v_max_ok, v_committed);
+    v_new := COALESCE(v_d.max_ok, p_c.committed);
     -- A fence below the own head signal: that lower nack decides (in its own group), so this
     -- signal only keeps its message ahead of the cursor. At the same position both act (the
     -- second finds the lease already released), so the lowest nack is never left unacted.
-    IF v_fence < v_sig THEN
-        v_sig := NULL;
-    END IF;
-    v_acked := v_new - v_committed;
+    v_sig := CASE WHEN p_r.fence < v_d.sig THEN NULL ELSE v_d.sig END;
+    v_acked := v_new - p_c.committed;
     v_result := jsonb_build_object(
         'ok', true, 'acked', v_acked, 'off', v_new, 'leaseReleased', false,
-        'noopHashes', to_jsonb(v_noop), 'staleHashes', to_jsonb(v_stale),
-        'unresolvedHashes', to_jsonb(v_unresolved));
+        'noopHashes', to_jsonb(v_d.noop), 'staleHashes', to_jsonb(v_d.stale),
+        'unresolvedHashes', to_jsonb(v_d.unresolved));
 
-    -- A signal acts only on a live lease (the caller's, validated above, or, for a
+    -- A signal acts only on a live lease (the caller's, validated by the caller, or, for a
     -- lease-less signal, the row's); without one only the implicit advance applies.
-    IF v_sig IS NOT NULL AND v_live THEN
-        -- A redelivery waits for the queue's retryDelay (ms), through the hold (see above).
-        IF COALESCE(v_retry_delay, 0) > 0 THEN
-            v_hold := v_now + make_interval(secs => v_retry_delay / 1000.0);
-        END IF;
-        IF v_sig_kind = 'failed' AND v_retries < COALESCE(v_retry_limit, 3) THEN
-            -- Budget left: charge one unit and redeliver from the cursor (after the delay).
-            UPDATE queen.log_consumers
-            SET committed = v_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
-                lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
-                batch_retry_count = batch_retry_count + 1,
-                total_consumed = total_consumed + v_acked,
-                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
-            WHERE partition_id = p_partition_id AND consumer_group = p_group;
-            RETURN v_result || jsonb_build_object('leaseReleased', true, 'retried', true,
-                                                  'wakeQueue', v_queue,
-                                                  'wakeAfterMs', COALESCE(v_retry_delay, 0));
-        ELSIF v_sig_kind = 'retry' THEN
-            -- Redeliver from the cursor (after the delay); the retry budget is untouched.
-            UPDATE queen.log_consumers
-            SET committed = v_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
-                lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
-                total_consumed = total_consumed + v_acked,
-                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
-            WHERE partition_id = p_partition_id AND consumer_group = p_group;
-            RETURN v_result || jsonb_build_object('leaseReleased', true, 'wakeQueue', v_queue,
-                                                  'wakeAfterMs', COALESCE(v_retry_delay, 0));
-        ELSIF v_sig_kind = 'dlq' OR COALESCE(v_dlq_enabled, true) THEN
-            -- Dead-letter the head signal. Only the broker can decompress the segment, so the
-            -- lease is kept for its log_dlq_head_v1 call, which files the row and releases.
-            UPDATE queen.log_consumers
-            SET committed = v_new,
-                total_consumed = total_consumed + v_acked,
-                last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
-            WHERE partition_id = p_partition_id AND consumer_group = p_group;
-            RETURN v_result || jsonb_build_object(
-                'dlq', true, 'off', v_sig, 'partitionId', p_partition_id, 'group', p_group,
-                'worker', v_row_worker, 'retryCount', v_retries);
-        ELSE
-            -- Exhausted with the DLQ disabled: skip the poison message.
-            UPDATE queen.log_consumers
-            SET committed = GREATEST(committed, v_sig), worker_id = NULL,
-                lease_expires_at = NULL, lease_acquired_at = NULL, batch_end = NULL,
-                batch_retry_count = 0, attempt_offset = NULL, attempt_count = 0,
-                total_consumed = total_consumed + v_acked + 1, last_consumed_at = v_now
-            WHERE partition_id = p_partition_id AND consumer_group = p_group;
-            RETURN v_result || jsonb_build_object(
-                'dropped', true, 'off', v_sig, 'leaseReleased', true,
-                'wakeQueue', CASE WHEN v_last_offset > v_sig THEN v_queue END);
-        END IF;
+    IF v_sig IS NOT NULL AND p_live THEN
+        RETURN queen.log_ack_signal_v1(p_partition_id, p_group, p_now, p_c, p_q, v_result,
+                                       v_new, v_sig, v_d.kind);
     END IF;
 
     -- Acknowledgements only (or a signal without a live lease): advance; the lease ends when
     -- its whole batch is committed.
-    IF v_batch_end IS NOT NULL AND v_new >= v_batch_end THEN
+    IF p_c.batch_end IS NOT NULL AND v_new >= p_c.batch_end THEN
         UPDATE queen.log_consumers
         SET committed = v_new, worker_id = NULL, lease_expires_at = NULL,
             lease_acquired_at = NULL, batch_end = NULL,
             attempt_offset = NULL, attempt_count = 0, batch_retry_count = 0,
             total_consumed = total_consumed + v_acked,
-            last_consumed_at = CASE WHEN v_acked > 0 THEN v_now ELSE last_consumed_at END
+            last_consumed_at = CASE WHEN v_acked > 0 THEN p_now ELSE last_consumed_at END
         WHERE partition_id = p_partition_id AND consumer_group = p_group;
         RETURN v_result || jsonb_build_object(
-            'leaseReleased', v_live,
-            'wakeQueue', CASE WHEN v_live AND v_last_offset > v_new THEN v_queue END);
+            'leaseReleased', p_live,
+            'wakeQueue', CASE WHEN p_live AND p_q.last_offset > v_new THEN p_q.queue END);
     END IF;
     IF v_acked > 0 THEN
         UPDATE queen.log_consumers
         SET committed = v_new, total_consumed = total_consumed + v_acked,
-            last_consumed_at = v_now
+            last_consumed_at = p_now
         WHERE partition_id = p_partition_id AND consumer_group = p_group;
     END IF;
     RETURN v_result;
+END
+$$;
+
+-- log_ack_by_hash_v1's head signal p_sig (of kind p_kind) acting on the row's live lease,
+-- for log_ack_decide_v1 (its p_c and p_q): the cursor moves to p_new and the answer p_result
+-- gains the signal's part.
+CREATE OR REPLACE FUNCTION queen.log_ack_signal_v1(
+    p_partition_id bigint, p_group text, p_now timestamptz, p_c record, p_q record,
+    p_result jsonb, p_new bigint, p_sig bigint, p_kind text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_acked bigint := p_new - p_c.committed;
+    v_hold timestamptz;
+BEGIN
+    -- A redelivery waits for the queue's retryDelay (ms), through the hold (see the header).
+    IF COALESCE(p_q.retry_delay, 0) > 0 THEN
+        v_hold := p_now + make_interval(secs => p_q.retry_delay / 1000.0);
+    END IF;
+    IF p_kind = 'failed' AND p_c.batch_retry_count < COALESCE(p_q.retry_limit, 3) THEN
+        -- Budget left: charge one unit and redeliver from the cursor (after the delay).
+        UPDATE queen.log_consumers
+        SET committed = p_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
+            lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
+            batch_retry_count = batch_retry_count + 1,
+            total_consumed = total_consumed + v_acked,
+            last_consumed_at = CASE WHEN v_acked > 0 THEN p_now ELSE last_consumed_at END
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+        RETURN p_result || jsonb_build_object('leaseReleased', true, 'retried', true,
+                                              'wakeQueue', p_q.queue,
+                                              'wakeAfterMs', COALESCE(p_q.retry_delay, 0));
+    ELSIF p_kind = 'retry' THEN
+        -- Redeliver from the cursor (after the delay); the retry budget is untouched.
+        UPDATE queen.log_consumers
+        SET committed = p_new, worker_id = CASE WHEN v_hold IS NOT NULL THEN '' END,
+            lease_expires_at = v_hold, lease_acquired_at = NULL, batch_end = NULL,
+            total_consumed = total_consumed + v_acked,
+            last_consumed_at = CASE WHEN v_acked > 0 THEN p_now ELSE last_consumed_at END
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+        RETURN p_result || jsonb_build_object('leaseReleased', true, 'wakeQueue', p_q.queue,
+                                              'wakeAfterMs', COALESCE(p_q.retry_delay, 0));
+    ELSIF p_kind = 'dlq' OR COALESCE(p_q.dlq_enabled, true) THEN
+        -- Dead-letter the head signal. Only the broker can decompress the segment, so the
+        -- lease is kept for its log_dlq_head_v1 call, which files the row and releases.
+        UPDATE queen.log_consumers
+        SET committed = p_new,
+            total_consumed = total_consumed + v_acked,
+            last_consumed_at = CASE WHEN v_acked > 0 THEN p_now ELSE last_consumed_at END
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+        RETURN p_result || jsonb_build_object(
+            'dlq', true, 'off', p_sig, 'partitionId', p_partition_id, 'group', p_group,
+            'worker', p_c.worker_id, 'retryCount', p_c.batch_retry_count);
+    END IF;
+    -- Exhausted with the DLQ disabled: skip the poison message.
+    UPDATE queen.log_consumers
+    SET committed = GREATEST(committed, p_sig), worker_id = NULL,
+        lease_expires_at = NULL, lease_acquired_at = NULL, batch_end = NULL,
+        batch_retry_count = 0, attempt_offset = NULL, attempt_count = 0,
+        total_consumed = total_consumed + v_acked + 1, last_consumed_at = p_now
+    WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    RETURN p_result || jsonb_build_object(
+        'dropped', true, 'off', p_sig, 'leaseReleased', true,
+        'wakeQueue', CASE WHEN p_q.last_offset > p_sig THEN p_q.queue END);
 END
 $$;
 

@@ -59,6 +59,79 @@ BEGIN
 END
 $$;
 
+-- The authoritative dedup probe of a bundle's segments (log_push_multi_v1, and
+-- log_push_one_v1 for its one segment): for each segment p_ord[k] (aligned arrays) with a
+-- probe bound p_vfrom[k] (NULL: none is due), its incoming hashes p_hashes[ord] (p_counts[ord]
+-- frames) joined on equality (a hash join, whatever the sizes) with the hashes partition
+-- p_pid[k] stores after vfrom, within its window of p_win[k] seconds before p_now. The caller
+-- holds the partition row locks. dup_ord: the segments with duplicates; dup_list, aligned:
+-- each one's [{"i":k,"off":O}], k the incoming frame index and O the original's offset (the
+-- lowest if several). One statement for the whole bundle, run only when some segment needs
+-- it: PostgreSQL initialises every node of a plan on each run.
+CREATE OR REPLACE FUNCTION queen.log_push_probe_v1(
+    p_ord int[], p_pid int8[], p_txns_start int8[], p_win int[], p_vfrom int8[],
+    p_counts int[], p_hashes bytea[], p_now timestamptz,
+    OUT dup_ord int[], OUT dup_list jsonb[])
+LANGUAGE plpgsql
+-- Generic plans, as log_push_multi_v1's: planned afresh for each call, a one-segment probe of
+-- log_push_one_v1 cost PostgreSQL more than twice what its run with the generic plan does.
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    IF array_remove(p_vfrom, NULL) = '{}' THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(d.ord), array_agg(d.dups) INTO dup_ord, dup_list
+    FROM (
+        SELECT d.ord,
+               jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
+        FROM (
+            WITH seg AS (
+                SELECT s.ord, s.pid, s.win, s.txns_start, s.vfrom,
+                       p_counts[s.ord] AS cnt, p_hashes[s.ord] AS hashes
+                FROM unnest(p_ord, p_pid, p_txns_start, p_win, p_vfrom)
+                     AS s(ord, pid, txns_start, win, vfrom)
+                WHERE s.vfrom IS NOT NULL
+            )
+            SELECT inc.ord, inc.idx AS i, min(st.off) AS off
+            FROM (
+                SELECT s.ord, u.idx, u.h
+                FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
+            ) inc
+            JOIN (
+                SELECT s.ord, t.base_offset + x.idx AS off, x.h
+                FROM seg s
+                CROSS JOIN LATERAL (
+                    SELECT lt.base_offset, lt.hashes FROM queen.log_txns AS lt
+                    WHERE lt.partition_id = s.pid
+                      -- From the row covering vfrom + 1 on: a primary-key range, so a
+                      -- vouched probe reads the tail, not every row of the partition. No row
+                      -- lies below txns_start (the purge, retention.sql): the backward step
+                      -- stops there instead of walking the purged history's dead index
+                      -- entries.
+                      AND lt.base_offset >= COALESCE(
+                            (SELECT max(f.base_offset) FROM queen.log_txns f
+                             WHERE f.partition_id = s.pid AND f.base_offset <= s.vfrom
+                               AND f.base_offset >= s.txns_start),
+                            s.vfrom + 1)
+                      AND lt.end_offset > s.vfrom
+                      AND lt.created_at >= p_now - make_interval(secs => s.win)
+                      -- A few incoming hashes: a byte search per stored row finds the rows
+                      -- worth exploding (about 20x cheaper than exploding every row).
+                      AND (s.cnt > 16 OR EXISTS (
+                          SELECT 1 FROM queen.log_unnest_hashes(s.hashes) AS q
+                          WHERE position(q.h IN lt.hashes) > 0))
+                ) t
+                CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
+                WHERE t.base_offset + x.idx > s.vfrom
+            ) st ON st.ord = inc.ord AND st.h = inc.h
+            GROUP BY inc.ord, inc.idx
+        ) d
+        GROUP BY d.ord
+    ) d;
+END
+$$;
+
 -- Appends one segment of p_msg_count frames to (p_queue, p_partition).
 --
 -- p_hashes: 16 bytes per frame, xxh3_128(transactionId) big-endian, frame order.
@@ -108,7 +181,7 @@ DECLARE
     v_txns_start bigint;
     v_from bigint;
     v_now timestamptz;
-    v_dups jsonb;
+    v_probe record;  -- log_push_probe_v1
 BEGIN
     IF p_msg_count IS NULL OR p_msg_count < 1 THEN
         RAISE EXCEPTION 'log_push_one_v1: message count must be positive, got %', p_msg_count;
@@ -170,39 +243,12 @@ BEGIN
         END IF;
         v_from := GREATEST(v_from, v_txns_start - 1);
         IF v_last > v_from THEN
-            SELECT jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i)
-            INTO v_dups
-            FROM (
-                SELECT inc.idx AS i, min(t.base_offset + s.idx) AS off
-                FROM queen.log_unnest_hashes(p_hashes) AS inc
-                JOIN (
-                    SELECT base_offset, hashes FROM queen.log_txns AS lt
-                    WHERE partition_id = v_pid
-                      -- From the row covering v_from + 1 on: a primary-key range, so a
-                      -- vouched probe reads the tail, not every row of the partition. No
-                      -- row lies below txns_start (the purge, retention.sql): the backward
-                      -- step stops there instead of walking the purged history's dead
-                      -- index entries.
-                      AND base_offset >= COALESCE(
-                            (SELECT max(f.base_offset) FROM queen.log_txns f
-                             WHERE f.partition_id = v_pid AND f.base_offset <= v_from
-                               AND f.base_offset >= v_txns_start),
-                            v_from + 1)
-                      AND end_offset > v_from
-                      AND created_at >= v_now - make_interval(secs => v_window)
-                      -- A few incoming hashes: a byte search per stored row finds the rows
-                      -- worth exploding (about 20x cheaper than exploding every row).
-                      AND (p_msg_count > 16 OR EXISTS (
-                          SELECT 1 FROM queen.log_unnest_hashes(p_hashes) AS q
-                          WHERE position(q.h IN lt.hashes) > 0))
-                ) t ON true
-                CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS s
-                WHERE s.h = inc.h AND t.base_offset + s.idx > v_from
-                GROUP BY inc.idx
-            ) d;
-            IF v_dups IS NOT NULL THEN
+            v_probe := queen.log_push_probe_v1(ARRAY[1], ARRAY[v_pid], ARRAY[v_txns_start],
+                                               ARRAY[v_window], ARRAY[v_from],
+                                               ARRAY[p_msg_count], ARRAY[p_hashes], v_now);
+            IF v_probe.dup_ord IS NOT NULL THEN
                 RETURN jsonb_build_object('status', 'duplicate', 'partitionId', v_pid,
-                                          'dups', v_dups);
+                                          'dups', v_probe.dup_list[1]);
             END IF;
         END IF;
     END IF;
@@ -329,8 +375,7 @@ DECLARE
     v_present int;
     v_now timestamptz;
     v_vfrom int8[];
-    v_dup_ord int[];
-    v_dup_list jsonb[];
+    v_probe record;  -- log_push_probe_v1
     v_results jsonb;
 BEGIN
     IF cardinality(p_partitions) IS DISTINCT FROM v_n
@@ -410,73 +455,50 @@ BEGIN
              THEN p_verified[s.ord] ELSE -1 END,
         s.txns_start - 1) AS vfrom) b;
 
-    -- The authoritative probe: incoming hashes joined on equality (a hash join, whatever the
-    -- sizes) with the stored hashes after vfrom of the same segment's partition.
-    IF array_remove(v_vfrom, NULL) <> '{}' THEN
-        SELECT array_agg(d.ord), array_agg(d.dups) INTO v_dup_ord, v_dup_list
-        FROM (
-            SELECT d.ord,
-                   jsonb_agg(jsonb_build_object('i', d.i, 'off', d.off) ORDER BY d.i) AS dups
-            FROM (
-                WITH seg AS (
-                    SELECT s.ord, s.pid, s.win, s.txns_start, s.vfrom,
-                           p_msg_counts[s.ord] AS cnt, p_hashes[s.ord] AS hashes
-                    FROM unnest(v_ord, v_pid, v_txns_start, v_win, v_vfrom)
-                         AS s(ord, pid, txns_start, win, vfrom)
-                    WHERE s.vfrom IS NOT NULL
-                )
-                SELECT inc.ord, inc.idx AS i, min(st.off) AS off
-                FROM (
-                    SELECT s.ord, u.idx, u.h
-                    FROM seg s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) AS u
-                ) inc
-                JOIN (
-                    SELECT s.ord, t.base_offset + x.idx AS off, x.h
-                    FROM seg s
-                    CROSS JOIN LATERAL (
-                        SELECT lt.base_offset, lt.hashes FROM queen.log_txns AS lt
-                        WHERE lt.partition_id = s.pid
-                          AND lt.base_offset >= COALESCE(
-                                (SELECT max(f.base_offset) FROM queen.log_txns f
-                                 WHERE f.partition_id = s.pid AND f.base_offset <= s.vfrom
-                                   AND f.base_offset >= s.txns_start),
-                                s.vfrom + 1)
-                          AND lt.end_offset > s.vfrom
-                          AND lt.created_at >= v_now - make_interval(secs => s.win)
-                          AND (s.cnt > 16 OR EXISTS (
-                              SELECT 1 FROM queen.log_unnest_hashes(s.hashes) AS q
-                              WHERE position(q.h IN lt.hashes) > 0))
-                    ) t
-                    CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) AS x
-                    WHERE t.base_offset + x.idx > s.vfrom
-                ) st ON st.ord = inc.ord AND st.h = inc.h
-                GROUP BY inc.ord, inc.idx
-            ) d
-            GROUP BY d.ord
-        ) d;
+    v_probe := queen.log_push_probe_v1(v_ord, v_pid, v_txns_start, v_win, v_vfrom, p_msg_counts,
+                                       p_hashes, v_now);
+    v_results := queen.log_push_multi_append_v1(v_ord, v_pid, v_refuse, v_probe.dup_ord,
+                                                v_probe.dup_list, p_msg_counts, p_hashes,
+                                                p_blobs, v_now);
+    IF jsonb_array_length(v_results) <> v_n OR v_results @> '[null]'::jsonb THEN
+        RAISE EXCEPTION 'log_push_multi_v1: a segment got no result';
     END IF;
+    RETURN v_results;
+END
+$$;
 
-    -- The allocator (as in log_push_one_v1; last_write_at moves once a second: HOT) and the
-    -- appends, for every segment neither refused nor duplicate.
+-- log_push_multi_v1's writes and answer: the allocator (as in log_push_one_v1; last_write_at
+-- moves once a second: HOT) and the appends, for every segment (aligned p_ord, p_pid,
+-- p_refuse) neither refused nor duplicate (p_dup_ord, p_dup_list of log_push_probe_v1), in
+-- one statement; the per-segment results in input order. Its plan is generic:
+-- log_push_multi_v1's plan_cache_mode holds while it runs.
+CREATE OR REPLACE FUNCTION queen.log_push_multi_append_v1(
+    p_ord int[], p_pid int8[], p_refuse bool[], p_dup_ord int[], p_dup_list jsonb[],
+    p_msg_counts int[], p_hashes bytea[], p_blobs bytea[], p_now timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_results jsonb;
+BEGIN
     WITH alloc AS (
         UPDATE queen.log_partitions lp
         SET last_offset = lp.last_offset + p_msg_counts[s.ord],
-            oldest_live_at = COALESCE(lp.oldest_live_at, v_now),
-            oldest_txn_at = COALESCE(lp.oldest_txn_at, v_now),
-            last_write_at = CASE WHEN v_now - lp.last_write_at > interval '1 second'
-                                 THEN v_now ELSE lp.last_write_at END
-        FROM unnest(v_ord, v_pid, v_refuse) AS s(ord, pid, refuse)
-        WHERE lp.id = s.pid AND NOT s.refuse AND NOT (s.ord = ANY (COALESCE(v_dup_ord, '{}')))
+            oldest_live_at = COALESCE(lp.oldest_live_at, p_now),
+            oldest_txn_at = COALESCE(lp.oldest_txn_at, p_now),
+            last_write_at = CASE WHEN p_now - lp.last_write_at > interval '1 second'
+                                 THEN p_now ELSE lp.last_write_at END
+        FROM unnest(p_ord, p_pid, p_refuse) AS s(ord, pid, refuse)
+        WHERE lp.id = s.pid AND NOT s.refuse AND NOT (s.ord = ANY (COALESCE(p_dup_ord, '{}')))
         RETURNING s.ord, lp.last_offset - p_msg_counts[s.ord] + 1 AS base_offset,
                   lp.last_offset AS end_offset, lp.id AS pid
     ),
     segments AS (
         INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, created_at, blob)
-        SELECT a.pid, a.base_offset, a.end_offset, v_now, p_blobs[a.ord] FROM alloc a
+        SELECT a.pid, a.base_offset, a.end_offset, p_now, p_blobs[a.ord] FROM alloc a
     ),
     sidecar AS (
         INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT a.pid, a.base_offset, a.end_offset, v_now, p_hashes[a.ord] FROM alloc a
+        SELECT a.pid, a.base_offset, a.end_offset, p_now, p_hashes[a.ord] FROM alloc a
     )
     SELECT jsonb_agg(CASE
                WHEN s.refuse THEN
@@ -484,18 +506,14 @@ BEGIN
                WHEN a.ord IS NOT NULL THEN
                    jsonb_build_object('status', 'queued', 'partitionId', s.pid,
                                       'baseOffset', a.base_offset,
-                                      'createdAt', queen.log_iso_micros(v_now))
-               WHEN s.ord = ANY (v_dup_ord) THEN
+                                      'createdAt', queen.log_iso_micros(p_now))
+               WHEN s.ord = ANY (p_dup_ord) THEN
                    jsonb_build_object('status', 'duplicate', 'partitionId', s.pid,
-                                      'dups', v_dup_list[array_position(v_dup_ord, s.ord)])
+                                      'dups', p_dup_list[array_position(p_dup_ord, s.ord)])
            END ORDER BY s.ord)
     INTO v_results
-    FROM unnest(v_ord, v_pid, v_refuse) AS s(ord, pid, refuse)
+    FROM unnest(p_ord, p_pid, p_refuse) AS s(ord, pid, refuse)
     LEFT JOIN alloc a ON a.ord = s.ord;
-
-    IF jsonb_array_length(v_results) <> v_n OR v_results @> '[null]'::jsonb THEN
-        RAISE EXCEPTION 'log_push_multi_v1: a segment got no result';
-    END IF;
     RETURN v_results;
 END
 $$;

@@ -1,6 +1,6 @@
 //! Tests of running the broker: JWT authentication and roles, queue configuration and the table of queue options,
 //! consumer-group and resource administration, refusal of unstorable input on every route,
-//! slow clients and connection slots, migrations at boot, the retention loop, the `queen` command line (queues, and the key-value, lock and timer commands), the layering of the source tree, the maps of the docs and their section citations, and the lifecycle of the
+//! slow clients and connection slots, migrations at boot, the retention loop, the `queen` command line (queues, and the key-value, lock and timer commands), the layering of the source tree, the length of the SQL functions, the maps of the docs and their section citations, and the lifecycle of the
 //! `queen` binary through crashes. One PostgreSQL cluster serves the whole binary, each test
 //! on its own database (see `queen_test_harness`); the crash tests start `queen` with an
 //! embedded cluster of its own, the one they kill.
@@ -32,6 +32,7 @@ mod resources;
 mod retention;
 mod server_switch;
 mod slow_clients;
+mod sql_function_length;
 mod sql_signatures;
 mod sqlstates;
 mod tenancy;
