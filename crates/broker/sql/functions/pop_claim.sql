@@ -7,7 +7,8 @@
 -- r_state ('took' | 'empty' | 'leased'; deferral by windowBuffer/delayedProcessing and
 -- lock-skips report 'leased' with the horizon in r_until), the delivery attempt, the
 -- partition's last_offset as read, and the delivered segments as aligned arrays.
--- p_lease_seconds NULL or <= 0 means the queue's lease_time (60 without one).
+-- p_lease_seconds NULL or <= 0 means the queue's lease_time (60 without one). The steps are
+-- in pop_steps.sql; taking the segments stays here because they are the answer.
 CREATE OR REPLACE FUNCTION queen.log_pop_claim_v1(
     p_pid bigint, p_group text, p_budget int, p_lease_seconds int, p_worker text,
     p_auto_ack bool, p_sub_mode text, p_sub_from text, p_skip_window bool)
@@ -18,32 +19,16 @@ RETURNS TABLE(r_state text, r_until timestamptz, r_attempt int, r_last_off bigin
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
-    v_qid bigint;
-    v_log_start bigint;
-    v_delay int;
-    v_window int;
-    v_ttl int;
-    v_expired bigint;
-    v_lease int;
-    v_newest timestamptz;
-    v_committed bigint;
-    v_until timestamptz;
-    v_ts timestamptz;
-    v_seed bigint;
-    v_wanted bigint;
-    v_cut timestamptz;
-    v_left int := GREATEST(p_budget, 0);
-    v_first bigint;
-    v_last_taken bigint;
-    v_deferred_at timestamptz;
-    h_base bigint;
-    h_end bigint;
-    h_created timestamptz;
-    v_take int;
-    seg record;
+    -- Step 1's reading of the partition and its queue.
+    v_qid bigint; v_log_start bigint; v_delay int; v_window int; v_ttl int; v_lease int;
+    v_committed bigint; v_created bool := false;
+    -- Step 5: the first offset wanted, the delayedProcessing cut, the budget left, the span
+    -- taken, where a too-young segment deferred it, the head segment, a segment's take.
+    v_wanted bigint; v_cut timestamptz; v_left int := GREATEST(p_budget, 0);
+    v_first bigint; v_last_taken bigint; v_deferred_at timestamptz;
+    h_base bigint; h_end bigint; h_created timestamptz; seg record; v_take int;
 BEGIN
-    r_state := 'empty';
-    r_taken := 0;
+    r_state := 'empty'; r_taken := 0;
     r_bases := '{}'; r_starts := '{}'; r_takes := '{}'; r_counts := '{}';
     r_created := '{}'; r_blobs := '{}';
 
@@ -58,111 +43,48 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Step 2: windowBuffer, a quiet-period debounce on the newest segment (created_at is
-    -- monotone in base_offset, so one backward primary-key step finds it).
+    -- Step 2: windowBuffer defers the whole partition while its newest segment is young.
     IF v_window > 0 AND NOT p_skip_window THEN
-        SELECT s.created_at INTO v_newest
-        FROM queen.log_segments s WHERE s.partition_id = p_pid
-        ORDER BY s.base_offset DESC LIMIT 1;
-        IF v_newest > v_now - make_interval(secs => v_window) THEN
+        r_until := queen.log_pop_window_until_v1(p_pid, v_window, v_now);
+        IF r_until IS NOT NULL THEN
             r_state := 'leased';
-            r_until := v_newest + make_interval(secs => v_window);
             RETURN NEXT;
             RETURN;
         END IF;
     END IF;
 
-    -- Step 4: claim first. A live lease or another pop mid-flight on the row skips it.
-    SELECT c.committed INTO v_committed
-    FROM queen.log_consumers c
-    WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-      AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        -- Present (leased or locked) means skip this cycle, without waiting.
-        SELECT c.lease_expires_at INTO v_until
-        FROM queen.log_consumers c
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-        IF FOUND THEN
-            r_state := 'leased';
-            r_until := GREATEST(v_until, v_now);
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        -- Missing: exactly one pop creates it. Try, never take: a wildcard pop's transaction
-        -- lives across its whole candidate loop, so waiting here would chain pops together.
-        IF NOT pg_try_advisory_xact_lock(hashtextextended(p_pid::text || '/' || p_group, 42)) THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        -- Step 3: seed on first contact only: the durable subscription record, else the
-        -- pop's own intent, else everything retained; '__QUEUE_MODE__' never skips backlog.
-        IF p_group <> '__QUEUE_MODE__' THEN
-            SELECT m.subscription_timestamp INTO v_ts
-            FROM queen.consumer_groups_metadata m
-            WHERE m.consumer_group = p_group AND m.queue_id = v_qid
-              AND m.partition_name = '' AND m.namespace = '' AND m.task = '';
-            IF NOT FOUND THEN
-                SELECT i.r_ts INTO v_ts
-                FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
-            END IF;
-        END IF;
-        -- A partition being deleted gets no cursor row (see the header).
-        PERFORM 1 FROM queen.log_partitions p WHERE p.id = p_pid FOR KEY SHARE SKIP LOCKED;
-        IF NOT FOUND THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        v_seed := CASE WHEN v_ts IS NULL THEN -1
-                       ELSE queen.log_seed_cursor_v1(p_pid, r_last_off, v_log_start, v_ts) END;
-        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
-        VALUES (p_pid, p_group, v_seed)
-        ON CONFLICT DO NOTHING;
+    -- Step 4: claim first. A live lease or another pop mid-flight on the row skips it: present
+    -- (leased or locked) means skip this cycle, without waiting. A missing row Step 3 creates
+    -- (log_pop_create_cursor_v1), and the claim runs once more.
+    LOOP
         SELECT c.committed INTO v_committed
         FROM queen.log_consumers c
         WHERE c.partition_id = p_pid AND c.consumer_group = p_group
           AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
         FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- ttl (docs/wire.md §3.2): a message older than ttl seconds is not delivered. created_at
-    -- is monotone in base_offset, so the expired part of what the group still wants is a
-    -- prefix: walk it forward from the segment covering the cursor (at most 1000 segments per
-    -- claim; the next claim goes on) and move the cursor past it, a skip like the empty-
-    -- partition seal below: no lease, no attempt, not counted as consumed.
-    IF v_ttl > 0 THEN
-        v_expired := NULL;
-        FOR seg IN
-            SELECT s.end_offset, s.created_at
-            FROM queen.log_segments s
-            WHERE s.partition_id = p_pid
-              AND s.base_offset >= COALESCE(
-                    (SELECT max(h.base_offset) FROM queen.log_segments h
-                     WHERE h.partition_id = p_pid AND h.base_offset <= v_committed + 1),
-                    v_committed + 1)
-            ORDER BY s.base_offset
-            LIMIT 1000
-        LOOP
-            EXIT WHEN seg.created_at >= v_now - make_interval(secs => v_ttl);
-            v_expired := seg.end_offset;
-        END LOOP;
-        IF v_expired > v_committed THEN
-            UPDATE queen.log_consumers c
-            SET committed = v_expired, attempt_offset = NULL, attempt_count = 0,
-                batch_retry_count = 0
+        EXIT WHEN FOUND;
+        IF NOT v_created THEN
+            SELECT c.lease_expires_at INTO r_until
+            FROM queen.log_consumers c
             WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-            v_committed := v_expired;
+            IF FOUND THEN
+                r_state := 'leased';
+                r_until := GREATEST(r_until, v_now);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            v_created := queen.log_pop_create_cursor_v1(p_pid, p_group, v_qid, r_last_off,
+                                                        v_log_start, p_sub_mode, p_sub_from);
+            CONTINUE WHEN v_created;
         END IF;
+        r_state := 'leased';
+        r_until := v_now;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+
+    IF v_ttl > 0 THEN -- expired messages are skipped, not delivered
+        v_committed := queen.log_pop_skip_expired_v1(p_pid, p_group, v_committed, v_ttl, v_now);
     END IF;
 
     -- Step 5: head probe (one backward step, covering test applied afterwards so a miss
@@ -192,12 +114,11 @@ BEGIN
             r_taken := v_take;
         END IF;
     END IF;
-    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments
-    -- too) keeps the plan an ordered primary-key walk that stops at the budget. Without it
-    -- the planner, seeing a deep backlog of a partition whose segments interleave with other
-    -- partitions' on the heap, reads the whole backlog into a bitmap scan and sorts it
-    -- (measured: 9 136 buffers and 32 ms for a 20-message pop over 10 000 segments, against
-    -- 22 buffers and 0.05 ms).
+    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments too)
+    -- keeps the plan an ordered primary-key walk that stops at the budget. Without it the
+    -- planner read a deep backlog interleaved with other partitions' segments into a bitmap
+    -- scan and sorted it (9 136 buffers, 32 ms for a 20-message pop over 10 000 segments;
+    -- with it 22 buffers, 0.05 ms).
     IF v_left > 0 AND v_deferred_at IS NULL THEN
         FOR seg IN
             SELECT s.base_offset, s.end_offset, s.created_at, s.blob
@@ -229,40 +150,19 @@ BEGIN
         IF v_deferred_at IS NOT NULL THEN
             r_state := 'leased';
             r_until := v_deferred_at + make_interval(secs => v_delay);
-        ELSIF r_last_off > v_committed
-              AND NOT EXISTS (SELECT 1 FROM queen.log_segments s WHERE s.partition_id = p_pid) THEN
-            -- The empty-partition cursor seal: retention removed every segment, so seal to
-            -- the last_offset read above (a concurrent push lands above it and stays
-            -- pending). A seal, not a claim: no lease or attempt field is touched.
-            UPDATE queen.log_consumers c SET committed = r_last_off
-            WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        ELSIF r_last_off > v_committed THEN
+            PERFORM queen.log_pop_seal_empty_v1(p_pid, p_group, r_last_off);
         END IF;
         RETURN NEXT;
         RETURN;
     END IF;
 
-    -- Step 6: autoAck commits inside the pop (at-most-once); otherwise lease (committed,
-    -- batch_end] without moving the cursor. attempt_count is redelivery telemetry: the
-    -- same start offset as the previous delivery means nack or lease expiry.
-    IF p_auto_ack THEN
-        UPDATE queen.log_consumers c SET
-            committed = v_last_taken, worker_id = NULL, lease_expires_at = NULL,
-            lease_acquired_at = NULL, batch_end = NULL,
-            total_consumed = c.total_consumed + r_taken, last_consumed_at = v_now
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-        r_attempt := 1;
-    ELSE
-        UPDATE queen.log_consumers c SET
-            worker_id = p_worker,
-            lease_expires_at = v_now + make_interval(secs => v_lease),
-            lease_acquired_at = v_now,
-            batch_end = v_last_taken,
-            attempt_count = CASE WHEN c.attempt_offset IS NOT DISTINCT FROM v_first
-                                 THEN c.attempt_count + 1 ELSE 1 END,
-            attempt_offset = v_first
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-        RETURNING c.attempt_count, c.lease_expires_at INTO r_attempt, r_until;
+    -- Step 6: lease what was taken (autoAck: commit it, no lease horizon).
+    IF NOT p_auto_ack THEN
+        r_until := v_now + make_interval(secs => v_lease);
     END IF;
+    r_attempt := queen.log_pop_write_lease_v1(p_pid, p_group, p_auto_ack, p_worker, r_until,
+                                              v_first, v_last_taken, r_taken, v_now);
     r_state := 'took';
     RETURN NEXT;
 END $$;
