@@ -7,7 +7,8 @@
 -- r_state ('took' | 'empty' | 'leased'; deferral by windowBuffer/delayedProcessing and
 -- lock-skips report 'leased' with the horizon in r_until), the delivery attempt, the
 -- partition's last_offset as read, and the delivered segments as aligned arrays.
--- p_lease_seconds NULL or <= 0 means the queue's lease_time (60 without one).
+-- p_lease_seconds NULL or <= 0 means the queue's lease_time (60 without one). The steps are
+-- in pop_steps.sql; taking the segments stays here because they are the answer.
 CREATE OR REPLACE FUNCTION queen.log_pop_claim_v1(
     p_pid bigint, p_group text, p_budget int, p_lease_seconds int, p_worker text,
     p_auto_ack bool, p_sub_mode text, p_sub_from text, p_skip_window bool)
@@ -18,32 +19,16 @@ RETURNS TABLE(r_state text, r_until timestamptz, r_attempt int, r_last_off bigin
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
-    v_qid bigint;
-    v_log_start bigint;
-    v_delay int;
-    v_window int;
-    v_ttl int;
-    v_expired bigint;
-    v_lease int;
-    v_newest timestamptz;
-    v_committed bigint;
-    v_until timestamptz;
-    v_ts timestamptz;
-    v_seed bigint;
-    v_wanted bigint;
-    v_cut timestamptz;
-    v_left int := GREATEST(p_budget, 0);
-    v_first bigint;
-    v_last_taken bigint;
-    v_deferred_at timestamptz;
-    h_base bigint;
-    h_end bigint;
-    h_created timestamptz;
-    v_take int;
-    seg record;
+    -- Step 1's reading of the partition and its queue.
+    v_qid bigint; v_log_start bigint; v_delay int; v_window int; v_ttl int; v_lease int;
+    v_committed bigint; v_created bool := false;
+    -- Step 5: the first offset wanted, the delayedProcessing cut, the budget left, the span
+    -- taken, where a too-young segment deferred it, the head segment, a segment's take.
+    v_wanted bigint; v_cut timestamptz; v_left int := GREATEST(p_budget, 0);
+    v_first bigint; v_last_taken bigint; v_deferred_at timestamptz;
+    h_base bigint; h_end bigint; h_created timestamptz; seg record; v_take int;
 BEGIN
-    r_state := 'empty';
-    r_taken := 0;
+    r_state := 'empty'; r_taken := 0;
     r_bases := '{}'; r_starts := '{}'; r_takes := '{}'; r_counts := '{}';
     r_created := '{}'; r_blobs := '{}';
 
@@ -58,111 +43,48 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Step 2: windowBuffer, a quiet-period debounce on the newest segment (created_at is
-    -- monotone in base_offset, so one backward primary-key step finds it).
+    -- Step 2: windowBuffer defers the whole partition while its newest segment is young.
     IF v_window > 0 AND NOT p_skip_window THEN
-        SELECT s.created_at INTO v_newest
-        FROM queen.log_segments s WHERE s.partition_id = p_pid
-        ORDER BY s.base_offset DESC LIMIT 1;
-        IF v_newest > v_now - make_interval(secs => v_window) THEN
+        r_until := queen.log_pop_window_until_v1(p_pid, v_window, v_now);
+        IF r_until IS NOT NULL THEN
             r_state := 'leased';
-            r_until := v_newest + make_interval(secs => v_window);
             RETURN NEXT;
             RETURN;
         END IF;
     END IF;
 
-    -- Step 4: claim first. A live lease or another pop mid-flight on the row skips it.
-    SELECT c.committed INTO v_committed
-    FROM queen.log_consumers c
-    WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-      AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        -- Present (leased or locked) means skip this cycle, without waiting.
-        SELECT c.lease_expires_at INTO v_until
-        FROM queen.log_consumers c
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-        IF FOUND THEN
-            r_state := 'leased';
-            r_until := GREATEST(v_until, v_now);
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        -- Missing: exactly one pop creates it. Try, never take: a wildcard pop's transaction
-        -- lives across its whole candidate loop, so waiting here would chain pops together.
-        IF NOT pg_try_advisory_xact_lock(hashtextextended(p_pid::text || '/' || p_group, 42)) THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        -- Step 3: seed on first contact only: the durable subscription record, else the
-        -- pop's own intent, else everything retained; '__QUEUE_MODE__' never skips backlog.
-        IF p_group <> '__QUEUE_MODE__' THEN
-            SELECT m.subscription_timestamp INTO v_ts
-            FROM queen.consumer_groups_metadata m
-            WHERE m.consumer_group = p_group AND m.queue_id = v_qid
-              AND m.partition_name = '' AND m.namespace = '' AND m.task = '';
-            IF NOT FOUND THEN
-                SELECT i.r_ts INTO v_ts
-                FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
-            END IF;
-        END IF;
-        -- A partition being deleted gets no cursor row (see the header).
-        PERFORM 1 FROM queen.log_partitions p WHERE p.id = p_pid FOR KEY SHARE SKIP LOCKED;
-        IF NOT FOUND THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        v_seed := CASE WHEN v_ts IS NULL THEN -1
-                       ELSE queen.log_seed_cursor_v1(p_pid, r_last_off, v_log_start, v_ts) END;
-        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
-        VALUES (p_pid, p_group, v_seed)
-        ON CONFLICT DO NOTHING;
+    -- Step 4: claim first. A live lease or another pop mid-flight on the row skips it: present
+    -- (leased or locked) means skip this cycle, without waiting. A missing row Step 3 creates
+    -- (log_pop_create_cursor_v1), and the claim runs once more.
+    LOOP
         SELECT c.committed INTO v_committed
         FROM queen.log_consumers c
         WHERE c.partition_id = p_pid AND c.consumer_group = p_group
           AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
         FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            r_state := 'leased';
-            r_until := v_now;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- ttl (docs/wire.md §3.2): a message older than ttl seconds is not delivered. created_at
-    -- is monotone in base_offset, so the expired part of what the group still wants is a
-    -- prefix: walk it forward from the segment covering the cursor (at most 1000 segments per
-    -- claim; the next claim goes on) and move the cursor past it, a skip like the empty-
-    -- partition seal below: no lease, no attempt, not counted as consumed.
-    IF v_ttl > 0 THEN
-        v_expired := NULL;
-        FOR seg IN
-            SELECT s.end_offset, s.created_at
-            FROM queen.log_segments s
-            WHERE s.partition_id = p_pid
-              AND s.base_offset >= COALESCE(
-                    (SELECT max(h.base_offset) FROM queen.log_segments h
-                     WHERE h.partition_id = p_pid AND h.base_offset <= v_committed + 1),
-                    v_committed + 1)
-            ORDER BY s.base_offset
-            LIMIT 1000
-        LOOP
-            EXIT WHEN seg.created_at >= v_now - make_interval(secs => v_ttl);
-            v_expired := seg.end_offset;
-        END LOOP;
-        IF v_expired > v_committed THEN
-            UPDATE queen.log_consumers c
-            SET committed = v_expired, attempt_offset = NULL, attempt_count = 0,
-                batch_retry_count = 0
+        EXIT WHEN FOUND;
+        IF NOT v_created THEN
+            SELECT c.lease_expires_at INTO r_until
+            FROM queen.log_consumers c
             WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-            v_committed := v_expired;
+            IF FOUND THEN
+                r_state := 'leased';
+                r_until := GREATEST(r_until, v_now);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            v_created := queen.log_pop_create_cursor_v1(p_pid, p_group, v_qid, r_last_off,
+                                                        v_log_start, p_sub_mode, p_sub_from);
+            CONTINUE WHEN v_created;
         END IF;
+        r_state := 'leased';
+        r_until := v_now;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+
+    IF v_ttl > 0 THEN -- expired messages are skipped, not delivered
+        v_committed := queen.log_pop_skip_expired_v1(p_pid, p_group, v_committed, v_ttl, v_now);
     END IF;
 
     -- Step 5: head probe (one backward step, covering test applied afterwards so a miss
@@ -192,12 +114,11 @@ BEGIN
             r_taken := v_take;
         END IF;
     END IF;
-    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments
-    -- too) keeps the plan an ordered primary-key walk that stops at the budget. Without it
-    -- the planner, seeing a deep backlog of a partition whose segments interleave with other
-    -- partitions' on the heap, reads the whole backlog into a bitmap scan and sorts it
-    -- (measured: 9 136 buffers and 32 ms for a 20-message pop over 10 000 segments, against
-    -- 22 buffers and 0.05 ms).
+    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments too)
+    -- keeps the plan an ordered primary-key walk that stops at the budget. Without it the
+    -- planner read a deep backlog interleaved with other partitions' segments into a bitmap
+    -- scan and sorted it (9 136 buffers, 32 ms for a 20-message pop over 10 000 segments;
+    -- with it 22 buffers, 0.05 ms).
     IF v_left > 0 AND v_deferred_at IS NULL THEN
         FOR seg IN
             SELECT s.base_offset, s.end_offset, s.created_at, s.blob
@@ -229,40 +150,19 @@ BEGIN
         IF v_deferred_at IS NOT NULL THEN
             r_state := 'leased';
             r_until := v_deferred_at + make_interval(secs => v_delay);
-        ELSIF r_last_off > v_committed
-              AND NOT EXISTS (SELECT 1 FROM queen.log_segments s WHERE s.partition_id = p_pid) THEN
-            -- The empty-partition cursor seal: retention removed every segment, so seal to
-            -- the last_offset read above (a concurrent push lands above it and stays
-            -- pending). A seal, not a claim: no lease or attempt field is touched.
-            UPDATE queen.log_consumers c SET committed = r_last_off
-            WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        ELSIF r_last_off > v_committed THEN
+            PERFORM queen.log_pop_seal_empty_v1(p_pid, p_group, r_last_off);
         END IF;
         RETURN NEXT;
         RETURN;
     END IF;
 
-    -- Step 6: autoAck commits inside the pop (at-most-once); otherwise lease (committed,
-    -- batch_end] without moving the cursor. attempt_count is redelivery telemetry: the
-    -- same start offset as the previous delivery means nack or lease expiry.
-    IF p_auto_ack THEN
-        UPDATE queen.log_consumers c SET
-            committed = v_last_taken, worker_id = NULL, lease_expires_at = NULL,
-            lease_acquired_at = NULL, batch_end = NULL,
-            total_consumed = c.total_consumed + r_taken, last_consumed_at = v_now
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-        r_attempt := 1;
-    ELSE
-        UPDATE queen.log_consumers c SET
-            worker_id = p_worker,
-            lease_expires_at = v_now + make_interval(secs => v_lease),
-            lease_acquired_at = v_now,
-            batch_end = v_last_taken,
-            attempt_count = CASE WHEN c.attempt_offset IS NOT DISTINCT FROM v_first
-                                 THEN c.attempt_count + 1 ELSE 1 END,
-            attempt_offset = v_first
-        WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-        RETURNING c.attempt_count, c.lease_expires_at INTO r_attempt, r_until;
+    -- Step 6: lease what was taken (autoAck: commit it, no lease horizon).
+    IF NOT p_auto_ack THEN
+        r_until := v_now + make_interval(secs => v_lease);
     END IF;
+    r_attempt := queen.log_pop_write_lease_v1(p_pid, p_group, p_auto_ack, p_worker, r_until,
+                                              v_first, v_last_taken, r_taken, v_now);
     r_state := 'took';
     RETURN NEXT;
 END $$;
@@ -330,6 +230,7 @@ LANGUAGE plpgsql
 -- one-partition pop). Every statement addresses rows by key; on a small consumer table the
 -- planner priced a scan of all of it below a few hundred index probes and then locked and
 -- updated through it (~3 ms per statement at 12 000 rows), so sequential scans are off.
+-- The steps (pop_steps.sql) run under both settings too.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
@@ -340,32 +241,17 @@ DECLARE
     v_i int := 1;
     v_slow_at int := 0;
     v_now timestamptz;
-    -- A round's lock-free read of candidates v_i.. (aligned, candidate order).
+    -- A round's read of candidates v_i.., its walk (candidate indexes count from v_i), what
+    -- its claim locked and took, and the candidate the full procedure takes next (v_slow).
     e_pid bigint[]; e_name text[]; e_queue text[]; e_last bigint[]; e_class text[];
     e_until timestamptz[]; e_lease int[]; e_ttl int[]; e_pending bigint[];
-    -- The prefix the round claims: candidate index, expected take.
-    c_idx int[]; c_plan int[]; c_pid bigint[];
-    -- What the round took, one element per claimed partition.
+    c_idx int[]; c_plan int[]; c_pid bigint[]; w_idx int[]; v_walked int; v_fresh bigint[];
+    v_walk_slow int; v_locked bigint[]; v_committed bigint[]; v_slow int;
     t_idx int[]; t_first bigint[]; t_last bigint[]; t_taken int[]; t_segs jsonb[];
-    t_attempt int[]; t_until timestamptz[];
-    v_locked bigint[]; v_committed bigint[]; v_round_blobs bytea[];
-    v_slow int;
-    -- The walk's verdicts (leased, empty) and their candidate indexes: kept only up to a
-    -- candidate the claim statement hands to the full procedure, after which the next round
-    -- walks the rest again.
-    w_states jsonb[];
-    w_idx int[];
-    -- First contacts: where the round's run of them starts, and every one already seeded.
-    v_fresh_at int;
-    v_seeded bigint[] := '{}';
-    v_intent timestamptz;
-    v_intent_read bool := false;
-    v_plan_left int;
-    v_walked int;
-    j int;
-    k int;
-    r record;
-    v_blob bytea;
+    t_attempt int[]; t_until timestamptz[]; t_blobs bytea[];
+    -- First contacts already seeded, and the pop's subscription intent (read once).
+    v_seeded bigint[] := '{}'; v_intent timestamptz; v_intent_read bool := false;
+    j int; r record; w record; v_blob bytea;
     -- Built with array_append, which PL/pgSQL does in place: concatenating jsonb or arrays
     -- copies the whole accumulator on every claim, quadratic in a wide (autopilot) pop.
     v_meta jsonb[] := '{}';
@@ -401,111 +287,30 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- The lock-free read: what each remaining candidate looks like right now.
         v_now := clock_timestamp();
-        SELECT array_agg(u.pid ORDER BY u.ord), array_agg(x.name ORDER BY u.ord),
-               array_agg(x.qname ORDER BY u.ord), array_agg(x.last_offset ORDER BY u.ord),
-               array_agg(x.class ORDER BY u.ord), array_agg(x.lease_until ORDER BY u.ord),
-               array_agg(x.lease ORDER BY u.ord), array_agg(x.ttl ORDER BY u.ord),
-               array_agg(x.pending ORDER BY u.ord)
-        INTO e_pid, e_name, e_queue, e_last, e_class, e_until, e_lease, e_ttl, e_pending
-        FROM unnest(p_pids[v_i:v_n]) WITH ORDINALITY AS u(pid, ord)
-        LEFT JOIN LATERAL (
-            SELECT p.name, q.name AS qname, p.last_offset, c.lease_expires_at AS lease_until, q.ttl,
-                   COALESCE(NULLIF(GREATEST(p_lease_seconds, 0), 0), NULLIF(q.lease_time, 0), 60) AS lease,
-                   p.last_offset - c.committed AS pending,
-                   CASE WHEN (q.window_buffer > 0 AND NOT p_skip_window)
-                             OR q.delayed_processing > 0 THEN 'slow'
-                        WHEN c.partition_id IS NULL THEN 'fresh'
-                        WHEN c.worker_id IS NOT NULL AND c.lease_expires_at >= v_now THEN 'leased'
-                        WHEN p.last_offset <= c.committed THEN 'empty'
-                        ELSE 'claim' END AS class
-            FROM queen.log_partitions p
-            JOIN queen.queues q ON q.id = p.queue_id
-            LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
-            WHERE p.id = u.pid
-            OFFSET 0) x ON true;
-
-        -- Walk it in order: verdicts for the leased and the empty, the claimable prefix that
-        -- covers the budget, up to the first candidate that needs the full procedure.
-        c_idx := '{}'; c_plan := '{}'; c_pid := '{}';
-        w_states := '{}'; w_idx := '{}';
-        v_plan_left := v_left;
-        v_walked := 0;
-        v_fresh_at := NULL;
-        v_slow := NULL;
-        FOR j IN 1 .. COALESCE(cardinality(e_pid), 0) LOOP
-            EXIT WHEN v_plan_left <= 0 OR claimed + cardinality(c_idx) >= v_max;
-            IF e_class[j] = 'slow' OR (e_class[j] = 'fresh' AND e_pid[j] = ANY (v_seeded)) THEN
-                v_slow_at := v_i + j - 1;
-                EXIT;
-            END IF;
-            IF e_class[j] = 'fresh' THEN
-                -- Claim the prefix first; a round that starts with first contacts seeds them.
-                IF cardinality(c_idx) = 0 THEN
-                    v_fresh_at := j;
-                END IF;
-                EXIT;
-            END IF;
-            v_walked := j;
-            CONTINUE WHEN e_name[j] IS NULL OR e_pid[j] = ANY (c_pid);
-            IF e_class[j] = 'leased' THEN
-                w_idx := array_append(w_idx, j);
-                w_states := array_append(w_states, jsonb_build_object(
-                    'p', e_name[j], 's', 'leased', 'until', GREATEST(e_until[j], v_now),
-                    'lastOff', e_last[j]));
-            ELSIF e_class[j] = 'empty' THEN
-                w_idx := array_append(w_idx, j);
-                w_states := array_append(w_states, jsonb_build_object(
-                    'p', e_name[j], 's', 'empty', 'lastOff', e_last[j]));
-            ELSE
-                c_idx := array_append(c_idx, j);
-                c_pid := array_append(c_pid, e_pid[j]);
-                c_plan := array_append(c_plan, LEAST(e_pending[j], v_plan_left)::int);
-                v_plan_left := v_plan_left - LEAST(e_pending[j], v_plan_left)::int;
-            END IF;
-        END LOOP;
-
-        IF v_fresh_at IS NOT NULL THEN
+        SELECT * INTO e_pid, e_name, e_queue, e_last, e_class, e_until, e_lease, e_ttl, e_pending
+        FROM queen.log_pop_read_round_v1(p_pids[v_i:v_n], p_group, p_lease_seconds, p_skip_window,
+                                         v_now);
+        -- Assigned, not selected from: a SELECT costs an executor run per call and round.
+        w := queen.log_pop_walk_round_v1(e_pid, e_class, e_pending, v_seeded, v_left, v_max - claimed);
+        c_idx := w.c_idx; c_plan := w.c_plan; c_pid := w.c_pid; w_idx := w.w_idx;
+        v_walked := w.walked; v_fresh := w.fresh; v_walk_slow := w.slow_at;
+        IF v_walk_slow IS NOT NULL THEN
+            v_slow_at := v_i + v_walk_slow - 1;
+        END IF;
+        IF v_fresh IS NOT NULL THEN
             IF NOT v_intent_read AND p_group <> '__QUEUE_MODE__' THEN
                 SELECT i.r_ts INTO v_intent
                 FROM queen.log_sub_intent_v1(p_group, p_sub_mode, p_sub_from) i;
                 v_intent_read := true;
             END IF;
-            c_pid := '{}';
-            FOR j IN v_fresh_at .. cardinality(e_pid) LOOP
-                EXIT WHEN e_class[j] IS DISTINCT FROM 'fresh' OR e_pid[j] = ANY (v_seeded)
-                          OR cardinality(c_pid) >= LEAST(v_max - claimed, v_left);
-                c_pid := array_append(c_pid, e_pid[j]);
-            END LOOP;
-            -- log_pop_claim_v1's Step 3 for the run: the same try-lock (exactly one pop
-            -- creates a row), the durable subscription record else the pop's intent
-            -- ('__QUEUE_MODE__' never skips backlog), no row for a partition being deleted.
-            INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
-            SELECT f.id, p_group,
-                   CASE WHEN f.ts IS NULL THEN -1
-                        ELSE queen.log_seed_cursor_v1(f.id, f.last_offset, f.log_start, f.ts) END
-            FROM (
-                SELECT p.id, p.last_offset, p.log_start,
-                       CASE WHEN p_group = '__QUEUE_MODE__' THEN NULL
-                            ELSE COALESCE(m.subscription_timestamp, v_intent) END AS ts
-                FROM (SELECT p.id, p.last_offset, p.log_start, p.queue_id
-                      FROM queen.log_partitions p
-                      WHERE p.id = ANY (c_pid)
-                      ORDER BY p.id
-                      FOR KEY SHARE SKIP LOCKED) p
-                LEFT JOIN queen.consumer_groups_metadata m
-                       ON m.consumer_group = p_group AND m.queue_id = p.queue_id
-                      AND m.partition_name = '' AND m.namespace = '' AND m.task = ''
-                WHERE pg_try_advisory_xact_lock(hashtextextended(p.id::text || '/' || p_group, 42))
-                OFFSET 0) f
-            ORDER BY f.id
-            ON CONFLICT DO NOTHING;
-            v_seeded := v_seeded || c_pid;
+            v_seeded := v_seeded || queen.log_pop_seed_run_v1(v_fresh, p_group, v_intent);
         END IF;
 
+        v_slow := NULL;
         IF cardinality(c_idx) > 0 THEN
-            -- The claim: lock the prefix (a row leased or mid-claim since the read is skipped).
+            -- The claim: lock the prefix (a row leased or mid-claim since the read is skipped),
+            -- split the budget over its segments, lease what was taken.
             SELECT array_agg(l.partition_id), array_agg(l.committed) INTO v_locked, v_committed
             FROM (SELECT c.partition_id, c.committed
                   FROM queen.log_consumers c
@@ -513,101 +318,13 @@ BEGIN
                     AND c.consumer_group = p_group
                     AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
                   FOR UPDATE SKIP LOCKED) l;
-
-            -- Segments from each locked cursor on, the budget split in candidate order, the
-            -- first partition the full procedure must decide (nothing there, or an expired head),
-            -- and the blobs of what was taken.
-            WITH l AS (
-                SELECT w.ord, w.pid, w.wanted, w.plan, e_ttl[w.idx] AS ttl
-                FROM unnest(c_idx, c_plan) WITH ORDINALITY AS a(idx, plan, ord)
-                CROSS JOIN LATERAL (
-                    SELECT a.ord, a.idx, e_pid[a.idx] AS pid, a.plan,
-                           v_committed[array_position(v_locked, e_pid[a.idx])] + 1 AS wanted) w
-                WHERE w.wanted IS NOT NULL),
-            segs AS (
-                SELECT l.ord, l.pid, l.wanted, l.ttl, s.base_offset AS base, s.end_offset AS last,
-                       s.created_at, s.end_offset - GREATEST(s.base_offset, l.wanted) + 1 AS avail,
-                       row_number() OVER (PARTITION BY l.ord ORDER BY s.base_offset) AS rn
-                FROM l CROSS JOIN LATERAL (
-                    SELECT s.base_offset, s.end_offset, s.created_at
-                    FROM queen.log_segments s
-                    WHERE s.partition_id = l.pid
-                      AND s.base_offset >= COALESCE(
-                            (SELECT max(h.base_offset) FROM queen.log_segments h
-                             WHERE h.partition_id = l.pid AND h.base_offset <= l.wanted),
-                            l.wanted)
-                    ORDER BY s.base_offset
-                    LIMIT l.plan + 1) s
-                WHERE s.end_offset >= l.wanted),
-            slow AS (
-                SELECT min(l.ord) AS ord
-                FROM l LEFT JOIN (
-                    SELECT segs.ord,
-                           bool_or(segs.rn = 1 AND segs.ttl > 0
-                                   AND segs.created_at < v_now - make_interval(secs => segs.ttl)) AS expired
-                    FROM segs GROUP BY segs.ord) g ON g.ord = l.ord
-                WHERE g.ord IS NULL OR g.expired),
-            run AS (
-                SELECT segs.*, sum(segs.avail) OVER (ORDER BY segs.ord, segs.base
-                                                      ROWS UNBOUNDED PRECEDING) - segs.avail AS before
-                FROM segs
-                WHERE segs.ord < COALESCE((SELECT slow.ord FROM slow), 2147483647)),
-            took AS (
-                SELECT run.*, GREATEST(run.base, run.wanted) AS first,
-                       LEAST(run.avail, v_left - run.before)::int AS take
-                FROM run WHERE run.before < v_left),
-            part AS (
-                SELECT took.ord, min(took.first) AS first, max(took.first + took.take - 1) AS last,
-                       sum(took.take)::int AS taken,
-                       jsonb_agg(jsonb_build_object(
-                           'base', took.base, 'startIdx', took.first - took.base, 'take', took.take,
-                           'msgCount', took.last - took.base + 1,
-                           'createdAt', (extract(epoch FROM took.created_at) * 1000000)::bigint)
-                           ORDER BY took.base) AS segs
-                FROM took GROUP BY took.ord)
-            SELECT (SELECT array_agg(c_idx[part.ord] ORDER BY part.ord) FROM part),
-                   (SELECT array_agg(part.first ORDER BY part.ord) FROM part),
-                   (SELECT array_agg(part.last ORDER BY part.ord) FROM part),
-                   (SELECT array_agg(part.taken ORDER BY part.ord) FROM part),
-                   (SELECT array_agg(part.segs ORDER BY part.ord) FROM part),
-                   (SELECT c_idx[slow.ord] FROM slow),
-                   (SELECT array_agg(b.blob ORDER BY took.ord, took.base)
-                    FROM took CROSS JOIN LATERAL (
-                        SELECT s.blob FROM queen.log_segments s
-                        WHERE s.partition_id = took.pid AND s.base_offset = took.base OFFSET 0) b)
-            INTO t_idx, t_first, t_last, t_taken, t_segs, v_slow, v_round_blobs;
-
-            -- Lease what was taken (autoAck: commit it) in one statement.
+            SELECT * INTO t_idx, t_first, t_last, t_taken, t_segs, v_slow, t_blobs
+            FROM queen.log_pop_split_prefix_v1(c_idx, c_plan, v_locked, v_committed, e_pid, e_ttl,
+                                               v_left, v_now);
             IF cardinality(t_idx) > 0 THEN
-                IF p_auto_ack THEN
-                    UPDATE queen.log_consumers c SET
-                        committed = t.last, worker_id = NULL, lease_expires_at = NULL,
-                        lease_acquired_at = NULL, batch_end = NULL,
-                        total_consumed = c.total_consumed + t.taken, last_consumed_at = v_now
-                    FROM unnest(t_idx, t_last, t_taken) AS t(idx, last, taken)
-                    WHERE c.partition_id = ANY (c_pid) AND c.partition_id = e_pid[t.idx]
-                      AND c.consumer_group = p_group;
-                    t_attempt := array_fill(1, ARRAY[cardinality(t_idx)]);
-                    t_until := array_fill(NULL::timestamptz, ARRAY[cardinality(t_idx)]);
-                ELSE
-                    WITH leased AS (
-                        UPDATE queen.log_consumers c SET
-                            worker_id = p_worker,
-                            lease_expires_at = v_now + make_interval(secs => e_lease[t.idx]),
-                            lease_acquired_at = v_now,
-                            batch_end = t.last,
-                            attempt_count = CASE WHEN c.attempt_offset IS NOT DISTINCT FROM t.first
-                                                 THEN c.attempt_count + 1 ELSE 1 END,
-                            attempt_offset = t.first
-                        FROM unnest(t_idx, t_first, t_last) WITH ORDINALITY AS t(idx, first, last, ord)
-                        WHERE c.partition_id = ANY (c_pid) AND c.partition_id = e_pid[t.idx]
-                          AND c.consumer_group = p_group
-                        RETURNING t.ord, c.attempt_count, c.lease_expires_at)
-                    SELECT array_agg(leased.attempt_count ORDER BY leased.ord),
-                           array_agg(leased.lease_expires_at ORDER BY leased.ord)
-                    INTO t_attempt, t_until
-                    FROM leased;
-                END IF;
+                w := queen.log_pop_lease_prefix_v1(t_idx, t_first, t_last, t_taken, e_pid, e_lease,
+                                                   c_pid, p_group, p_worker, p_auto_ack, v_now);
+                t_attempt := w.t_attempt; t_until := w.t_until;
                 FOR k IN 1 .. cardinality(t_idx) LOOP
                     j := t_idx[k];
                     claimed := claimed + 1;
@@ -620,11 +337,10 @@ BEGIN
                         'leaseExpiresAt', (extract(epoch FROM t_until[k]) * 1000000)::bigint,
                         'segments', t_segs[k]));
                 END LOOP;
-                FOREACH v_blob IN ARRAY v_round_blobs LOOP
+                FOREACH v_blob IN ARRAY t_blobs LOOP
                     v_blobs := array_append(v_blobs, v_blob);
                 END LOOP;
             END IF;
-
             -- A prefix row another pop leased or locked since the read: skipped this cycle.
             FOR k IN 1 .. cardinality(c_idx) LOOP
                 j := c_idx[k];
@@ -635,10 +351,16 @@ BEGIN
                     'lastOff', e_last[j]));
             END LOOP;
         END IF;
-        -- The walk's verdicts, up to a candidate the full procedure takes next.
+        -- The walk's verdicts, up to a candidate the full procedure takes next (the next
+        -- round walks the rest again).
         FOR k IN 1 .. cardinality(w_idx) LOOP
-            CONTINUE WHEN w_idx[k] >= v_slow;
-            v_states := array_append(v_states, w_states[k]);
+            j := w_idx[k];
+            CONTINUE WHEN j >= v_slow;
+            v_states := array_append(v_states, CASE e_class[j]
+                WHEN 'leased' THEN jsonb_build_object('p', e_name[j], 's', 'leased',
+                                                      'until', GREATEST(e_until[j], v_now),
+                                                      'lastOff', e_last[j])
+                ELSE jsonb_build_object('p', e_name[j], 's', 'empty', 'lastOff', e_last[j]) END);
         END LOOP;
         IF v_slow IS NOT NULL THEN
             v_slow_at := v_i + v_slow - 1;
@@ -646,7 +368,7 @@ BEGIN
             CONTINUE;
         END IF;
         v_i := v_i + v_walked;
-        CONTINUE WHEN v_fresh_at IS NOT NULL; -- seeded: the next round reads them
+        CONTINUE WHEN v_fresh IS NOT NULL; -- seeded: the next round reads them
         IF v_walked = 0 AND v_slow_at <> v_i THEN
             EXIT;
         END IF;

@@ -73,6 +73,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("push.sql"),
     functions!("spool.sql"),
     functions!("queues.sql"),
+    functions!("pop_steps.sql"),
     functions!("pop_claim.sql"),
     functions!("pop.sql"),
     functions!("hotlist.sql"),
