@@ -39,8 +39,7 @@ BEGIN
     FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
     WHERE p.id = p_pid;
     IF NOT FOUND THEN
-        RETURN NEXT;
-        RETURN;
+        RETURN NEXT; RETURN;
     END IF;
 
     -- Step 2: windowBuffer defers the whole partition while its newest segment is young.
@@ -48,8 +47,7 @@ BEGIN
         r_until := queen.log_pop_window_until_v1(p_pid, v_window, v_now);
         IF r_until IS NOT NULL THEN
             r_state := 'leased';
-            RETURN NEXT;
-            RETURN;
+            RETURN NEXT; RETURN;
         END IF;
     END IF;
 
@@ -70,8 +68,7 @@ BEGIN
             IF FOUND THEN
                 r_state := 'leased';
                 r_until := GREATEST(r_until, v_now);
-                RETURN NEXT;
-                RETURN;
+                RETURN NEXT; RETURN;
             END IF;
             v_created := queen.log_pop_create_cursor_v1(p_pid, p_group, v_qid, r_last_off,
                                                         v_log_start, p_sub_mode, p_sub_from);
@@ -79,8 +76,7 @@ BEGIN
         END IF;
         r_state := 'leased';
         r_until := v_now;
-        RETURN NEXT;
-        RETURN;
+        RETURN NEXT; RETURN;
     END LOOP;
 
     IF v_ttl > 0 THEN -- expired messages are skipped, not delivered
@@ -114,11 +110,9 @@ BEGIN
             r_taken := v_take;
         END IF;
     END IF;
-    -- The LIMIT (a segment holds at least one message, so the budget bounds the segments too)
-    -- keeps the plan an ordered primary-key walk that stops at the budget. Without it the
-    -- planner read a deep backlog interleaved with other partitions' segments into a bitmap
-    -- scan and sorted it (9 136 buffers, 32 ms for a 20-message pop over 10 000 segments;
-    -- with it 22 buffers, 0.05 ms).
+    -- The LIMIT (a segment holds a message at least) keeps the plan an ordered primary-key walk
+    -- that stops at the budget; without it a deep backlog interleaved with other partitions' went
+    -- to a bitmap scan and a sort (20 messages of 10 000 segments: 9 136 buffers, 32 ms; 22, 0.05).
     IF v_left > 0 AND v_deferred_at IS NULL THEN
         FOR seg IN
             SELECT s.base_offset, s.end_offset, s.created_at, s.blob
@@ -153,8 +147,7 @@ BEGIN
         ELSIF r_last_off > v_committed THEN
             PERFORM queen.log_pop_seal_empty_v1(p_pid, p_group, r_last_off);
         END IF;
-        RETURN NEXT;
-        RETURN;
+        RETURN NEXT; RETURN;
     END IF;
 
     -- Step 6: lease what was taken (autoAck: commit it, no lease horizon).
@@ -221,16 +214,17 @@ END $$;
 -- windowBuffer or delayedProcessing, an expired head (ttl), a row that showed pending but
 -- holds no segment (the empty-partition seal). So does every candidate of a pop that may claim
 -- one partition.
+--
+-- Its SET clauses: generic plans, since custom ones re-planned the claim statement on every
+-- call (~1.5 ms of a one-partition pop); and no sequential scans: every statement addresses
+-- rows by key, but on a small consumer table the planner priced a scan of all of it below a
+-- few hundred index probes and then locked and updated through it (~3 ms per statement at
+-- 12 000 rows). The steps (pop_steps.sql) run under both settings too.
 CREATE OR REPLACE FUNCTION queen.log_pop_candidates_v1(
     p_pids bigint[], p_group text, p_budget int, p_lease_seconds int, p_worker text, p_auto_ack bool,
     p_max_partitions int, p_sub_mode text, p_sub_from text, p_skip_window bool)
 RETURNS TABLE(meta jsonb, blobs bytea[], states jsonb, claimed int)
 LANGUAGE plpgsql
--- Generic plans: custom ones re-planned the claim statement on every call (~1.5 ms of a
--- one-partition pop). Every statement addresses rows by key; on a small consumer table the
--- planner priced a scan of all of it below a few hundred index probes and then locked and
--- updated through it (~3 ms per statement at 12 000 rows), so sequential scans are off.
--- The steps (pop_steps.sql) run under both settings too.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
@@ -238,9 +232,7 @@ DECLARE
     v_n int := COALESCE(cardinality(p_pids), 0);
     v_max int := GREATEST(p_max_partitions, 1);
     v_left int := GREATEST(p_budget, 0);
-    v_i int := 1;
-    v_slow_at int := 0;
-    v_now timestamptz;
+    v_i int := 1; v_slow_at int := 0; v_now timestamptz;
     -- A round's read of candidates v_i.., its walk (candidate indexes count from v_i), what
     -- its claim locked and took, and the candidate the full procedure takes next (v_slow).
     e_pid bigint[]; e_name text[]; e_queue text[]; e_last bigint[]; e_class text[];
@@ -254,9 +246,7 @@ DECLARE
     j int; r record; w record; v_blob bytea;
     -- Built with array_append, which PL/pgSQL does in place: concatenating jsonb or arrays
     -- copies the whole accumulator on every claim, quadratic in a wide (autopilot) pop.
-    v_meta jsonb[] := '{}';
-    v_states jsonb[] := '{}';
-    v_blobs bytea[] := '{}';
+    v_meta jsonb[] := '{}'; v_states jsonb[] := '{}'; v_blobs bytea[] := '{}';
 BEGIN
     claimed := 0;
     WHILE v_i <= v_n AND v_left > 0 AND claimed < v_max LOOP

@@ -122,7 +122,7 @@ $$;
 -- default: "the atomic full-batch cycle") with a completed ack means the cycle consumed its
 -- whole leased batch of that partition: when the ack (cumulative up to its transactionId)
 -- stopped short of the batch's end, the rest of the batch is acked too, through
--- log_ack_at_v1 (ack.sql) up to batch_end, which releases the lease. The client orders a
+-- log_ack_at_v1 (ack_at.sql) up to batch_end, which releases the lease. The client orders a
 -- batch by (createdAt, id), which is not always the log's order (ids minted by a binary push
 -- share a millisecond), so its "last" message need not be the batch's last offset. Without
 -- "release" (a gate's partial ack) the tail stays leased and is redelivered, in order, when

@@ -5,7 +5,7 @@
 //! under that lease, is then one positional cursor advance instead of a hash resolution.
 //!
 //! A hint, never an authority: the positional call re-validates the lease and the span under
-//! the cursor row's lock (`log_ack_at_v1`'s cover form, sql/functions/ack.sql) and a refusal
+//! the cursor row's lock (`log_ack_at_v1`'s cover form, sql/functions/ack_at.sql) and a refusal
 //! sends the ack down the hash path. So an entry can only be stale in excess: it costs at
 //! most one refused statement, never a wrong cursor.
 //!

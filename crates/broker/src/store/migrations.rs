@@ -78,6 +78,7 @@ const FUNCTIONS: &[FunctionFile] = &[
     functions!("pop.sql"),
     functions!("hotlist.sql"),
     functions!("ack.sql"),
+    functions!("ack_at.sql"),
     functions!("lease.sql"),
     functions!("dlq.sql"),
     functions!("kv.sql"),
