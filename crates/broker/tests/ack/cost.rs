@@ -27,6 +27,8 @@ struct Cost {
     by_hash: i64,
     cover: i64,
     multi: i64,
+    /// The top-level statements counted, with their calls (shown when an assertion fails).
+    seen: Vec<(String, i64)>,
 }
 
 /// A broker on a fresh database whose sessions also count the statements inside functions.
@@ -97,7 +99,9 @@ async fn measure(b: &TestBroker, concurrent: bool) -> Cost {
     .expect("reset");
     ack_round(b, &batches, concurrent).await;
     let row = db
-        // The timer wheel's probe (once a second per broker, engine/timer_wheel/) is no ack's cost.
+        // The timer wheel's probe (once a second per broker, engine/timer_wheel/) is no ack's
+        // cost, nor is the identity question of a connection the pool opens meanwhile (under
+        // load, concurrent flushes may need one more than the warm-up did; store/server.rs).
         .query_one(
             "SELECT COALESCE(sum(calls) FILTER (WHERE toplevel), 0)::float8,
                     COALESCE(sum(calls) FILTER (WHERE NOT toplevel), 0)::float8,
@@ -105,11 +109,26 @@ async fn measure(b: &TestBroker, concurrent: bool) -> Cost {
                     COALESCE(sum(total_exec_time) FILTER (WHERE toplevel), 0)::float8
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'
-               AND s.query NOT LIKE '%queen.log_timers_next_v1%'",
+               AND s.query NOT LIKE '%queen.log_timers_next_v1%'
+               AND s.query NOT LIKE '%pg_control_system%'",
             &[],
         )
         .await
         .expect("statement counts");
+    let seen = db
+        .query(
+            "SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 120), s.calls
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = current_database() AND s.toplevel
+               AND s.query NOT LIKE '%pg_stat_statements%'
+               AND s.query NOT LIKE '%queen.log_timers_next_v1%'",
+            &[],
+        )
+        .await
+        .expect("statements")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let per = |v: f64| v / ACKS as f64;
     Cost {
         statements: per(row.get(0)),
@@ -119,6 +138,7 @@ async fn measure(b: &TestBroker, concurrent: bool) -> Cost {
         by_hash: calls(&db, "log_ack_by_hash_v1").await,
         cover: calls(&db, "log_ack_at_v1").await,
         multi: calls(&db, "log_ack_multi_v1").await,
+        seen,
     }
 }
 
@@ -148,7 +168,12 @@ async fn a_full_batch_ack_costs_one_cover_instead_of_a_hash_resolution() {
     let flushes = fused.multi + fused.cover;
     assert_eq!(fused.by_hash, 0);
     assert!(flushes >= 1 && flushes <= ACKS as i64, "{fused:?}");
-    assert_eq!(fused.statements, flushes as f64 / ACKS as f64);
+    assert_eq!(
+        fused.statements,
+        flushes as f64 / ACKS as f64,
+        "{:?}",
+        fused.seen
+    );
 }
 
 /// One `/ack/batch` acking `ACKS` batches of as many partitions (what a wide autopilot answer
