@@ -9,20 +9,11 @@ use std::time::Duration;
 use crate::common;
 use crate::support::{pop, push_txns, txns};
 
-/// `queen_messages_popped_total` as `b` exposes it.
+/// `queen_messages_popped_total` as `b` exposes it (0 before the first pop).
 async fn popped_total(b: &common::TestBroker) -> f64 {
-    let text = b
-        .http
-        .get(b.at("/metrics/prometheus"))
-        .send()
+    b.series("queen_messages_popped_total", "")
         .await
-        .expect("GET /metrics/prometheus")
-        .text()
-        .await
-        .expect("body");
-    text.lines()
-        .find_map(|l| l.strip_prefix("queen_messages_popped_total "))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+        .unwrap_or(0.0)
 }
 
 #[tokio::test]

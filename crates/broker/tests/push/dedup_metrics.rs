@@ -20,26 +20,11 @@ async fn cache_json(b: &TestBroker) -> Value {
     body["dedupCache"].clone()
 }
 
-/// The value of the series `name{labels}` (labels as rendered, `""` for none) of a scrape.
+/// The value of the series `name{labels}` of a scrape; it must be there.
 async fn series(b: &TestBroker, name: &str, labels: &str) -> f64 {
-    let text = b
-        .http
-        .get(b.at("/metrics/prometheus"))
-        .send()
+    b.series(name, labels)
         .await
-        .expect("GET /metrics/prometheus")
-        .text()
-        .await
-        .expect("body");
-    let head = if labels.is_empty() {
-        format!("{name} ")
-    } else {
-        format!("{name}{{{labels}}} ")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix(&head))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no series {head:?} in:\n{text}"))
+        .unwrap_or_else(|| panic!("no series {name}{{{labels}}} in the scrape"))
 }
 
 fn n(m: &Value, field: &str) -> u64 {

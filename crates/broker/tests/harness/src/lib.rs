@@ -196,6 +196,28 @@ impl TestBroker {
         format!("{}{}", self.url, path)
     }
 
+    /// The value of the series `name{labels}` (labels as rendered, `""` for none) in a scrape
+    /// of `/metrics/prometheus`; `None` when the scrape has no such series.
+    pub async fn series(&self, name: &str, labels: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(self.at("/metrics/prometheus"))
+            .send()
+            .await
+            .expect("GET /metrics/prometheus")
+            .text()
+            .await
+            .expect("body");
+        let head = if labels.is_empty() {
+            format!("{name} ")
+        } else {
+            format!("{name}{{{labels}}} ")
+        };
+        text.lines()
+            .find_map(|l| l.strip_prefix(&head))
+            .map(|v| v.trim().parse().expect("a number"))
+    }
+
     /// POSTs a JSON body; returns the status and the parsed body (Null when empty).
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         let r = self
