@@ -205,12 +205,12 @@ pub async fn apply(
     tenant: &Tenant,
 ) -> Result<Vec<TimerOutcome>> {
     check(&ops)?;
+    // Sealed before a connection is taken. A queue that turned out to encrypt is learned and
+    // the call, which wrote nothing, runs again; once per queue, so this ends.
+    let mut sql = Value::from(to_sql(&ops, tenant, &state.encryption)?);
     let db = state.store.conn().await?;
-    // A queue that turned out to encrypt is learned and the call, which wrote nothing, runs
-    // again; once per queue, so this ends.
     let mut learned = HashSet::new();
     loop {
-        let sql = Value::from(to_sql(&ops, tenant, &state.encryption)?);
         match store::apply(&db, &sql, tenant.id()).await? {
             Applied::Done(verdicts) => {
                 committed(state, &ops);
@@ -218,6 +218,7 @@ pub async fn apply(
             }
             Applied::MustSeal(queue) if learned.insert(queue.clone()) => {
                 state.encryption.learn(&queue, true);
+                sql = Value::from(to_sql(&ops, tenant, &state.encryption)?);
             }
             Applied::MustSeal(queue) => {
                 return Err(Error::internal(format!(

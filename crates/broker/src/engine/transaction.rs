@@ -231,6 +231,8 @@ pub async fn run(
         })
         .collect();
 
+    // Sealed before the permit and the connection are taken; again only after a refusal.
+    let mut timer_ops = timers::to_sql(&req.timers, tenant, &state.encryption)?;
     // A transaction is a push commit first: it takes the push lane's permit.
     let _permit = state.admission.acquire(Lane::Push).await;
     let db = state.store.conn().await?;
@@ -242,7 +244,6 @@ pub async fn run(
         for seg in &mut plan.segments {
             seg.encrypted = state.encryption.wants(&seg.queue);
         }
-        let timer_ops = timers::to_sql(&req.timers, tenant, &state.encryption)?;
         let (planned, built) = build_segments(&state, plan).await?;
         plan = planned;
         let pushes = segment_writes(&plan, &built);
@@ -293,6 +294,7 @@ pub async fn run(
             }
             WireRefusal::Encrypt(queue) if learned.insert(queue.clone()) => {
                 state.encryption.learn(&queue, true);
+                timer_ops = timers::to_sql(&req.timers, tenant, &state.encryption)?;
                 continue;
             }
             WireRefusal::Encrypt(queue) => {
