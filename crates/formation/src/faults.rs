@@ -1,9 +1,10 @@
 //! The faults an operator meets, on a running formation: a planned switchover, the promotion
 //! of a chosen node (how a node that was demoted becomes primary again), `kill -9` of the
-//! primary's postmaster (its keeper restarts it), and a node lost for good (every process
-//! SIGKILLed: the monitor promotes a standby) then replaced by a fresh node on the same port,
-//! so the brokers' multi-host URL stays valid. Each returns once the formation is stable again
-//! (one primary, every other node a synchronous secondary) or the wait times out.
+//! primary's postmaster (its keeper restarts it, promptly or after a stall), and a node lost
+//! for good (every process SIGKILLed: the monitor promotes a standby) then replaced by a fresh
+//! node on the same port, so the brokers' multi-host URL stays valid. Each returns once the
+//! formation is stable again (one primary, every other node a synchronous secondary) or the
+//! wait times out.
 
 use std::time::{Duration, Instant};
 
@@ -81,6 +82,32 @@ impl Formation {
         let pid = node::postmaster_alive(&self.nodes[i].pgdata)?;
         // SAFETY: kill(2) on the postmaster of a node this formation runs.
         unsafe { libc::kill(pid, libc::SIGKILL) };
+        self.wait_settled().await
+    }
+
+    /// [`Formation::kill9_postmaster`] on an overloaded machine: once the keeper has restarted
+    /// PostgreSQL (crash recovery under way), the keeper stalls for `stall` and the restarted
+    /// node serves as a primary meanwhile, whatever the monitor decides. Returns the primary's
+    /// index once the formation has settled.
+    pub async fn kill9_postmaster_stalled_keeper(
+        &self,
+        i: usize,
+        stall: Duration,
+    ) -> Result<usize> {
+        let node = &self.nodes[i];
+        let pid = node::postmaster_alive(&node.pgdata)?;
+        // SAFETY: kill(2) on the postmaster of a node this formation runs.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        while !node::postmaster_alive(&node.pgdata).is_ok_and(|p| p != pid) {
+            if Instant::now() > deadline {
+                bail!("node {i}'s keeper did not restart PostgreSQL within {SETTLE_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        node.freeze_keeper()?;
+        tokio::time::sleep(stall).await;
+        node.thaw_keeper();
         self.wait_settled().await
     }
 

@@ -18,13 +18,18 @@ pub struct NodeState {
 }
 
 /// Monitor settings (milliseconds) for fast failure detection; the defaults take 20–30 s.
+/// Fencing stays at its default: `primary_demote_timeout` is how long the monitor waits for
+/// the old primary's keeper to stop PostgreSQL before a standby takes writes anyway. At 5 s an
+/// overloaded keeper missed it while the PostgreSQL it had restarted after `kill -9` still
+/// answered as a primary: reads there were stale (tests/fencing.rs; pg_auto_failover wants it
+/// above the keepers' `network_partition_timeout`, 20 s).
 const FAST_DETECTION: [(&str, u32); 7] = [
     ("health_check_period", 1_000),
     ("health_check_timeout", 1_000),
     ("health_check_max_retries", 1),
     ("health_check_retry_delay", 500),
     ("node_considered_unhealthy_timeout", 3_000),
-    ("primary_demote_timeout", 5_000),
+    ("primary_demote_timeout", 30_000),
     ("startup_grace_period", 2_000),
 ];
 

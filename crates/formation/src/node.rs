@@ -75,6 +75,25 @@ impl Node {
         }
     }
 
+    /// The keeper and its services stop running (SIGSTOP) while PostgreSQL keeps serving: an
+    /// overloaded keeper that neither reports to the monitor nor acts on what it assigns.
+    /// The postmaster shares the keeper's process group, so it is continued at once.
+    pub(crate) fn freeze_keeper(&self) -> Result<()> {
+        let keeper = self.keeper.as_ref().context("the node has no keeper")?;
+        signal_group(keeper, libc::SIGSTOP);
+        if let Some(pid) = postmaster_of(&self.pgdata) {
+            // SAFETY: kill(2); the pid is the postmaster this node's keeper started.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+        Ok(())
+    }
+
+    pub(crate) fn thaw_keeper(&self) {
+        if let Some(keeper) = &self.keeper {
+            signal_group(keeper, libc::SIGCONT);
+        }
+    }
+
     /// The node is gone at once: keeper, its services and the postmaster SIGKILLed (the
     /// postmaster's children exit when they notice it died).
     pub(crate) fn kill(&mut self) {
