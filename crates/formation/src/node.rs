@@ -77,12 +77,14 @@ impl Node {
 
     /// The keeper and its services stop running (SIGSTOP) while PostgreSQL keeps serving: an
     /// overloaded keeper that neither reports to the monitor nor acts on what it assigns.
-    /// The postmaster shares the keeper's process group, so it is continued at once.
+    /// The postmaster and its children share the keeper's process group, so they are
+    /// continued at once.
     pub(crate) fn freeze_keeper(&self) -> Result<()> {
         let keeper = self.keeper.as_ref().context("the node has no keeper")?;
         signal_group(keeper, libc::SIGSTOP);
-        if let Some(pid) = postmaster_of(&self.pgdata) {
-            // SAFETY: kill(2); the pid is the postmaster this node's keeper started.
+        let postmaster = postmaster_of(&self.pgdata).context("no postmaster.pid")?;
+        for pid in std::iter::once(postmaster).chain(children_of(postmaster)) {
+            // SAFETY: kill(2) on the postmaster this node's keeper started, or its children.
             unsafe { libc::kill(pid, libc::SIGCONT) };
         }
         Ok(())
@@ -128,6 +130,27 @@ fn kill_group(keeper: &mut Child, pgdata: &Path) {
 fn signal_group(keeper: &Child, sig: libc::c_int) {
     // SAFETY: kill(2) on the process group our keeper leads (it was spawned as its leader).
     unsafe { libc::kill(-(keeper.id() as libc::pid_t), sig) };
+}
+
+/// The processes whose parent is `parent` (from /proc: the parent is field 4 of `stat`, after
+/// the command name in parentheses).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let ppid: i32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == parent).then_some(pid)
+    })
+    .collect()
 }
 
 fn postmaster_of(pgdata: &Path) -> Option<i32> {
