@@ -282,10 +282,15 @@ pub(crate) fn api_error(status: StatusCode, retry_after: Option<Duration>, body:
 
 /// The `Retry-After` header as a delay (RFC 9110 delay-seconds; an HTTP date is not sent by
 /// the broker and reads as absent).
+/// `Retry-After` in seconds, fractions included: the official client reads the header as a
+/// float, so a server speaking its wire may send `0.25`.
 pub(crate) fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
     let value = resp.headers().get(reqwest::header::RETRY_AFTER)?;
-    let seconds: u64 = value.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(seconds))
+    seconds(value.to_str().ok()?)
+}
+
+fn seconds(text: &str) -> Option<Duration> {
+    Duration::try_from_secs_f64(text.trim().parse().ok()?).ok()
 }
 
 fn preview(body: &[u8]) -> String {
@@ -296,6 +301,14 @@ fn preview(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_reads_whole_and_fractional_seconds() {
+        assert_eq!(seconds("2"), Some(Duration::from_secs(2)));
+        assert_eq!(seconds(" 0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(seconds("-1"), None);
+        assert_eq!(seconds("soon"), None);
+    }
 
     #[test]
     fn a_refusal_names_its_reason_and_detail() {
