@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::compare::{cell_text, num, ratio, Goal};
 use crate::memwatch::BrokerMemory;
 use crate::report::{self, Row};
-use crate::scenarios::overload::OF_STABLE;
+use crate::scenarios::overload::{OF_FIRST_STEP, OF_STABLE};
 use crate::scenarios::spread::FIRST_PUSH;
 
 const OURS: &str = "queen-rs";
@@ -152,10 +152,11 @@ fn overload(rows: &[Row]) -> Vec<Line> {
                 r.extra.get(OF_STABLE).copied(),
                 Goal::AtLeast(0.9),
                 format!(
-                    "offered {}, accepted {}, delivered {} msg/s",
+                    "offered {}, accepted {}, delivered {} msg/s ({} of the 1x step)",
                     cell_text(r.offered_msgs_per_s),
                     cell_text(r.extra.get("pushed_per_s").copied()),
-                    num(r.msgs_per_s)
+                    num(r.msgs_per_s),
+                    cell_text(r.extra.get(OF_FIRST_STEP).copied())
                 ),
             )
         })

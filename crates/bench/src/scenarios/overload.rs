@@ -3,7 +3,8 @@
 //! searched here when it did not run). A broker at capacity should keep delivering at
 //! capacity and refuse the excess early: each step prints what was offered, accepted and
 //! refused (by status; `shed` counts the sends the producers' in-flight cap skipped),
-//! delivered msg/s, the p99 of accepted pushes, and the CPU of each side. Every step is
+//! delivered msg/s (also over the 1× step's), the p99 of accepted pushes, and the CPU of
+//! each side. Every step is
 //! drained and verified: no accepted message may be lost.
 
 use anyhow::Result;
@@ -19,6 +20,9 @@ const GROUPS: u32 = 1;
 pub const STEPS: [f64; 4] = [1.0, 1.5, 2.0, 4.0];
 /// `extra` key: delivered msg/s ÷ the stable rate.
 pub const OF_STABLE: &str = "delivered_of_stable";
+/// `extra` key: delivered msg/s ÷ what the 1× step delivered: what overload itself costs,
+/// apart from how well the search's one window predicted the sustained rate.
+pub const OF_FIRST_STEP: &str = "delivered_of_1x";
 
 pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -55,6 +59,13 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
             row.msgs_per_s
         );
         rows.push(row);
+    }
+    let from = rows.len() - STEPS.len();
+    let first = rows[from].msgs_per_s;
+    if first > 0.0 {
+        for row in &mut rows[from..] {
+            row.extra.insert(OF_FIRST_STEP.into(), row.msgs_per_s / first);
+        }
     }
     Ok(rows)
 }
