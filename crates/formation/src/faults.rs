@@ -29,7 +29,9 @@ impl Formation {
     }
 
     /// `pg_autoctl perform switchover`: the primary steps down, a standby takes over. Returns
-    /// the new primary's index.
+    /// the new primary's index. The outcome is judged by the formation's state, not by the
+    /// command's exit status: its `--wait` loop can fail (exit 12) on a switchover that
+    /// completed (pg_auto_failover issue #620; seen in CI, 2026-12-07).
     pub async fn switchover(&self) -> Result<usize> {
         let before = self.wait_stable().await?;
         let pgdata = self.dir.join("monitor");
@@ -41,15 +43,17 @@ impl Formation {
             "--wait",
             "120",
         ];
-        self.autoctl.run(&args, &self.perform_log()).await?;
+        let ran = self.autoctl.run(&args, &self.perform_log()).await;
         let after = self.wait_stable().await?;
         if after == before {
+            ran?;
             bail!("a switchover left node {before} primary");
         }
         Ok(after)
     }
 
-    /// `pg_autoctl perform promotion` of node `i` (nothing to do when it is primary already).
+    /// `pg_autoctl perform promotion` of node `i` (nothing to do when it is primary already),
+    /// judged by the formation's state as [`Formation::switchover`] is.
     pub async fn promote(&self, i: usize) -> Result<()> {
         if self.wait_stable().await? == i {
             return Ok(());
@@ -66,9 +70,10 @@ impl Formation {
             "--wait",
             "120",
         ];
-        self.autoctl.run(&args, &self.perform_log()).await?;
+        let ran = self.autoctl.run(&args, &self.perform_log()).await;
         let now = self.wait_stable().await?;
         if now != i {
+            ran?;
             bail!("promoting node {i} left node {now} primary");
         }
         Ok(())

@@ -64,7 +64,8 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
     let first = rows[from].msgs_per_s;
     if first > 0.0 {
         for row in &mut rows[from..] {
-            row.extra.insert(OF_FIRST_STEP.into(), row.msgs_per_s / first);
+            row.extra
+                .insert(OF_FIRST_STEP.into(), row.msgs_per_s / first);
         }
     }
     Ok(rows)
