@@ -280,10 +280,9 @@ pub(crate) fn api_error(status: StatusCode, retry_after: Option<Duration>, body:
     }
 }
 
-/// The `Retry-After` header as a delay (RFC 9110 delay-seconds; an HTTP date is not sent by
-/// the broker and reads as absent).
-/// `Retry-After` in seconds, fractions included: the official client reads the header as a
-/// float, so a server speaking its wire may send `0.25`.
+/// The `Retry-After` header as a delay: RFC 9110 delay-seconds, fractions included (the
+/// official client reads the header as a float, so a server speaking its wire may send
+/// `0.25`); an HTTP date is not sent by the broker and reads as absent.
 pub(crate) fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
     let value = resp.headers().get(reqwest::header::RETRY_AFTER)?;
     seconds(value.to_str().ok()?)

@@ -28,52 +28,44 @@ impl Formation {
         self.dir.join("perform.log")
     }
 
+    /// Runs `pg_autoctl perform <args>` and returns the primary once the formation is stable.
+    /// The outcome is judged by that state, not by the command's exit status: its `--wait`
+    /// loop can fail (exit 12) on a change that completed (pg_auto_failover issue #620; seen in
+    /// CI, 2026-12-07). The command's error is returned only when `wanted` rejects the primary.
+    async fn perform(&self, args: &[&str], wanted: impl Fn(usize) -> bool) -> Result<usize> {
+        let pgdata = self.dir.join("monitor");
+        let mut all = vec!["perform"];
+        all.extend_from_slice(args);
+        all.extend(["--pgdata", path_str(&pgdata)?, "--wait", "120"]);
+        let ran = self.autoctl.run(&all, &self.perform_log()).await;
+        let now = self.wait_stable().await?;
+        if !wanted(now) {
+            ran?;
+        }
+        Ok(now)
+    }
+
     /// `pg_autoctl perform switchover`: the primary steps down, a standby takes over. Returns
-    /// the new primary's index. The outcome is judged by the formation's state, not by the
-    /// command's exit status: its `--wait` loop can fail (exit 12) on a switchover that
-    /// completed (pg_auto_failover issue #620; seen in CI, 2026-12-07).
+    /// the new primary's index.
     pub async fn switchover(&self) -> Result<usize> {
         let before = self.wait_stable().await?;
-        let pgdata = self.dir.join("monitor");
-        let args = [
-            "perform",
-            "switchover",
-            "--pgdata",
-            path_str(&pgdata)?,
-            "--wait",
-            "120",
-        ];
-        let ran = self.autoctl.run(&args, &self.perform_log()).await;
-        let after = self.wait_stable().await?;
+        let after = self.perform(&["switchover"], |p| p != before).await?;
         if after == before {
-            ran?;
             bail!("a switchover left node {before} primary");
         }
         Ok(after)
     }
 
-    /// `pg_autoctl perform promotion` of node `i` (nothing to do when it is primary already),
-    /// judged by the formation's state as [`Formation::switchover`] is.
+    /// `pg_autoctl perform promotion` of node `i` (nothing to do when it is primary already).
     pub async fn promote(&self, i: usize) -> Result<()> {
         if self.wait_stable().await? == i {
             return Ok(());
         }
-        let pgdata = self.dir.join("monitor");
-        let name = self.nodes[i].name.clone();
-        let args = [
-            "perform",
-            "promotion",
-            "--pgdata",
-            path_str(&pgdata)?,
-            "--name",
-            &name,
-            "--wait",
-            "120",
-        ];
-        let ran = self.autoctl.run(&args, &self.perform_log()).await;
-        let now = self.wait_stable().await?;
+        let name = &self.nodes[i].name;
+        let now = self
+            .perform(&["promotion", "--name", name], |p| p == i)
+            .await?;
         if now != i {
-            ran?;
             bail!("promoting node {i} left node {now} primary");
         }
         Ok(())
@@ -84,10 +76,16 @@ impl Formation {
     /// patience, the monitor fails over. Returns the primary's index once the formation has
     /// settled either way.
     pub async fn kill9_postmaster(&self, i: usize) -> Result<usize> {
+        self.sigkill_postmaster(i)?;
+        self.wait_settled().await
+    }
+
+    /// SIGKILLs node `i`'s postmaster; its pid.
+    fn sigkill_postmaster(&self, i: usize) -> Result<i32> {
         let pid = node::postmaster_alive(&self.nodes[i].pgdata)?;
         // SAFETY: kill(2) on the postmaster of a node this formation runs.
         unsafe { libc::kill(pid, libc::SIGKILL) };
-        self.wait_settled().await
+        Ok(pid)
     }
 
     /// [`Formation::kill9_postmaster`] on an overloaded machine: once the keeper has restarted
@@ -99,10 +97,8 @@ impl Formation {
         i: usize,
         stall: Duration,
     ) -> Result<usize> {
+        let pid = self.sigkill_postmaster(i)?;
         let node = &self.nodes[i];
-        let pid = node::postmaster_alive(&node.pgdata)?;
-        // SAFETY: kill(2) on the postmaster of a node this formation runs.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         while !node::postmaster_alive(&node.pgdata).is_ok_and(|p| p != pid) {
             if Instant::now() > deadline {

@@ -4,8 +4,7 @@
 //! capacity and refuse the excess early: each step prints what was offered, accepted and
 //! refused (by status; `shed` counts the sends the producers' in-flight cap skipped),
 //! delivered msg/s (also over the 1× step's), the p99 of accepted pushes, and the CPU of
-//! each side. Every step is
-//! drained and verified: no accepted message may be lost.
+//! each side. Every step is drained and verified: no accepted message may be lost.
 
 use anyhow::Result;
 
