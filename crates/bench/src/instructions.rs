@@ -65,6 +65,8 @@ impl Tool {
                 "valgrind".into(),
                 "--tool=callgrind".into(),
                 "--collect-atstart=yes".into(),
+                // Names written whole in every dump, so each kept dump annotates on its own.
+                "--compress-strings=no".into(),
                 format!(
                     "--callgrind-out-file={}",
                     dir.join("callgrind.out").display()

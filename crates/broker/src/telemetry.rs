@@ -117,14 +117,16 @@ pub const POOL_WAITING: Metric = metric(
 pub const ACCEL_HITS: Metric = metric(
     "queen_accelerator_hits_total",
     Kind::Counter,
-    "Work an accelerator saved PostgreSQL, by accelerator: dedup_cache (a push that vouched \
-     for its hashes), pop_hints (a woken pop served from its pushed-partition hints).",
+    "Work an accelerator saved, by accelerator: dedup_cache (a push that vouched for its \
+     hashes), pop_hints (a woken pop served from its pushed-partition hints), segment_cache \
+     (a claimed segment rendered from frames this broker kept, not decompressed).",
 );
 pub const ACCEL_MISSES: Metric = metric(
     "queen_accelerator_misses_total",
     Kind::Counter,
     "Work an accelerator could not save, by accelerator: dedup_cache (a push that probed the \
-     whole dedup window), pop_hints (hints that delivered nothing; the full scan ran).",
+     whole dedup window), pop_hints (hints that delivered nothing; the full scan ran), \
+     segment_cache (a claimed segment decompressed).",
 );
 pub const DEDUP_CACHE_BYTES: Metric = metric(
     "queen_dedup_cache_bytes",

@@ -19,4 +19,5 @@ pub mod min_pop_wait;
 pub mod one_flight;
 pub mod pop_cache;
 pub mod push_fusion;
+pub mod segment_cache;
 pub mod wake;

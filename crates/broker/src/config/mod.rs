@@ -333,6 +333,11 @@ pub struct Config {
     /// beyond it (their acks resolve by hash).
     #[arg(long, env = "QUEEN_ACK_REGISTRY_MB", default_value_t = 64)]
     pub ack_registry_mb: usize,
+    /// Memory budget of the segment cache in MiB (docs/engine.md §5.8): the frames of segments
+    /// this broker committed lately to queues being consumed, so their pops skip the
+    /// decompression; oldest out first beyond it. 0 turns it off: every pop decompresses.
+    #[arg(long, env = "QUEEN_SEGMENT_CACHE_MB", default_value_t = 8)]
+    pub segment_cache_mb: usize,
     /// Ack fusion (docs/engine.md §6.5): the registry's positional acks of concurrent requests
     /// commit together, one transaction per flush. Only registry hits are fused, so it does
     /// nothing with the registry off. Off: each hit commits alone.
@@ -506,7 +511,7 @@ impl Config {
              pop_wait=[{}ms x{} then x{} max {}ms] pending_gate={} \
              pop_autopilot={} (max {} partitions) peer_wake={:?} ({}) \
              hotlist={} hotlist_reseed_ms={} hotlist_unserved_trim_ms={} \
-             dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} \
+             dedup_cache={} dedup_cache_mb={} ack_registry={} ack_registry_mb={} segment_cache_mb={} \
              ack_fusion={} ack_fusion_shards={} retention=[every {}ms batch {} x{} due_cap {} \
              safety_walk {}ms sidecar_floor {}s] partition_cleanup={}@{}d malloc_mmap_threshold_kb={} malloc_trim_ms={} dev_unsafe={} \
              encryption_key={} spool={} spool_dir={} spool_flush_ms={} spool_max_batch={} \
@@ -557,6 +562,7 @@ impl Config {
             self.dedup_cache_mb,
             self.ack_registry,
             self.ack_registry_mb,
+            self.segment_cache_mb,
             self.ack_fusion,
             self.ack_fusion_shards,
             self.retention_interval_ms,

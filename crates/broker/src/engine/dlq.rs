@@ -283,6 +283,7 @@ pub async fn replay(
         hashes: &seg.hashes,
         verified: -1,
         blob: &seg.blob,
+        frames: Some(&seg.frames),
         encrypted,
     };
     state.effects.committed(&[written], &[push]);

@@ -50,6 +50,7 @@ use crate::accel::ack_registry::AckRegistry;
 use crate::accel::admission::{self, Admission};
 use crate::accel::hotlist::{HotList, HotListConfig};
 use crate::accel::one_flight::OneFlight;
+use crate::accel::segment_cache::SegmentCache;
 use crate::accel::wake::WakeGates;
 use crate::config::Config;
 use crate::spool::{self, Spool};
@@ -127,6 +128,9 @@ impl Engine {
             cfg.ack_registry,
             cfg.ack_registry_mb.saturating_mul(1 << 20),
         ));
+        let segments = Arc::new(SegmentCache::new(
+            cfg.segment_cache_mb.saturating_mul(1 << 20),
+        ));
         let metrics_samples = OneFlight::new(Duration::from_millis(cfg.metrics_cache_ms));
         let shared = Arc::new(Shared {
             encryption: Arc::new(encryption::Encryption::new(cfg.encryption_key.as_ref())),
@@ -147,8 +151,14 @@ impl Engine {
                 shared.clone(),
                 hotlist.clone(),
                 ack_registry.clone(),
+                segments.clone(),
             )),
-            push: Arc::new(PushState::start(shared.clone(), hotlist.clone(), spool)),
+            push: Arc::new(PushState::start(
+                shared.clone(),
+                hotlist.clone(),
+                segments,
+                spool,
+            )),
             ack: Arc::new(AckState::start(shared.clone(), ack_registry, hotlist)),
             retention: Arc::new(RetentionState::new(shared.clone())),
             shared,

@@ -385,6 +385,7 @@ fn segment_writes<'a>(plan: &'a PushPlan, built: &'a [BuiltSegment]) -> Vec<Segm
             // The bundle's SQL probes the whole window itself.
             verified: -1,
             blob: &b.blob,
+            frames: Some(&b.frames),
             encrypted: seg.encrypted,
         })
         .collect()

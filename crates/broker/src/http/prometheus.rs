@@ -88,6 +88,7 @@ fn read_broker(st: &Engine, s: &Scrape) {
     let dedup = st.push.dedup_cache.metrics();
     read_dedup(&dedup, s);
     let hints = &st.pop.cache.stats;
+    let segments = st.pop.segments.tally();
     for (accelerator, hits, misses) in [
         ("dedup_cache", dedup.vouched_pushes, dedup.full_probe_pushes),
         (
@@ -95,6 +96,7 @@ fn read_broker(st: &Engine, s: &Scrape) {
             hints.hint_claims.load(Relaxed),
             hints.hint_fallthroughs.load(Relaxed),
         ),
+        ("segment_cache", segments.hits, segments.misses),
     ] {
         s.counter(&t::ACCEL_HITS, &[("accelerator", accelerator)], hits);
         s.counter(&t::ACCEL_MISSES, &[("accelerator", accelerator)], misses);

@@ -136,7 +136,7 @@ async fn counters_move_with_push_pop_and_ack() {
     let in_use = after.value("queen_db_pool_connections", &[("state", "in_use")]);
     let idle = after.value("queen_db_pool_connections", &[("state", "idle")]);
     assert!(in_use + idle >= 1.0, "in use {in_use}, idle {idle}");
-    for accelerator in ["dedup_cache", "pop_hints"] {
+    for accelerator in ["dedup_cache", "pop_hints", "segment_cache"] {
         let which = [("accelerator", accelerator)];
         assert_eq!(
             after.samples("queen_accelerator_hits_total", &which).len(),

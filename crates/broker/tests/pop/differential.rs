@@ -504,6 +504,9 @@ fn every_switch(on: bool) -> impl FnOnce(&mut Config) {
         cfg.ack_registry = on;
         cfg.ack_fusion = on;
         cfg.pop_autopilot = on;
+        if !on {
+            cfg.segment_cache_mb = 0;
+        }
         if on {
             support::with_tenants(cfg);
             cfg.hotlist_reseed_ms = 600_000;
@@ -529,6 +532,19 @@ async fn every_accelerator_on_and_off_reach_the_same_outcome() {
     assert!(pushed == pushed_off, "the same messages were pushed");
     assert!(echoes > 0, "the autopilot sized pops");
     assert_eq!(echoes_off, 0, "QUEEN_POP_AUTOPILOT=false echoes nothing");
+    let (hits, kept) = (
+        "queen_accelerator_hits_total",
+        r#"accelerator="segment_cache""#,
+    );
+    assert!(
+        on.series(hits, kept).await > Some(0.0),
+        "pops rendered kept frames"
+    );
+    assert_eq!(
+        off.series(hits, kept).await,
+        Some(0.0),
+        "QUEEN_SEGMENT_CACHE_MB=0 keeps none"
+    );
     assert!(
         with_violations.is_empty(),
         "accelerators on: {with_violations:?}"

@@ -19,6 +19,7 @@ mod locks;
 mod longpoll;
 mod race;
 mod routes;
+mod segment_cache;
 mod semantics;
 mod set_claim;
 mod spec;

@@ -87,6 +87,7 @@ fn writes<'a>(
             hashes: &s.hashes,
             verified,
             blob: &s.blob,
+            frames: Some(&s.frames),
             encrypted: false,
         })
         .collect()

@@ -6,10 +6,13 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use queen_proto::frame::Frame;
+use queen_proto::segment::{self, SegmentError};
 use queen_proto::LeaseId;
 
 use crate::accel::ack_registry::AckRegistry;
+pub use crate::accel::segment_cache::SegmentCache;
 use crate::engine::ack::births::Births;
 use crate::engine::encryption::Encryption;
 use crate::engine::pop::autopilot::Sizing;
@@ -58,6 +61,25 @@ pub struct Envelope {
     pub encryption: Arc<Encryption>,
     /// The sizes to echo (`autopilot=true` pops with the autopilot on).
     pub autopilot: Option<Sizing>,
+    /// The frames of segments this broker wrote lately (docs/engine.md §5.8).
+    pub segments: Arc<SegmentCache>,
+}
+
+impl Envelope {
+    /// The frames a claimed segment's stored `blob` holds: the segment cache's when it holds
+    /// them for exactly this blob, else decompressed (at most `max_segment_bytes`).
+    pub fn segment_frames(
+        &self,
+        part: &ClaimedPartition,
+        seg: &ClaimedSegment,
+        blob: &[u8],
+    ) -> Result<Bytes, SegmentError> {
+        let key = (part.partition_id, seg.base);
+        if let Some(frames) = self.segments.frames(&part.queue, key, blob) {
+            return Ok(frames);
+        }
+        segment::decompress(blob, self.max_segment_bytes).map(Bytes::from)
+    }
 }
 
 /// Told what a renderer decoded, segment by segment: the claimed frames of `seg`, or `None`

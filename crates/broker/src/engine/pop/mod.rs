@@ -24,7 +24,9 @@ mod request;
 mod scan;
 mod state;
 
-pub use answer::{Claim, ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
+pub use answer::{
+    Claim, ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer, SegmentCache,
+};
 pub use request::{Ask, PopRequest, PopShape, Subscription};
 pub use state::PopState;
 
@@ -227,6 +229,7 @@ fn claim(
         max_segment_bytes: queen_proto::segment::MAX_SEGMENT_BYTES,
         encryption: st.encryption.clone(),
         autopilot,
+        segments: st.segments.clone(),
     };
     let registry = (!req.auto_ack && st.ack_registry.enabled()).then(|| st.ack_registry.clone());
     Claim {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::accel::ack_registry::AckRegistry;
 use crate::accel::hotlist::HotList;
 use crate::accel::pop_cache::PopCache;
+use crate::accel::segment_cache::SegmentCache;
 use crate::engine::Shared;
 
 pub struct PopState {
@@ -18,15 +19,23 @@ pub struct PopState {
     pub hotlist: HotList,
     pub cache: PopCache,
     pub ack_registry: Arc<AckRegistry>,
+    /// The frames of segments this broker wrote lately, shared with the push concept.
+    pub segments: Arc<SegmentCache>,
 }
 
 impl PopState {
-    pub fn new(shared: Arc<Shared>, hotlist: HotList, ack_registry: Arc<AckRegistry>) -> Self {
+    pub fn new(
+        shared: Arc<Shared>,
+        hotlist: HotList,
+        ack_registry: Arc<AckRegistry>,
+        segments: Arc<SegmentCache>,
+    ) -> Self {
         PopState {
             shared,
             hotlist,
             cache: PopCache::default(),
             ack_registry,
+            segments,
         }
     }
 

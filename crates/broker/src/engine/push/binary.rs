@@ -231,6 +231,7 @@ async fn store_as_sent(
             hashes: &sent.hashes,
             verified: -1,
             blob: &sent.blob,
+            frames: None,
             encrypted: false,
         });
     }

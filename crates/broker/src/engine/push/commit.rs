@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::accel::dedup_cache::DedupCache;
 use crate::accel::hotlist::HotList;
 use crate::accel::push_fusion::{Failure, FrameOutcome};
+use crate::accel::segment_cache::SegmentCache;
 use crate::accel::wake::WakeGates;
 use crate::engine::push::dedup::report_commits;
 use crate::engine::Counters;
@@ -28,6 +29,7 @@ pub struct CommitEffects {
     pub wake: Arc<WakeGates>,
     pub hotlist: HotList,
     pub counters: Arc<Counters>,
+    pub segments: Arc<SegmentCache>,
 }
 
 impl CommitEffects {
@@ -76,15 +78,26 @@ impl CommitEffects {
     /// The dedup cache learns each stored segment (its entries stay extendable past it), the
     /// hot-list rings of those queues mark the partitions and pops parked on them wake (both
     /// before the pushers are answered, so a pop right after the answer sees the messages),
-    /// and the pushed counter counts them.
+    /// the segment cache keeps their frames for the pops to come, and the pushed counter
+    /// counts them.
     pub fn committed(&self, segs: &[SegmentWrite<'_>], results: &[SegmentResult]) {
         report_commits(&self.dedup, segs, results);
         let mut stored = Vec::new();
         let mut messages = 0u64;
         for (seg, result) in segs.iter().zip(results) {
-            if matches!(result, SegmentResult::Queued { .. }) {
+            if let SegmentResult::Queued {
+                partition_id,
+                base_offset,
+                ..
+            } = result
+            {
                 stored.push((seg.queue, seg.partition));
                 messages += (seg.hashes.len() / 16) as u64;
+                if let Some(frames) = seg.frames {
+                    let key = (*partition_id, *base_offset);
+                    self.segments
+                        .stored(seg.queue, key, seg.blob, frames.clone());
+                }
             }
         }
         self.hotlist.mark_pushed(stored.iter().copied());

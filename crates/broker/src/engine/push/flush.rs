@@ -218,6 +218,7 @@ impl SegmentWriter {
                     hashes: &seg.hashes,
                     verified: -1,
                     blob: &seg.blob,
+                    frames: Some(&seg.frames),
                     encrypted,
                 })
                 .collect();

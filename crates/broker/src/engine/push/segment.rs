@@ -3,6 +3,7 @@
 //! writer of segments (JSON push fusion, binary push, the transaction route) goes through
 //! [`build_segment`], so the stored layout has exactly one producer.
 
+use bytes::Bytes;
 use queen_proto::frame::{Frame, FrameError};
 use queen_proto::hash::{txn_hash, HASH_LEN};
 use queen_proto::segment;
@@ -21,8 +22,9 @@ pub struct BuiltSegment {
     /// `16 × msg_count` bytes: `xxh3_128(transactionId)` big-endian, in frame order, so the
     /// hash at index k belongs to offset `base_offset + k`.
     pub hashes: Vec<u8>,
-    /// Length of the frames before compression (what a reader must allow to decompress).
-    pub raw_len: usize,
+    /// The encoded frames before compression: what the blob decompresses to, kept for the
+    /// segment cache (accel/segment_cache.rs) once the segment is committed.
+    pub frames: Bytes,
 }
 
 /// Why a set of messages cannot become a segment.
@@ -58,7 +60,7 @@ pub fn build_segment(frames: &[Frame<'_>], level: i32) -> Result<BuiltSegment, B
         msg_count,
         blob: segment::compress(&raw, level),
         hashes,
-        raw_len: raw.len(),
+        frames: Bytes::from(raw),
     })
 }
 
@@ -89,8 +91,8 @@ mod tests {
         assert_eq!(seg.msg_count, 3);
         assert_eq!(seg.hashes.len(), 48);
         assert_eq!(&seg.hashes[16..32], &txn_hash("t-2"));
-        let raw = segment::decompress(&seg.blob, seg.raw_len).expect("one zstd frame");
-        assert_eq!(raw.len(), seg.raw_len);
+        let raw = segment::decompress(&seg.blob, seg.frames.len()).expect("one zstd frame");
+        assert_eq!(raw, seg.frames);
         let back = decode_exact(&raw, 3).expect("decode");
         assert_eq!(back[0].payload, br#"{"a":1}"#);
         assert_eq!(back[1].flags, TRACE);

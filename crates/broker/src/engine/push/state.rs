@@ -10,6 +10,7 @@ use crate::accel::dedup_cache::{DedupCache, Limits};
 use crate::accel::flow::Flow;
 use crate::accel::hotlist::HotList;
 use crate::accel::push_fusion::{FusionConfig, PushFusion};
+use crate::accel::segment_cache::SegmentCache;
 use crate::engine::push::commit::CommitEffects;
 use crate::engine::push::flush::{self, SegmentWriter};
 use crate::engine::Shared;
@@ -33,8 +34,13 @@ pub struct PushState {
 
 impl PushState {
     /// The push state over `shared`, starting push fusion and the flush loop that does its
-    /// work (`flush.rs`); `hotlist` is marked by every commit.
-    pub fn start(shared: Arc<Shared>, hotlist: HotList, spool: Option<Spool>) -> Self {
+    /// work (`flush.rs`); `hotlist` is marked by every commit, `segments` keeps its frames.
+    pub fn start(
+        shared: Arc<Shared>,
+        hotlist: HotList,
+        segments: Arc<SegmentCache>,
+        spool: Option<Spool>,
+    ) -> Self {
         let cfg = &shared.cfg;
         let dedup_cache = Arc::new(DedupCache::new(
             cfg.dedup_cache,
@@ -45,6 +51,7 @@ impl PushState {
             wake: shared.wake.clone(),
             hotlist,
             counters: shared.counters.clone(),
+            segments,
         };
         let spool = spool.map(Arc::new);
         let writer = SegmentWriter::new(

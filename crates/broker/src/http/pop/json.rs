@@ -7,7 +7,7 @@ use crate::engine::tenant::local;
 use std::io::Write;
 
 use queen_proto::frame::{self, Frame};
-use queen_proto::{segment, time};
+use queen_proto::time;
 
 use super::render::{echo_keys, Rendered};
 use crate::engine::pop::{ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
@@ -81,7 +81,7 @@ impl Walk<'_> {
         seg: &ClaimedSegment,
         blob: &[u8],
     ) {
-        let frames = match segment::decompress(blob, ctx.max_segment_bytes) {
+        let frames = match ctx.segment_frames(part, seg, blob) {
             Ok(frames) => frames,
             Err(e) => return self.undecodable(part, seg, &e),
         };
@@ -210,7 +210,9 @@ pub(crate) mod tests {
     use crate::config::EncryptionKey;
     use crate::engine::encryption::Encryption;
     use crate::engine::pop::autopilot::Sizing;
+    use crate::engine::pop::SegmentCache;
     use queen_proto::frame::ENCRYPTED;
+    use queen_proto::segment;
     use queen_proto::LeaseId;
     use std::sync::Arc;
 
@@ -245,6 +247,7 @@ pub(crate) mod tests {
             max_segment_bytes: 1 << 20,
             encryption: Arc::new(Encryption::new(None)),
             autopilot: None,
+            segments: Arc::new(SegmentCache::new(0)),
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod dedup;
 
+use bytes::Bytes;
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
@@ -51,6 +52,9 @@ pub struct SegmentWrite<'a> {
     /// Offsets up to which the caller vouches the hashes are absent; -1 = full-window probe.
     pub verified: i64,
     pub blob: &'a [u8],
+    /// What `blob` decompresses to, when the writer built it: the segment cache keeps it
+    /// after the commit (accel/segment_cache.rs). The SQL never sees it.
+    pub frames: Option<&'a Bytes>,
     /// Every payload of the segment is an encryption envelope (the SQL refuses a segment
     /// without this for a queue with `encryption_enabled`).
     pub encrypted: bool,
