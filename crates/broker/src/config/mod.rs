@@ -336,7 +336,7 @@ pub struct Config {
     /// Memory budget of the segment cache in MiB (docs/engine.md §5.8): the frames of segments
     /// this broker committed lately to queues being consumed, so their pops skip the
     /// decompression; oldest out first beyond it. 0 turns it off: every pop decompresses.
-    #[arg(long, env = "QUEEN_SEGMENT_CACHE_MB", default_value_t = 8)]
+    #[arg(long, env = "QUEEN_SEGMENT_CACHE_MB", default_value_t = 4)]
     pub segment_cache_mb: usize,
     /// Ack fusion (docs/engine.md §6.5): the registry's positional acks of concurrent requests
     /// commit together, one transaction per flush. Only registry hits are fused, so it does
