@@ -21,7 +21,9 @@
 //! the caller built beforehand, and one removal (a renewal scans the map, and renewals are
 //! rare). The ack rate is the message rate divided by the batch size, which is small.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};

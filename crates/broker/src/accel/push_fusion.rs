@@ -39,7 +39,9 @@
 //! A shard blocked on admission waits in the push lane itself (FIFO among shards), so a
 //! permit freed by anyone wakes it without a timer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -2,7 +2,7 @@
 //! unique frame per transactionId hash) and, once the bundle is written, each request's
 //! outcomes realigned from the unique frames'.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use tokio::sync::oneshot;

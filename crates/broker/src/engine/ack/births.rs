@@ -5,7 +5,7 @@
 //! decompressed once; [`Births::finish`] decodes only what the renderer did not (a framed
 //! answer ships most blobs without opening them).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;

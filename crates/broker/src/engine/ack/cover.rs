@@ -11,7 +11,7 @@
 //! lease and the batch under the cursor row's lock. Every other case, and every refusal,
 //! takes the hash path unchanged; an unknown outcome (a lost connection) is a 503.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use queen_proto::hash::txn_hash;
 use queen_proto::tenant::{Tenant, SEPARATOR};

@@ -17,7 +17,7 @@ mod state;
 
 pub use state::AckState;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use queen_proto::hash::{to_hex, txn_hash};
 use queen_proto::{LeaseId, PartitionId};

@@ -28,7 +28,7 @@
 //! which spools it; a group stored as sent whose write PostgreSQL could not take is spooled
 //! after the fact, like any push.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -24,7 +24,7 @@ mod state;
 
 pub use state::PushState;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use bytes::Bytes;
