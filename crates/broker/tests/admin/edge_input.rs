@@ -402,3 +402,44 @@ async fn a_database_error_keeps_its_cause() {
     assert!(!e.to_string().contains("division by zero"), "{e}");
     assert!(e.chain().contains("division by zero"), "{}", e.chain());
 }
+
+/// A body that is not UTF-8 is refused before it is parsed, with the offset of its first bad
+/// byte, by every JSON route (push, ack, transaction and the rest share the check), and writes
+/// nothing.
+#[tokio::test]
+async fn a_body_that_is_not_utf8_is_refused_whole() {
+    let b = common::broker().await;
+    let db = b.sql().await;
+    b.push("edge", "p", &[json!(0)]).await;
+    let before = common::counts(&db, &TABLES).await;
+    let mut body = br#"{"items":[{"queue":"edge","payload":"caf"#.to_vec();
+    let offset = body.len();
+    body.extend_from_slice(b"\xe9\"}]}");
+    for path in [
+        "/api/v1/push",
+        "/api/v1/ack/batch",
+        "/api/v1/transaction",
+        "/api/v1/configure",
+    ] {
+        let r = b
+            .http
+            .post(b.at(path))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+        let out: Value = r.json().await.expect("a JSON answer");
+        let error = out["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("not UTF-8") && error.contains(&format!("offset {offset}")),
+            "{path}: {error:?}"
+        );
+    }
+    assert_eq!(
+        common::counts(&db, &TABLES).await,
+        before,
+        "nothing written"
+    );
+}

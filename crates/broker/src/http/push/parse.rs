@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use crate::engine::push::PushItem;
 use crate::error::{Error, Result};
+use crate::http::extract::json_body;
 
 /// The body read in one pass: the items, each payload a borrowed slice, are read while the
 /// envelope is (the payloads dominate the body, so each extra pass is a scan of all of them).
@@ -47,8 +48,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 
 /// Parses `{"items":[…]}` into push items; any bad item refuses the whole body.
 pub(super) fn parse_items(body: &Bytes) -> Result<Vec<PushItem>> {
-    let envelope: Envelope<'_> =
-        serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
+    let envelope: Envelope<'_> = json_body(body)?;
     let items = match envelope.items {
         Some(ArrayOr::Array(items)) => items,
         Some(ArrayOr::NotArray) => return Err(Error::bad("bad body: items must be an array")),

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::engine::transaction::{TxnOp, TxnRequest};
 use crate::error::{Error, Result};
 use crate::http::ack::{group_name, parse_ack, AckItem};
+use crate::http::extract::json_body;
 use crate::http::kv::parse::{parse_ops, Caller};
 use crate::http::push::parse::parse_item;
 use crate::http::timers::parse::parse_ops as timer_ops;
@@ -37,8 +38,7 @@ struct OpHead<'a> {
 
 /// Parses the JSON bundle; payloads stay slices of `body`.
 pub(super) fn parse_bundle(body: &Bytes) -> Result<TxnRequest> {
-    let bundle: Bundle<'_> =
-        serde_json::from_slice(body).map_err(|e| Error::bad(format!("bad body: {e}")))?;
+    let bundle: Bundle<'_> = json_body(body)?;
     let kv = match bundle.kv {
         None | Some(Value::Null) => Vec::new(),
         Some(ops) => parse_ops(&ops, Caller::Transaction)
