@@ -2,14 +2,15 @@
 //! Parsing and rendering only; the decisions live in `engine::ack` and SQL.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use queen_proto::name::{check_id, check_text};
 use queen_proto::scalar::{ArrayOr, ObjectOr, Scalar};
 use queen_proto::wire::QUEUE_MODE;
 use queen_proto::{LeaseId, Name, PartitionId};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::engine::ack::{self, Ack, AckOutcome, AckStatus};
 use crate::engine::tenant::Tenant;
@@ -17,6 +18,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::http::auth::CallerTenant;
 use crate::http::extract::{json_object, RawBody};
+use crate::http::json_text;
 
 pub fn routes() -> Router<Engine> {
     Router::new()
@@ -53,9 +55,10 @@ struct AckBatch<'a> {
     consumer_group: Scalar<'a>,
 }
 
-/// One element of the answer, in request order.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
+/// One element of the answer, in request order, written by [`AckAnswer::write`] (serde's
+/// derive only checks it in the tests).
+#[cfg_attr(test, derive(serde::Serialize))]
+#[cfg_attr(test, serde(rename_all = "camelCase"))]
 struct AckAnswer<'a> {
     index: usize,
     /// Echoed as sent (`null` when absent or not a scalar).
@@ -130,7 +133,8 @@ async fn answer(
             AckAnswer::new(index, transaction_id, outcome)
         })
         .collect();
-    Ok(Json(rendered).into_response())
+    let body = json_text::array(&rendered, 128, |out, a| a.write(out));
+    Ok(json_text::response(StatusCode::OK, body))
 }
 
 impl<'a> AckAnswer<'a> {
@@ -144,6 +148,24 @@ impl<'a> AckAnswer<'a> {
             dlq: o.dlq,
             noop: o.noop,
         }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"index\":");
+        json_text::int(out, self.index);
+        out.extend_from_slice(b",\"transactionId\":");
+        json_text::value(out, self.transaction_id);
+        out.extend_from_slice(b",\"success\":");
+        json_text::bool(out, self.success);
+        out.extend_from_slice(b",\"error\":");
+        json_text::opt_str(out, self.error.as_deref());
+        out.extend_from_slice(b",\"leaseReleased\":");
+        json_text::bool(out, self.lease_released);
+        out.extend_from_slice(b",\"dlq\":");
+        json_text::bool(out, self.dlq);
+        out.extend_from_slice(b",\"noop\":");
+        json_text::bool(out, self.noop);
+        out.push(b'}');
     }
 }
 
@@ -301,5 +323,34 @@ mod tests {
             json!({"index": 2, "transactionId": 5, "success": false, "error": "no",
                    "leaseReleased": false, "dlq": false, "noop": false})
         );
+    }
+
+    #[test]
+    fn the_written_answer_is_what_serde_writes() {
+        let values = [json!(null), json!(true), json!(7), json!(-2.5)];
+        let text = json!("t-\"q\"\n\u{7f}é");
+        let ids: Vec<Scalar<'_>> = values.iter().chain([&text]).map(Scalar::from).collect();
+        let outcomes = [
+            AckOutcome::refused("bad \"leaseId\"\t"),
+            AckOutcome {
+                success: true,
+                lease_released: true,
+                dlq: true,
+                noop: true,
+                ..AckOutcome::default()
+            },
+        ];
+        for (i, id) in ids.iter().enumerate() {
+            for o in &outcomes {
+                let answer = AckAnswer::new(i * 1000, id, o.clone());
+                let mut written = Vec::new();
+                answer.write(&mut written);
+                let serde = serde_json::to_vec(&answer).expect("serde");
+                assert_eq!(
+                    String::from_utf8_lossy(&written),
+                    String::from_utf8_lossy(&serde)
+                );
+            }
+        }
     }
 }

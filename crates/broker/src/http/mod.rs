@@ -13,6 +13,7 @@ mod error;
 pub mod extract;
 mod groups;
 mod health;
+mod json_text;
 mod kv;
 mod lease;
 mod locks;

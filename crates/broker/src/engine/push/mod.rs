@@ -22,6 +22,7 @@ pub mod segment;
 pub mod spool;
 mod state;
 
+pub use crate::accel::push_fusion::{Failure, FrameOutcome};
 pub use state::PushState;
 
 use foldhash::{HashMap, HashMapExt};
@@ -32,7 +33,7 @@ use queen_proto::hash::txn_hash;
 use queen_proto::name::{check_id, Name};
 use uuid::Uuid;
 
-use crate::accel::push_fusion::{copy_of, Failure, FrameOutcome, FusionFrame};
+use crate::accel::push_fusion::{copy_of, FusionFrame};
 use crate::engine::tenant::{self, Tenant};
 use crate::error::{Error, Result};
 

@@ -11,6 +11,7 @@ use queen_proto::time;
 
 use super::render::{echo_keys, Rendered};
 use crate::engine::pop::{ClaimedPartition, ClaimedSegment, Decoded, Envelope, PopAnswer};
+use crate::http::json_text;
 
 /// Renders the claims of `answer`, telling `seen` what each segment decoded to. Frames that
 /// cannot be decoded are logged and left out (the lease expires and they redeliver).
@@ -18,18 +19,18 @@ pub fn render(answer: &PopAnswer, ctx: &Envelope, seen: &mut dyn Decoded) -> Ren
     let mut out = Vec::with_capacity(256 + answer.blobs.iter().map(Vec::len).sum::<usize>() * 2);
     let first = answer.partitions.first();
     out.extend_from_slice(b"{\"success\":true,\"queue\":");
-    write_str(&mut out, local(&ctx.queue));
+    json_text::str(&mut out, local(&ctx.queue));
     out.extend_from_slice(b",\"partition\":");
-    write_str(&mut out, first.map_or("", |p| p.partition.as_str()));
+    json_text::str(&mut out, first.map_or("", |p| p.partition.as_str()));
     out.extend_from_slice(b",\"partitionId\":");
-    write_str(
+    json_text::str(
         &mut out,
         &first.map_or(String::new(), |p| p.partition_id.to_string()),
     );
     out.extend_from_slice(b",\"leaseId\":");
-    write_str(&mut out, ctx.lease_id.as_str());
+    json_text::str(&mut out, ctx.lease_id.as_str());
     out.extend_from_slice(b",\"consumerGroup\":");
-    write_str(&mut out, &ctx.group);
+    json_text::str(&mut out, &ctx.group);
     out.extend_from_slice(b",\"messages\":[");
 
     let mut walk = Walk {
@@ -56,7 +57,7 @@ pub fn render(answer: &PopAnswer, ctx: &Envelope, seen: &mut dyn Decoded) -> Ren
         .expect("writing to a Vec cannot fail");
     for (key, value) in echo_keys(ctx).into_iter().flatten() {
         out.push(b',');
-        write_str(&mut out, &key);
+        json_text::str(&mut out, &key);
         out.push(b':');
         serde_json::to_writer(&mut out, &value).expect("writing to a Vec cannot fail");
     }
@@ -128,7 +129,7 @@ impl Walk<'_> {
         out.extend_from_slice(b"{\"id\":\"");
         write!(out, "{}", f.message_uuid().hyphenated()).expect("writing to a Vec cannot fail");
         out.extend_from_slice(b"\",\"transactionId\":");
-        write_str(out, f.transaction_id);
+        json_text::str(out, f.transaction_id);
         out.extend_from_slice(b",\"traceId\":");
         match f.trace_uuid() {
             Some(t) => write!(out, "\"{}\"", t.hyphenated()).expect("writing to a Vec cannot fail"),
@@ -138,7 +139,7 @@ impl Walk<'_> {
         let payload_error = write_payload(out, ctx, f);
         out.extend_from_slice(b",\"producerSub\":");
         match f.producer_sub {
-            Some(sub) => write_str(out, sub),
+            Some(sub) => json_text::str(out, sub),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"createdAt\":\"");
@@ -149,11 +150,11 @@ impl Walk<'_> {
             part.partition_id
         )
         .expect("writing to a Vec cannot fail");
-        write_str(out, &part.partition);
+        json_text::str(out, &part.partition);
         out.extend_from_slice(b",\"leaseId\":");
-        write_str(out, ctx.lease_id.as_str());
+        json_text::str(out, ctx.lease_id.as_str());
         out.extend_from_slice(b",\"consumerGroup\":");
-        write_str(out, &ctx.group);
+        json_text::str(out, &ctx.group);
         write!(
             out,
             ",\"deliveryAttempt\":{},\"offset\":{offset}",
@@ -162,11 +163,11 @@ impl Walk<'_> {
         .expect("writing to a Vec cannot fail");
         if ctx.per_message_queue {
             out.extend_from_slice(b",\"queue\":");
-            write_str(out, local(&part.queue));
+            json_text::str(out, local(&part.queue));
         }
         if let Some(error) = payload_error {
             out.extend_from_slice(b",\"payloadError\":");
-            write_str(out, &error);
+            json_text::str(out, &error);
         }
         out.push(b'}');
     }
@@ -200,10 +201,6 @@ fn undecodable(part: &ClaimedPartition, seg: &ClaimedSegment, e: &dyn std::fmt::
 }
 
 /// A JSON string literal.
-fn write_str(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(out, s).expect("serialising a str to a Vec cannot fail");
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -3,16 +3,17 @@
 
 use crate::engine::tenant::{local, local_text};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use std::borrow::Cow;
 
+#[cfg(test)]
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use uuid::Uuid;
 
 use crate::engine::push::PushResult;
+use crate::http::json_text;
 
 /// The 201 answer of a push: one element per message, in input order.
 pub(super) fn created(results: &[PushResult]) -> Response {
@@ -21,22 +22,24 @@ pub(super) fn created(results: &[PushResult]) -> Response {
         .enumerate()
         .map(|(index, r)| ItemOut::new(index, r))
         .collect();
-    (StatusCode::CREATED, Json(out)).into_response()
+    let body = json_text::array(&out, 160, |buf, item| item.write(buf));
+    json_text::response(StatusCode::CREATED, body)
 }
 
 /// One element of the 201 answer (docs/wire.md §5.2), borrowing from its result: a push of
-/// many small messages renders one of these per message.
-#[derive(Serialize)]
+/// many small messages renders one of these per message, by [`ItemOut::write`] (serde's
+/// derive only checks it in the tests).
+#[cfg_attr(test, derive(Serialize))]
 struct ItemOut<'a> {
     index: usize,
     message_id: IdText,
     transaction_id: &'a str,
-    #[serde(rename = "queueName")]
+    #[cfg_attr(test, serde(rename = "queueName"))]
     queue_name: &'a str,
     status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     offset: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     error: Option<Cow<'a, str>>,
 }
 
@@ -52,11 +55,35 @@ impl<'a> ItemOut<'a> {
             error: r.error().map(local_text),
         }
     }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut id = Uuid::encode_buffer();
+        out.extend_from_slice(b"{\"index\":");
+        json_text::int(out, self.index);
+        out.extend_from_slice(b",\"message_id\":");
+        json_text::str(out, self.message_id.0.hyphenated().encode_lower(&mut id));
+        out.extend_from_slice(b",\"transaction_id\":");
+        json_text::str(out, self.transaction_id);
+        out.extend_from_slice(b",\"queueName\":");
+        json_text::str(out, self.queue_name);
+        out.extend_from_slice(b",\"status\":");
+        json_text::str(out, self.status);
+        if let Some(offset) = self.offset {
+            out.extend_from_slice(b",\"offset\":");
+            json_text::int(out, offset);
+        }
+        if let Some(error) = &self.error {
+            out.extend_from_slice(b",\"error\":");
+            json_text::str(out, error);
+        }
+        out.push(b'}');
+    }
 }
 
-/// A message id written as its hyphenated text straight into the answer, with no `String`.
+/// A message id, written as its hyphenated text with no `String`.
 struct IdText(Uuid);
 
+#[cfg(test)]
 impl Serialize for IdText {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut text = Uuid::encode_buffer();
@@ -79,4 +106,53 @@ pub(super) fn counts(results: &[PushResult]) -> Value {
         counts["buffered"] = buffered.into();
     }
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::push::{Failure, FrameOutcome};
+
+    fn result(transaction_id: &str, outcome: FrameOutcome) -> PushResult {
+        PushResult {
+            queue: "acme/orders".into(),
+            partition: "p".into(),
+            transaction_id: transaction_id.into(),
+            minted_id: Uuid::now_v7(),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn the_written_answer_is_what_serde_writes() {
+        let id = Uuid::now_v7();
+        let results = [
+            result(
+                "t-0",
+                FrameOutcome::Queued {
+                    message_id: id,
+                    offset: 7,
+                },
+            ),
+            result(
+                "t-\"1\"\n\u{1}é",
+                FrameOutcome::Duplicate {
+                    message_id: id,
+                    offset: None,
+                },
+            ),
+            result("", FrameOutcome::Buffered { message_id: id }),
+            result("t-3", Failure::refusal("queue acme/orders is \"full\"")),
+        ];
+        for (index, r) in results.iter().enumerate() {
+            let item = ItemOut::new(index * 1000, r);
+            let mut written = Vec::new();
+            item.write(&mut written);
+            let serde = serde_json::to_vec(&item).expect("serde");
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                String::from_utf8_lossy(&serde)
+            );
+        }
+    }
 }
