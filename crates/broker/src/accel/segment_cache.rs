@@ -4,9 +4,9 @@
 //! nobody consumes costs nothing), within a byte budget, oldest out first.
 //!
 //! PostgreSQL's blob stays the authority: an entry answers only for a blob equal, byte for
-//! byte, to the one it was stored with (a copy is kept: comparing costs less than hashing), so
-//! a stale or foreign entry costs one decompression, never a wrong answer. Segments are never
-//! rewritten in place, and an entry is stored only after its commit.
+//! byte, to the one it was stored with (the writer's blob is shared, and comparing costs less
+//! than hashing), so a stale or foreign entry costs one decompression, never a wrong answer.
+//! Segments are never rewritten in place, and an entry is stored only after its commit.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -68,29 +68,18 @@ impl SegmentCache {
         }
     }
 
-    /// Whether `queue` had a claim lately, so its new segments are worth keeping.
-    pub fn wanted(&self, queue: &str) -> bool {
-        if self.budget == 0 {
-            return false;
-        }
-        let inner = self.inner.lock().expect("segment cache lock");
-        inner
-            .consumed
-            .get(queue)
-            .is_some_and(|at| at.elapsed() < CONSUMED_FOR)
-    }
-
-    /// A committed segment of `queue` at `key`: `blob` as stored, `frames` what it compresses.
-    /// Kept when [`wanted`](Self::wanted) and it fits the budget at all.
-    pub fn stored(&self, queue: &str, key: Key, blob: &[u8], frames: Bytes) {
-        if blob.len() + frames.len() > self.budget || !self.wanted(queue) {
+    /// A committed segment of `queue` at `key`: (the blob as stored, the frames it
+    /// compresses). Kept when a pop claimed from `queue` lately and it fits the budget at all.
+    pub fn stored(&self, queue: &str, key: Key, (blob, frames): (Bytes, Bytes)) {
+        let entry = Entry { blob, frames };
+        if entry.bytes() > self.budget {
             return;
         }
-        let entry = Entry {
-            blob: Bytes::copy_from_slice(blob),
-            frames,
-        };
         let mut inner = self.inner.lock().expect("segment cache lock");
+        let stale = |at: &Instant| at.elapsed() >= CONSUMED_FOR;
+        if inner.consumed.get(queue).is_none_or(stale) {
+            return;
+        }
         inner.bytes += entry.bytes();
         if let Some(old) = inner.entries.insert(key, entry) {
             inner.bytes -= old.bytes();
@@ -172,15 +161,19 @@ mod tests {
     #[test]
     fn keeps_only_segments_of_consumed_queues() {
         let cache = SegmentCache::new(1 << 20);
-        cache.stored("q", (1, 0), b"blob", frames(10, 1));
+        cache.stored("q", (1, 0), (Bytes::from_static(b"blob"), frames(10, 1)));
         assert_eq!(
             cache.frames("q", (1, 0), b"blob"),
             None,
             "q was not consumed"
         );
-        cache.stored("q", (1, 0), b"blob", frames(10, 1));
+        cache.stored("q", (1, 0), (Bytes::from_static(b"blob"), frames(10, 1)));
         assert_eq!(cache.frames("q", (1, 0), b"blob"), Some(frames(10, 1)));
-        cache.stored("other", (2, 0), b"blob", frames(10, 2));
+        cache.stored(
+            "other",
+            (2, 0),
+            (Bytes::from_static(b"blob"), frames(10, 2)),
+        );
         assert_eq!(cache.frames("other", (2, 0), b"blob"), None);
         assert_eq!(cache.tally(), Tally { hits: 1, misses: 2 });
     }
@@ -189,7 +182,7 @@ mod tests {
     fn answers_only_for_the_blob_it_was_stored_with() {
         let cache = SegmentCache::new(1 << 20);
         cache.frames("q", (1, 0), b"");
-        cache.stored("q", (1, 0), b"first", frames(10, 1));
+        cache.stored("q", (1, 0), (Bytes::from_static(b"first"), frames(10, 1)));
         assert_eq!(cache.frames("q", (1, 0), b"second"), None);
         assert_eq!(cache.frames("q", (1, 1), b"first"), None);
         assert_eq!(cache.frames("q", (1, 0), b"first"), Some(frames(10, 1)));
@@ -200,13 +193,13 @@ mod tests {
         let cache = SegmentCache::new(25);
         cache.frames("q", (1, 0), b"");
         for base in 0..3 {
-            cache.stored("q", (1, base), b"b", frames(9, 0));
+            cache.stored("q", (1, base), (Bytes::from_static(b"b"), frames(9, 0)));
         }
         assert_eq!(cache.bytes(), 20, "blob and frames count");
         assert_eq!(cache.frames("q", (1, 0), b"b"), None);
         assert!(cache.frames("q", (1, 1), b"b").is_some());
         assert!(cache.frames("q", (1, 2), b"b").is_some());
-        cache.stored("q", (1, 3), b"b", frames(30, 0));
+        cache.stored("q", (1, 3), (Bytes::from_static(b"b"), frames(30, 0)));
         assert_eq!(cache.bytes(), 20, "larger than the budget: not kept");
     }
 
@@ -214,7 +207,7 @@ mod tests {
     fn a_zero_budget_keeps_nothing() {
         let cache = SegmentCache::new(0);
         cache.frames("q", (1, 0), b"");
-        cache.stored("q", (1, 0), b"b", frames(0, 0));
+        cache.stored("q", (1, 0), (Bytes::from_static(b"b"), frames(0, 0)));
         assert_eq!(cache.frames("q", (1, 0), b"b"), None);
         assert_eq!(cache.tally(), Tally { hits: 0, misses: 0 });
     }

@@ -153,7 +153,7 @@ pub async fn transaction_wire(
         spec["stream"] = stream.clone();
     }
     let hashes: Vec<&[u8]> = pushes.iter().map(|p| p.hashes).collect();
-    let blobs: Vec<&[u8]> = pushes.iter().map(|p| p.blob).collect();
+    let blobs: Vec<&[u8]> = pushes.iter().map(|p| &p.blob[..]).collect();
 
     let call = TransactionWire {
         p: &spec,

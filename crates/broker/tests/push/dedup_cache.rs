@@ -455,7 +455,7 @@ async fn fill(db: &tokio_postgres::Client, segments: usize, per: usize) -> HashM
         counts.push(seg.msg_count);
         hashes.push(seg.hashes);
         verified.push((s * per) as i64 - 1);
-        blobs.push(seg.blob);
+        blobs.push(seg.blob.to_vec());
         ids.extend(txns.into_iter().zip(minted.iter().map(|id| id.to_string())));
     }
     let queues = vec!["dc.cost"; segments];

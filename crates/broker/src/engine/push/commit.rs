@@ -95,8 +95,8 @@ impl CommitEffects {
                 messages += (seg.hashes.len() / 16) as u64;
                 if let Some(frames) = seg.frames {
                     let key = (*partition_id, *base_offset);
-                    self.segments
-                        .stored(seg.queue, key, seg.blob, frames.clone());
+                    let kept = (seg.blob.clone(), frames.clone());
+                    self.segments.stored(seg.queue, key, kept);
                 }
             }
         }

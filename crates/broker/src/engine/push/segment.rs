@@ -17,8 +17,9 @@ pub const INLINE_BUILD_BYTES: usize = 256 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltSegment {
     pub msg_count: i32,
-    /// One zstd frame (content size in its header) of the encoded frames, in input order.
-    pub blob: Vec<u8>,
+    /// One zstd frame (content size in its header) of the encoded frames, in input order;
+    /// shared, not copied, with the segment cache once committed.
+    pub blob: Bytes,
     /// `16 × msg_count` bytes: `xxh3_128(transactionId)` big-endian, in frame order, so the
     /// hash at index k belongs to offset `base_offset + k`.
     pub hashes: Vec<u8>,
@@ -58,10 +59,17 @@ pub fn build_segment(frames: &[Frame<'_>], level: i32) -> Result<BuiltSegment, B
     }
     Ok(BuiltSegment {
         msg_count,
-        blob: segment::compress(&raw, level),
+        blob: exact(segment::compress(&raw, level)),
         hashes,
-        frames: Bytes::from(raw),
+        frames: exact(raw),
     })
+}
+
+/// `v` as `Bytes` holding no spare capacity (a compressed blob is allocated at zstd's bound),
+/// so what the segment cache keeps is what its budget counts.
+fn exact(mut v: Vec<u8>) -> Bytes {
+    v.shrink_to_fit();
+    Bytes::from(v)
 }
 
 #[cfg(test)]

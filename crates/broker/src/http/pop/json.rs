@@ -59,7 +59,7 @@ pub fn render(answer: &PopAnswer, ctx: &Envelope, seen: &mut dyn Decoded) -> Ren
         out.push(b',');
         json_text::str(&mut out, &key);
         out.push(b':');
-        serde_json::to_writer(&mut out, &value).expect("writing to a Vec cannot fail");
+        json_text::value(&mut out, &value);
     }
     out.push(b'}');
     Rendered {
@@ -138,10 +138,7 @@ impl Walk<'_> {
         out.extend_from_slice(b",\"data\":");
         let payload_error = write_payload(out, ctx, f);
         out.extend_from_slice(b",\"producerSub\":");
-        match f.producer_sub {
-            Some(sub) => json_text::str(out, sub),
-            None => out.extend_from_slice(b"null"),
-        }
+        json_text::opt_str(out, f.producer_sub);
         out.extend_from_slice(b",\"createdAt\":\"");
         out.extend_from_slice(created_at.as_bytes());
         write!(
@@ -200,7 +197,6 @@ fn undecodable(part: &ClaimedPartition, seg: &ClaimedSegment, e: &dyn std::fmt::
     );
 }
 
-/// A JSON string literal.
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -51,7 +51,7 @@ pub struct SegmentWrite<'a> {
     pub hashes: &'a [u8],
     /// Offsets up to which the caller vouches the hashes are absent; -1 = full-window probe.
     pub verified: i64,
-    pub blob: &'a [u8],
+    pub blob: &'a Bytes,
     /// What `blob` decompresses to, when the writer built it: the segment cache keeps it
     /// after the commit (accel/segment_cache.rs). The SQL never sees it.
     pub frames: Option<&'a Bytes>,
@@ -113,7 +113,7 @@ pub async fn push_multi(
     let counts: Vec<i32> = segs.iter().map(|s| s.msg_count).collect();
     let hashes: Vec<&[u8]> = segs.iter().map(|s| s.hashes).collect();
     let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
-    let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
+    let blobs: Vec<&[u8]> = segs.iter().map(|s| &s.blob[..]).collect();
     let encrypted: Vec<bool> = segs.iter().map(|s| s.encrypted).collect();
     let call = PushMulti {
         p_queues: &queues,
@@ -158,7 +158,7 @@ pub async fn push_vouched(
     let verified: Vec<i64> = segs.iter().map(|s| s.verified).collect();
     let sealed: Vec<bool> = segs.iter().map(|s| s.encrypted).collect();
     let hashes: Vec<&[u8]> = segs.iter().map(|s| s.hashes).collect();
-    let blobs: Vec<&[u8]> = segs.iter().map(|s| s.blob).collect();
+    let blobs: Vec<&[u8]> = segs.iter().map(|s| &s.blob[..]).collect();
     let stmt = crate::store::prepare(db, PUSH_VOUCHED).await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
         [&pids, &counts, &verified, &sealed, &hashes, &blobs];
@@ -201,7 +201,7 @@ pub async fn push_one(
         p_msg_count: seg.msg_count,
         p_hashes: seg.hashes,
         p_verified: seg.verified,
-        p_blob: seg.blob,
+        p_blob: &seg.blob[..],
         p_pid: pid,
         p_encrypted: seg.encrypted,
     };
