@@ -219,6 +219,7 @@ async fn run(cli: Cli) -> Result<bool> {
         payloads: Payloads::new(0x5eed),
         clock: Clock::new(),
         run_id,
+        queues_named: Default::default(),
         ceilings: Ceilings::default(),
         push_capacity: BTreeMap::new(),
         e2e_rates: BTreeMap::new(),

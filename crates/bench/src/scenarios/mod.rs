@@ -19,6 +19,7 @@ pub mod spread;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Result;
 use clap::ValueEnum;
@@ -97,6 +98,8 @@ pub struct Ctx {
     pub payloads: Payloads,
     pub clock: Clock,
     pub run_id: String,
+    /// Queues named so far: a cell measured twice at one rate gets a fresh queue each time.
+    pub queues_named: AtomicU32,
     pub ceilings: Ceilings,
     /// Partitions → push capacity (msgs/s) at the largest batch, from the push scenario.
     pub push_capacity: BTreeMap<u32, f64>,
@@ -113,7 +116,8 @@ impl Ctx {
 
     /// A queue name unique to this run.
     pub fn queue_name(&self, what: &str) -> String {
-        format!("bench-{}-{what}", self.run_id)
+        let n = self.queues_named.fetch_add(1, Ordering::Relaxed);
+        format!("bench-{}-{n}-{what}", self.run_id)
     }
 
     /// Messages stored in `queue` (offsets are dense from 0 per partition), if the target's
