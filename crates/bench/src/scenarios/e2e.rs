@@ -5,6 +5,8 @@
 //! accepted message exactly once (broker-labelled redeliveries aside). Also serves the
 //! light-load latency cell.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,8 +81,30 @@ pub async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64
     } else {
         ctx.profile.e2e_retries + 1
     };
+    let start = initial_rate(ctx, partitions);
+    let mut attempt = attempt(ctx, partitions, groups);
+    let label = format!("e2e part-{partitions} cg-{groups}");
+    super::search::highest_stable(&label, attempts, start, &mut attempt).await
+}
+
+/// Confirms that `rate`, found earlier in the run, still holds (`search::confirm`).
+pub async fn confirm(ctx: &Ctx, partitions: u32, groups: u32, rate: f64) -> Result<(Row, f64)> {
+    let mut attempt = attempt(ctx, partitions, groups);
+    let label = format!("e2e part-{partitions} cg-{groups}");
+    super::search::confirm(&label, rate, &mut attempt).await
+}
+
+/// A search attempt's measurement in flight.
+type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Row>> + 'a>>;
+
+/// One search attempt: the e2e cell at a rate, abandoned undrained when allowed and unstable.
+fn attempt<'a>(
+    ctx: &'a Ctx,
+    partitions: u32,
+    groups: u32,
+) -> impl FnMut(f64, bool) -> Attempt<'a> + 'a {
     let label = format!("part-{partitions} cg-{groups}");
-    let attempt = |rate: f64, may_abandon: bool| {
+    move |rate: f64, may_abandon: bool| {
         let cell = Cell {
             scenario: "e2e",
             label: label.clone(),
@@ -94,10 +118,8 @@ pub async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64
             options: queue_options(),
             sample_sizes: None,
         };
-        async move { run_cell(ctx, &cell, may_abandon).await }
-    };
-    let start = initial_rate(ctx, partitions);
-    super::search::highest_stable(&format!("e2e {label}"), attempts, start, attempt).await
+        Box::pin(async move { run_cell(ctx, &cell, may_abandon).await })
+    }
 }
 
 /// Light load: 1 000 msgs/s pushed one per request to one partition, one group.

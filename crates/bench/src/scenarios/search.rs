@@ -116,8 +116,8 @@ where
 }
 
 /// Measures `rate` once more, stepping down after each unstable window (abandoned, except the
-/// last, which is drained and reported as it is).
-async fn confirm<F, Fut>(label: &str, mut rate: f64, attempt: &mut F) -> Result<(Row, f64)>
+/// last, which is drained and reported as it is). Also for a rate found earlier in the run.
+pub async fn confirm<F, Fut>(label: &str, mut rate: f64, attempt: &mut F) -> Result<(Row, f64)>
 where
     F: FnMut(f64, bool) -> Fut,
     Fut: Future<Output = Result<Row>>,
