@@ -2,7 +2,9 @@
 //! and its peak over every scenario, sampled in the background. The per-row peaks of the
 //! meter reset `VmHWM` when each row starts, so no single reading holds the run's peak: the
 //! watcher keeps the largest `VmRSS` and `VmHWM` it sampled, and the run's peak also folds in
-//! every row's own peak (which covers each measured window whole).
+//! every row's own peak (which covers each measured window whole). It also keeps when its
+//! largest sample was first seen, so a peak outside every row (an abandoned search attempt, a
+//! drain) can be placed against the scenario timestamps of the run's log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +28,9 @@ pub struct BrokerMemory {
     pub idle_after_start_mb: Option<f64>,
     /// The largest resident set seen over the whole run.
     pub peak_over_run_mb: Option<f64>,
+    /// Seconds from the start of sampling to the first sample that showed the sampled peak
+    /// (`VmHWM` is reset per row, so the peak itself came at most one row earlier).
+    pub sampled_peak_at_s: Option<f64>,
     pub samples: u64,
     pub sample_every_ms: u64,
 }
@@ -34,6 +39,7 @@ pub struct BrokerMemory {
 pub struct Watch {
     idle: Option<u64>,
     peak: Arc<AtomicU64>,
+    peak_at_ms: Arc<AtomicU64>,
     samples: Arc<AtomicU64>,
     task: Option<JoinHandle<()>>,
 }
@@ -43,16 +49,21 @@ impl Watch {
     /// (a running broker given without `--broker-pid`) it reports nothing.
     pub fn start(pid: Option<u32>) -> Self {
         let peak = Arc::new(AtomicU64::new(0));
+        let peak_at_ms = Arc::new(AtomicU64::new(0));
         let samples = Arc::new(AtomicU64::new(0));
         let task = pid.map(|pid| {
-            let (peak, samples) = (peak.clone(), samples.clone());
+            let (peak, peak_at_ms, samples) = (peak.clone(), peak_at_ms.clone(), samples.clone());
+            let started = std::time::Instant::now();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(EVERY);
                 loop {
                     tick.tick().await;
                     let seen = procstat::rss_bytes(pid).max(procstat::peak_rss_bytes(pid));
                     if let Some(bytes) = seen {
-                        peak.fetch_max(bytes, Ordering::Relaxed);
+                        if bytes > peak.fetch_max(bytes, Ordering::Relaxed) {
+                            let ms = started.elapsed().as_millis() as u64;
+                            peak_at_ms.store(ms, Ordering::Relaxed);
+                        }
                         samples.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -61,6 +72,7 @@ impl Watch {
         Self {
             idle: pid.and_then(procstat::rss_bytes),
             peak,
+            peak_at_ms,
             samples,
             task,
         }
@@ -77,6 +89,8 @@ impl Watch {
         BrokerMemory {
             idle_after_start_mb: self.idle.map(|b| b as f64 / MIB),
             peak_over_run_mb: run_peak(sampled, rows),
+            sampled_peak_at_s: sampled
+                .map(|_| self.peak_at_ms.load(Ordering::Relaxed) as f64 / 1e3),
             samples: self.samples.load(Ordering::Relaxed),
             sample_every_ms: EVERY.as_millis() as u64,
         }
@@ -117,6 +131,7 @@ mod tests {
         assert!(m.idle_after_start_mb.unwrap() > 0.0);
         assert!(m.peak_over_run_mb.unwrap() > 0.0);
         assert!(m.samples >= 1);
+        assert!(m.sampled_peak_at_s.unwrap() < 1.0, "{m:?}");
         let none = Watch::start(None).stop(&[]);
         assert_eq!((none.idle_after_start_mb, none.samples), (None, 0));
     }

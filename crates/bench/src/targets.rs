@@ -125,7 +125,13 @@ pub fn lines(rows: &[Row], memory: &BrokerMemory) -> Vec<Line> {
         "broker peak RSS over the run, MB",
         memory.peak_over_run_mb,
         Goal::AtMost(96.0),
-        format!("sampled every {} ms and per row", memory.sample_every_ms),
+        match memory.sampled_peak_at_s {
+            Some(at) => format!(
+                "sampled every {} ms and per row; the samples' peak first seen {at:.0} s into the run",
+                memory.sample_every_ms
+            ),
+            None => format!("sampled every {} ms and per row", memory.sample_every_ms),
+        },
     ));
     out.push(Line::new(
         "broker RSS idle right after start, MB",
@@ -285,6 +291,7 @@ mod tests {
         let memory = BrokerMemory {
             idle_after_start_mb: Some(22.0),
             peak_over_run_mb: Some(555.0),
+            sampled_peak_at_s: Some(12.0),
             samples: 10,
             sample_every_ms: 100,
         };
