@@ -339,6 +339,7 @@ pub async fn run_cell(ctx: &Ctx, cell: &Cell, may_abandon: bool) -> Result<Row> 
     if !abandon {
         row.verification = Some(tracker.verify(expected));
     }
+    ctx.discard(&name).await;
     Ok(row)
 }
 

@@ -114,6 +114,25 @@ impl Ctx {
         Ok(())
     }
 
+    /// Deletes a measured cell's queue and vacuums the log tables, outside every window, so
+    /// the next cells reuse its space: a full run kept 46 GB of segments otherwise and filled
+    /// the disk (2026-12-07). pgmq's cells drop their queues the same way. A failure is only
+    /// reported: the cell was measured.
+    pub async fn discard(&self, queue: &str) {
+        let vacuum = "VACUUM queen.log_segments, queen.log_txns";
+        let done = match self.queen.queue(queue).delete().await {
+            Ok(_) => self
+                .admin
+                .batch_execute(vacuum)
+                .await
+                .map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = done {
+            eprintln!("  could not discard queue {queue}: {e:#}");
+        }
+    }
+
     /// A queue name unique to this run.
     pub fn queue_name(&self, what: &str) -> String {
         let n = self.queues_named.fetch_add(1, Ordering::Relaxed);

@@ -265,12 +265,9 @@ async fn cell(ctx: &Ctx, batch: u32, partitions: u32) -> Result<Row> {
     let mut row = Row::new("push", format!("bp-{batch} part-{partitions}"), "queen-rs");
     phases.fill(&mut row, batch);
     let usage = phases.usage;
-    let row = row.with_usage(usage);
-    Ok(with_ceiling(
-        ctx,
-        verify(ctx, &name, &outcome, row, 0).await,
-        batch,
-    ))
+    let row = verify(ctx, &name, &outcome, row.with_usage(usage), 0).await;
+    ctx.discard(&name).await;
+    Ok(with_ceiling(ctx, row, batch))
 }
 
 /// Messages stored since the cell began (`before` were stored already) must equal acknowledged
