@@ -1,10 +1,10 @@
 //! Overload: the e2e shape of 10 partitions and one group, with the producers offered 1×,
 //! 1.5×, 2× and 4× of the highest stable rate found in the same run (the e2e scenario's,
-//! confirmed again right before the steps, or searched here when it did not run). A broker at capacity should keep delivering at
-//! capacity and refuse the excess early: each step prints what was offered, accepted and
-//! refused (by status; `shed` counts the sends the producers' in-flight cap skipped),
-//! delivered msg/s (also over the 1× step's), the p99 of accepted pushes, and the CPU of
-//! each side. Every step is drained and verified: no accepted message may be lost.
+//! confirmed again right before the steps, or searched here when it did not run). A broker at
+//! capacity should keep delivering at capacity and refuse the excess early: each step prints
+//! what was offered, accepted and refused (by status; `shed` counts the sends the producers'
+//! in-flight cap skipped), delivered msg/s (also over the 1× step's), the p99 of accepted
+//! pushes, and the CPU of each side. Every step is drained and verified: no accepted message may be lost.
 
 use anyhow::Result;
 
