@@ -351,7 +351,7 @@ pub fn table(rows: &[Row]) -> String {
     groups.dedup();
     for g in groups {
         let goals = if g == 1 { E2E_ONE_GROUP } else { E2E_FAN_OUT };
-        let cell = format!("part-{PARTITIONS} cg-{g}");
+        let cell = e2e::label(PARTITIONS, g);
         all.extend(lines(rows, "e2e", &cell, e2e_measures(&ceiling), goals));
     }
     for r in rows.iter().filter(|r| r.system == ON_SYSTEM) {

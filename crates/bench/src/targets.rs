@@ -125,13 +125,13 @@ pub fn lines(rows: &[Row], memory: &BrokerMemory) -> Vec<Line> {
         "broker peak RSS over the run, MB",
         memory.peak_over_run_mb,
         Goal::AtMost(96.0),
-        match memory.sampled_peak_at_s {
-            Some(at) => format!(
-                "sampled every {} ms and per row; the samples' peak first seen {at:.0} s into the run",
-                memory.sample_every_ms
-            ),
-            None => format!("sampled every {} ms and per row", memory.sample_every_ms),
-        },
+        format!(
+            "sampled every {} ms and per row{}",
+            memory.sample_every_ms,
+            memory.sampled_peak_at_s.map_or(String::new(), |at| format!(
+                "; the samples' peak first seen {at:.0} s into the run"
+            ))
+        ),
     ));
     out.push(Line::new(
         "broker RSS idle right after start, MB",

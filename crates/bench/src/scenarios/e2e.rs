@@ -5,8 +5,6 @@
 //! accepted message exactly once (broker-labelled redeliveries aside). Also serves the
 //! light-load latency cell.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,44 +80,45 @@ pub async fn search(ctx: &Ctx, partitions: u32, groups: u32) -> Result<(Row, f64
         ctx.profile.e2e_retries + 1
     };
     let start = initial_rate(ctx, partitions);
-    let mut attempt = attempt(ctx, partitions, groups);
-    let label = format!("e2e part-{partitions} cg-{groups}");
-    super::search::highest_stable(&label, attempts, start, &mut attempt).await
+    let attempt = |rate, may_abandon| attempt(ctx, partitions, groups, rate, may_abandon);
+    let label = format!("e2e {}", label(partitions, groups));
+    super::search::highest_stable(&label, attempts, start, attempt).await
 }
 
 /// Confirms that `rate`, found earlier in the run, still holds (`search::confirm`).
 pub async fn confirm(ctx: &Ctx, partitions: u32, groups: u32, rate: f64) -> Result<(Row, f64)> {
-    let mut attempt = attempt(ctx, partitions, groups);
-    let label = format!("e2e part-{partitions} cg-{groups}");
+    let mut attempt = |rate, may_abandon| attempt(ctx, partitions, groups, rate, may_abandon);
+    let label = format!("e2e {}", label(partitions, groups));
     super::search::confirm(&label, rate, &mut attempt).await
 }
 
-/// A search attempt's measurement in flight.
-type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Row>> + 'a>>;
+/// The cell label of an e2e shape.
+pub fn label(partitions: u32, groups: u32) -> String {
+    format!("part-{partitions} cg-{groups}")
+}
 
-/// One search attempt: the e2e cell at a rate, abandoned undrained when allowed and unstable.
-fn attempt<'a>(
-    ctx: &'a Ctx,
+/// One search attempt: the e2e cell at `rate`, abandoned undrained when allowed and unstable.
+async fn attempt(
+    ctx: &Ctx,
     partitions: u32,
     groups: u32,
-) -> impl FnMut(f64, bool) -> Attempt<'a> + 'a {
-    let label = format!("part-{partitions} cg-{groups}");
-    move |rate: f64, may_abandon: bool| {
-        let cell = Cell {
-            scenario: "e2e",
-            label: label.clone(),
-            partitions,
-            groups,
-            push_batch: 100,
-            rate,
-            consumers_per_group: consumers_for(partitions),
-            warmup: ctx.profile.e2e_warmup,
-            measure: ctx.profile.e2e_measure,
-            options: queue_options(),
-            sample_sizes: None,
-        };
-        Box::pin(async move { run_cell(ctx, &cell, may_abandon).await })
-    }
+    rate: f64,
+    may_abandon: bool,
+) -> Result<Row> {
+    let cell = Cell {
+        scenario: "e2e",
+        label: label(partitions, groups),
+        partitions,
+        groups,
+        push_batch: 100,
+        rate,
+        consumers_per_group: consumers_for(partitions),
+        warmup: ctx.profile.e2e_warmup,
+        measure: ctx.profile.e2e_measure,
+        options: queue_options(),
+        sample_sizes: None,
+    };
+    run_cell(ctx, &cell, may_abandon).await
 }
 
 /// Light load: 1 000 msgs/s pushed one per request to one partition, one group.

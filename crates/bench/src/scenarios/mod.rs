@@ -119,15 +119,12 @@ impl Ctx {
     /// the disk (2026-12-07). pgmq's cells drop their queues the same way. A failure is only
     /// reported: the cell was measured.
     pub async fn discard(&self, queue: &str) {
-        let vacuum = "VACUUM queen.log_segments, queen.log_txns";
-        let done = match self.queen.queue(queue).delete().await {
-            Ok(_) => self
-                .admin
-                .batch_execute(vacuum)
-                .await
-                .map_err(anyhow::Error::from),
-            Err(e) => Err(e.into()),
-        };
+        let done: Result<()> = async {
+            self.queen.queue(queue).delete().await?;
+            let vacuum = "VACUUM queen.log_segments, queen.log_txns";
+            Ok(self.admin.batch_execute(vacuum).await?)
+        }
+        .await;
         if let Err(e) = done {
             eprintln!("  could not discard queue {queue}: {e:#}");
         }

@@ -44,7 +44,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Vec<Row>> {
     for step in STEPS {
         let cell = Cell {
             scenario: "overload",
-            label: format!("part-{PARTITIONS} cg-{GROUPS} x{step}"),
+            label: format!("{} x{step}", e2e::label(PARTITIONS, GROUPS)),
             partitions: PARTITIONS,
             groups: GROUPS,
             push_batch: 100,

@@ -92,7 +92,7 @@ async fn run_cells(ctx: &mut Ctx, sql: &str, ours: &[Row]) -> Result<Vec<Row>> {
         if !ctx.e2e_rates.contains_key(&(partitions, 1)) {
             continue;
         }
-        let label = format!("part-{partitions} cg-1");
+        let label = super::e2e::label(partitions, 1);
         let consumers = consumers_for(partitions);
         let (row, _) = e2e_search(ctx, &pg, &label, consumers, capacity).await?;
         eprintln!("  pgmq e2e {label}: {:.0} delivered/s", row.msgs_per_s);
